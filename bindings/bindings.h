@@ -1,0 +1,15 @@
+// Declarations shared by the files that make up the ccompress._core module.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace ccompress::py_bindings {
+
+/// Codec class, pointer-level encode/decode and the scalar conversion test hooks.
+void bind_codec_math(pybind11::module_& m);
+/// In-process groups, transports and the collectives.
+void bind_collectives(pybind11::module_& m);
+/// Maps the C++ error family onto ccompress._errors (Python subclasses of CCompressError).
+void register_error_translator();
+
+}  // namespace ccompress::py_bindings

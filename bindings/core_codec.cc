@@ -1,0 +1,194 @@
+// ccompress._core: the Codec class, pointer-level codec calls on the CPU backend, and the
+// scalar conversion hooks the tests compare against ml_dtypes / NumPy.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "bindings.h"
+#include "ccompress/codec.h"
+#include "ccompress/error.h"
+#include "codecs/float_convert.h"
+#include "codecs/fp8.h"
+#include "cpu/cpu_backend.h"
+
+namespace py = pybind11;
+
+namespace ccompress::py_bindings {
+namespace {
+
+const char* kind_name(CodecKind k) {
+  switch (k) {
+    case CodecKind::Fp8E4M3: return "fp8_e4m3";
+    case CodecKind::Fp8E5M2: return "fp8_e5m2";
+    case CodecKind::Raw: break;
+  }
+  return "raw";
+}
+
+const Codec& require_bound(const Codec& c) {
+  CC_CHECK(!c.unbound, "codec 'none' is unbound: bind it to a dtype first (codec.bind(dtype))");
+  return c;
+}
+
+void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+
+std::string codec_repr(const Codec& c) {
+  std::string s = "Codec('" + c.name() + "'";
+  // A bound `none` keeps its name but no longer means "any dtype": show what it carries.
+  if (c.kind == CodecKind::Raw && !c.unbound && c.raw_dtype == DType::Float32) s += ", float32";
+  return s + ")";
+}
+
+// The conversion hooks take C-contiguous arrays of exactly the given dtype (no silent cast,
+// which would round before the function under test does) and keep the input's shape.
+template <class In>
+using Exact = py::array_t<In, py::array::c_style>;
+
+template <class Out, class In, class Fn>
+py::array_t<Out> map_array(const Exact<In>& a, Fn fn) {
+  py::array_t<Out> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+  const In* src = a.data();
+  Out* dst = out.mutable_data();
+  py::ssize_t n = a.size();
+  {
+    py::gil_scoped_release nogil;
+    for (py::ssize_t i = 0; i < n; ++i) dst[i] = fn(src[i]);
+  }
+  return out;
+}
+
+bool is_e4m3(const std::string& fmt) {
+  CC_CHECK(fmt == "e4m3" || fmt == "e5m2", "fp8 format must be 'e4m3' or 'e5m2', got '" << fmt << "'");
+  return fmt == "e4m3";
+}
+
+void bind_codec_class(py::module_& m) {
+  py::class_<Codec>(m, "Codec", "A parsed codec spec (a stateless wire format; see codec.h).")
+      .def_static("parse", &Codec::parse, py::arg("spec"))
+      .def_property_readonly("name", &Codec::name)
+      .def(
+          "bind", [](const Codec& c, const std::string& dtype) { return c.bind(parse_dtype(dtype)); },
+          py::arg("dtype"), "This codec with 'none' resolved to the input dtype.")
+      .def("wire_bytes", &Codec::wire_bytes, py::arg("n"))
+      .def(
+          "lossy", [](const Codec& c, const std::string& dtype) { return c.lossy(parse_dtype(dtype)); },
+          py::arg("dtype"))
+      .def_readonly("group", &Codec::group)
+      .def_property_readonly("kind", [](const Codec& c) { return kind_name(c.kind); })
+      .def_readonly("unbound", &Codec::unbound)
+      .def_property_readonly("raw_dtype",
+                             [](const Codec& c) -> py::object {
+                               if (c.kind != CodecKind::Raw || c.unbound) return py::none();
+                               return py::str(dtype_name(c.raw_dtype));
+                             },
+                             "Wire dtype of a bound raw codec; None for FP8 and unbound 'none'.")
+      .def_property_readonly("id", &Codec::id)
+      .def_property_readonly("align", &Codec::align)
+      .def("__repr__", &codec_repr)
+      .def("__eq__",
+           [](const Codec& a, py::object b) -> py::object {
+             if (!py::isinstance<Codec>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+             return py::bool_(a.id() == b.cast<const Codec&>().id());
+           })
+      .def("__hash__", [](const Codec& c) { return py::hash(py::int_(c.id())); })
+      .def(py::pickle(
+          [](const Codec& c) {
+            return py::make_tuple(static_cast<int>(c.kind), static_cast<int>(c.raw_dtype),
+                                  c.unbound, c.group);
+          },
+          [](const py::tuple& t) {
+            Codec c;
+            c.kind = static_cast<CodecKind>(t[0].cast<int>());
+            c.raw_dtype = static_cast<DType>(t[1].cast<int>());
+            c.unbound = t[2].cast<bool>();
+            c.group = t[3].cast<int32_t>();
+            return c;
+          }));
+}
+
+void bind_pointer_calls(py::module_& m) {
+  m.def(
+      "encode",
+      [](const Codec& c, uintptr_t src, const std::string& src_dtype, int64_t n, float divisor,
+         uintptr_t dst) {
+        DType t = parse_dtype(src_dtype);
+        const Codec& b = require_bound(c);
+        py::gil_scoped_release nogil;
+        cpu_backend().encode(ptr(src), t, n, b, divisor, ptr(dst));
+      },
+      py::arg("codec"), py::arg("src_ptr"), py::arg("src_dtype"), py::arg("n"),
+      py::arg("divisor"), py::arg("dst_ptr"), "dst <- encode(src / divisor) on the CPU backend.");
+  m.def(
+      "decode",
+      [](const Codec& c, uintptr_t src, int64_t n, uintptr_t out, const std::string& out_dtype) {
+        DType t = parse_dtype(out_dtype);
+        const Codec& b = require_bound(c);
+        py::gil_scoped_release nogil;
+        cpu_backend().decode(ptr(src), n, b, ptr(out), t);
+      },
+      py::arg("codec"), py::arg("src_ptr"), py::arg("n"), py::arg("out_ptr"), py::arg("out_dtype"));
+  m.def(
+      "decode_accumulate",
+      [](const Codec& c, uintptr_t src, int64_t n, uintptr_t acc, bool assign) {
+        const Codec& b = require_bound(c);
+        py::gil_scoped_release nogil;
+        cpu_backend().decode_accumulate(ptr(src), n, b, static_cast<float*>(ptr(acc)), assign);
+      },
+      py::arg("codec"), py::arg("src_ptr"), py::arg("n"), py::arg("acc_ptr"), py::arg("assign"));
+  m.def(
+      "load_accumulate",
+      [](uintptr_t src, const std::string& src_dtype, int64_t n, uintptr_t acc, bool assign) {
+        DType t = parse_dtype(src_dtype);
+        py::gil_scoped_release nogil;
+        cpu_backend().load_accumulate(ptr(src), t, n, static_cast<float*>(ptr(acc)), assign);
+      },
+      py::arg("src_ptr"), py::arg("src_dtype"), py::arg("n"), py::arg("acc_ptr"), py::arg("assign"));
+  m.def(
+      "decode_reduce_encode",
+      [](const Codec& c, uintptr_t src, uintptr_t x, const std::string& x_dtype, int64_t n,
+         float divisor, uintptr_t dst) {
+        DType t = parse_dtype(x_dtype);
+        const Codec& b = require_bound(c);
+        py::gil_scoped_release nogil;
+        cpu_backend().decode_reduce_encode(ptr(src), ptr(x), t, n, b, divisor, ptr(dst));
+      },
+      py::arg("codec"), py::arg("src_ptr"), py::arg("x_ptr"), py::arg("x_dtype"), py::arg("n"),
+      py::arg("divisor"), py::arg("dst_ptr"));
+  m.def(
+      "finalize",
+      [](uintptr_t acc, int64_t n, float divisor, uintptr_t out, const std::string& out_dtype) {
+        DType t = parse_dtype(out_dtype);
+        py::gil_scoped_release nogil;
+        cpu_backend().finalize(static_cast<const float*>(ptr(acc)), n, divisor, ptr(out), t);
+      },
+      py::arg("acc_ptr"), py::arg("n"), py::arg("divisor"), py::arg("out_ptr"),
+      py::arg("out_dtype"));
+}
+
+void bind_conversion_hooks(py::module_& m) {
+  using namespace codecs;
+  m.def("_fp8_from_float", [](const Exact<float>& a, const std::string& fmt) {
+    return is_e4m3(fmt) ? map_array<uint8_t>(a, fp8_from_float<Fp8E4M3>)
+                        : map_array<uint8_t>(a, fp8_from_float<Fp8E5M2>);
+  });
+  m.def("_fp8_to_float", [](const Exact<uint8_t>& a, const std::string& fmt) {
+    return is_e4m3(fmt) ? map_array<float>(a, fp8_to_float<Fp8E4M3>)
+                        : map_array<float>(a, fp8_to_float<Fp8E5M2>);
+  });
+  m.def("_bf16_from_float", [](const Exact<float>& a) { return map_array<uint16_t>(a, bf16_from_float); });
+  m.def("_bf16_to_float", [](const Exact<uint16_t>& a) { return map_array<float>(a, bf16_to_float); });
+  m.def("_f16_from_float", [](const Exact<float>& a) { return map_array<uint16_t>(a, f16_from_float); });
+  m.def("_f16_to_float", [](const Exact<uint16_t>& a) { return map_array<float>(a, f16_to_float); });
+}
+
+}  // namespace
+
+void bind_codec_math(py::module_& m) {
+  bind_codec_class(m);
+  bind_pointer_calls(m);
+  bind_conversion_hooks(m);
+}
+
+}  // namespace ccompress::py_bindings

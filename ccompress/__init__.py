@@ -1,0 +1,26 @@
+"""ccompress: compressed collective communication.
+
+Quick start::
+
+    import ccompress as cc
+    codec = cc.Codec.parse("fp8_e4m3:g128")
+    comm = cc.Communicator.from_mpi()                 # under mpiexec, host arrays over MPI
+    y = comm.allreduce(x, codec="fp8_e4m3:g128", algo="two_shot", op="avg")
+    parts = cc.simulate.allreduce([x0, x1, x2, x3], codec="fp8_e4m3:g128", algo="ring")
+"""
+from ._errors import (CCompressError, CollectiveTimeout, CudaError, InvalidArgument,
+                      MismatchError, MpiError, NcclError, Unsupported)
+from . import _core
+from . import simulate
+from .codec import Codec
+from .communicator import ALGOS, OPS, Communicator, Work, run_inproc
+from .info import build_info
+
+__version__ = _core.__version__
+chunk_range = _core.chunk_range
+
+__all__ = [
+    "ALGOS", "OPS", "CCompressError", "Codec", "CollectiveTimeout", "Communicator", "CudaError",
+    "InvalidArgument", "MismatchError", "MpiError", "NcclError", "Unsupported", "Work",
+    "build_info", "chunk_range", "run_inproc", "simulate",
+]

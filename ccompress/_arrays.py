@@ -1,0 +1,180 @@
+"""Turning user arrays into validated host buffers, and allocating results like them.
+
+NumPy arrays (ml_dtypes.bfloat16 included) are read through ``__array_interface__``;
+anything else through DLPack (PyTorch, JAX, CuPy, ...). Every check here runs before any
+data moves, and every failure is an :class:`InvalidArgument` that says what to do.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Tuple
+
+import numpy as np
+
+from ._errors import InvalidArgument
+
+SUPPORTED = ("float32", "bfloat16", "float16")
+_HINT = "ccompress reduces float32, bfloat16 and float16 — cast first"
+
+# DLPack (v0.x ABI, the one every producer still exports without max_version).
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST = 1, 2, 3
+_KDL_FLOAT, _KDL_BFLOAT = 2, 4
+_DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
+                 10: "rocm", 13: "cuda_managed", 14: "oneapi"}
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+@dataclass
+class ArrayView:
+    """A contiguous host buffer of a supported dtype, kept alive by ``owner``."""
+
+    ptr: int
+    n: int
+    dtype: str
+    shape: Tuple[int, ...]
+    readonly: bool
+    owner: Any
+
+
+def dtype_name(dt: Any) -> str:
+    """Our name for a NumPy dtype, or its own name when unsupported."""
+    dt = np.dtype(dt)
+    if dt == np.float32:
+        return "float32"
+    if dt == np.float16:
+        return "float16"
+    return dt.name
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype for one of SUPPORTED (bfloat16 through ml_dtypes)."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _check_dtype(name: str, what: str) -> None:
+    if name not in SUPPORTED:
+        raise InvalidArgument(f"{what} has dtype {name}; {_HINT}")
+
+
+def _device_of(x: Any) -> str | None:
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is None:
+        return None
+    kind, index = dev()
+    kind = int(kind)
+    if kind == _KDL_CPU:
+        return None
+    return f"{_DEVICE_NAMES.get(kind, f'device type {kind}')}:{index}"
+
+
+def _view_numpy(x: np.ndarray, what: str) -> ArrayView:
+    name = dtype_name(x.dtype)
+    _check_dtype(name, what)
+    if not x.flags.c_contiguous:
+        raise InvalidArgument(
+            f"{what} is not contiguous; pass np.ascontiguousarray({what}) (or .contiguous())")
+    return ArrayView(int(x.__array_interface__["data"][0]), int(x.size), name, tuple(x.shape),
+                     not x.flags.writeable, x)
+
+
+def _view_dlpack(x: Any, what: str) -> ArrayView:
+    try:
+        capsule = x.__dlpack__()
+    except (RuntimeError, BufferError, TypeError) as e:
+        raise InvalidArgument(f"{what} cannot be exported through DLPack: {e}") from e
+    t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    if t.device.device_type not in (_KDL_CPU, _KDL_CUDA_HOST):
+        raise InvalidArgument(f"{what} is not in host memory (DLPack device type "
+                              f"{t.device.device_type})")
+    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
+    if lanes == 1 and code == _KDL_FLOAT and bits in (32, 16):
+        name = "float32" if bits == 32 else "float16"
+    elif lanes == 1 and code == _KDL_BFLOAT and bits == 16:
+        name = "bfloat16"
+    else:
+        name = {(2, 64): "float64", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8"}.get(
+            (code, bits), f"DLPack code {code} with {bits} bits x{lanes}")
+    _check_dtype(name, what)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    if t.strides:
+        expected = 1
+        for i in reversed(range(t.ndim)):
+            if shape[i] != 1 and t.strides[i] != expected:
+                raise InvalidArgument(f"{what} is not contiguous; pass {what}.contiguous() "
+                                      "(or np.ascontiguousarray)")
+            expected *= shape[i]
+    n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    ptr = (t.data or 0) + t.byte_offset
+    # The capsule's own destructor releases the producer's tensor once we drop it.
+    return ArrayView(int(ptr), n, name, shape, False, (x, capsule))
+
+
+def view(x: Any, what: str = "x", writable: bool = False) -> ArrayView:
+    """Validates ``x`` as a contiguous host array of a supported dtype.
+
+    Raises InvalidArgument for an unsupported dtype, a non-contiguous layout, device memory
+    (this communicator moves host memory), or, with ``writable``, a read-only array.
+    """
+    device = _device_of(x)
+    if device is not None:
+        raise InvalidArgument(
+            f"{what} is on {device}, but this communicator reduces host memory; pass a CPU "
+            "array (x.cpu(), cupy.asnumpy(x)) — device arrays need the CUDA backend")
+    if isinstance(x, np.ndarray):
+        v = _view_numpy(x, what)
+    elif hasattr(x, "__dlpack__"):
+        v = _view_dlpack(x, what)
+    elif isinstance(x, (list, tuple)) or np.isscalar(x):
+        raise InvalidArgument(f"{what} is a {type(x).__name__}; pass an array "
+                              "(np.asarray(x, dtype=np.float32))")
+    else:
+        raise InvalidArgument(f"{what} of type {type(x).__name__} is neither a NumPy array "
+                              "nor a DLPack array")
+    if writable and v.readonly:
+        raise InvalidArgument(f"{what} is read-only; pass a writable array")
+    return v
+
+
+def empty_like(x: Any, shape: Tuple[int, ...], dtype: str) -> Any:
+    """A new array of ``shape`` and ``dtype`` from the same library as ``x`` (NumPy when
+    that library cannot hand out writable host memory)."""
+    if isinstance(x, np.ndarray):
+        return np.empty(shape, dtype=x.dtype)
+    if hasattr(x, "new_empty"):  # PyTorch
+        return x.new_empty(shape)
+    return np.empty(shape, dtype=numpy_dtype(dtype))
+
+
+def like_input(x: Any, result: Any) -> Any:
+    """Returns ``result`` (allocated by :func:`empty_like`) as the caller's array type."""
+    if isinstance(result, np.ndarray) and not isinstance(x, np.ndarray):
+        ns = getattr(x, "__array_namespace__", None)
+        if ns is not None:
+            try:
+                return ns().asarray(result)
+            except Exception:  # a namespace without bf16 or host arrays: keep NumPy
+                return result
+    return result

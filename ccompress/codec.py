@@ -1,0 +1,98 @@
+"""Codecs: stateless wire formats named by spec strings (see cuda/include/ccompress/codec.h
+for each format's bit layout, rounding, bound and size formula)."""
+from __future__ import annotations
+
+from typing import Any, Union
+
+import numpy as np
+
+from . import _arrays, _core
+from ._errors import InvalidArgument
+
+
+class Codec:
+    """A wire format, e.g. ``Codec.parse("fp8_e4m3:g128")``.
+
+    ``encode(x)`` gives the exact bytes a collective sends for ``x``;
+    ``decode(buf, n, dtype)`` reads them back; ``roundtrip(x)`` does both;
+    ``wire_bytes(n, dtype)`` is the exact encoded size of n elements.
+    """
+
+    __slots__ = ("_c",)
+
+    def __init__(self, core_codec: "_core.Codec"):
+        self._c = core_codec
+
+    @staticmethod
+    def parse(spec: Union[str, "Codec"]) -> "Codec":
+        """Parses a spec string ("none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g64", ...)."""
+        if isinstance(spec, Codec):
+            return spec
+        if not isinstance(spec, str):
+            raise InvalidArgument(f"codec must be a spec string or Codec, got {type(spec).__name__}")
+        return Codec(_core.Codec.parse(spec))
+
+    @property
+    def name(self) -> str:
+        return self._c.name
+
+    @property
+    def group(self) -> int:
+        """Elements per scale group (0 for unscaled codecs)."""
+        return self._c.group
+
+    def lossy(self, dtype: str = "float32") -> bool:
+        """Whether a round trip can change values of this dtype."""
+        return self._c.lossy(dtype)
+
+    def wire_bytes(self, n: int, dtype: str = "float32") -> int:
+        """Exact encoded size of ``n`` elements of ``dtype`` (dtype matters only for "none")."""
+        if n < 0:
+            raise InvalidArgument(f"element count {n} is negative")
+        return self._c.bind(dtype).wire_bytes(int(n))
+
+    def encode(self, x: Any) -> np.ndarray:
+        """The encoded bytes of ``x`` (flattened) as a uint8 array."""
+        v = _arrays.view(x)
+        c = self._c.bind(v.dtype)
+        buf = np.empty(c.wire_bytes(v.n), dtype=np.uint8)
+        _core.encode(c, v.ptr, v.dtype, v.n, 1.0, buf.ctypes.data)
+        return buf
+
+    def decode(self, buf: Any, n: int, dtype: str = "float32") -> np.ndarray:
+        """Decodes ``n`` elements from ``buf`` into a new array of ``dtype`` (for "none",
+        ``dtype`` is also the type on the wire)."""
+        if dtype not in _arrays.SUPPORTED:
+            raise InvalidArgument(f"dtype {dtype}; {_arrays._HINT}")
+        c = self._c.bind(dtype)
+        raw = np.ascontiguousarray(np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8))
+        need = c.wire_bytes(int(n))
+        if raw.size != need:
+            raise InvalidArgument(f"{self.name} needs exactly {need} bytes for {n} elements, "
+                                  f"got {raw.size}")
+        out = np.empty(int(n), dtype=_arrays.numpy_dtype(dtype))
+        _core.decode(c, raw.ctypes.data, int(n), out.ctypes.data, dtype)
+        return out
+
+    def roundtrip(self, x: Any) -> Any:
+        """decode(encode(x)) with the shape and array type of ``x``."""
+        v = _arrays.view(x)
+        c = self._c.bind(v.dtype)
+        buf = np.empty(c.wire_bytes(v.n), dtype=np.uint8)
+        out = _arrays.empty_like(x, v.shape, v.dtype)
+        ov = _arrays.view(out, "out", writable=True)
+        _core.encode(c, v.ptr, v.dtype, v.n, 1.0, buf.ctypes.data)
+        _core.decode(c, buf.ctypes.data, v.n, ov.ptr, v.dtype)
+        return _arrays.like_input(x, out)
+
+    def __repr__(self) -> str:
+        return f"Codec({self.name!r})"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Codec) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)

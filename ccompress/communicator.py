@@ -1,0 +1,227 @@
+"""Communicator: compressed collectives over MPI processes or in-process ranks."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from typing import Any, Callable, List, Optional
+
+from . import _arrays, _core
+from ._errors import InvalidArgument, Unsupported
+from .codec import Codec
+
+ALGOS = ("auto", "ring", "two_shot", "tree", "one_shot")
+OPS = ("sum", "avg")
+
+
+class Work:
+    """Handle of an asynchronous collective (``async_op=True``)."""
+
+    def __init__(self, future: cf.Future):
+        self._future = future
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        """Blocks until done and returns the result (re-raising the collective's error)."""
+        return self._future.result(timeout)
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    result = wait
+
+
+class Communicator:
+    """A group of ranks that run compressed collectives together.
+
+    Build one with :meth:`from_mpi` (one process per rank) or :meth:`inproc` (ranks as
+    threads of this process). Every rank must make the same calls in the same order; a
+    rank that passes a different count, dtype, codec, algo or op makes every rank raise
+    :class:`MismatchError` instead of hanging.
+
+    Args:
+      timeout: seconds a collective waits for a silent peer before raising
+        :class:`CollectiveTimeout`.
+      slice_elems: elements per pipelined slice (default ``_core.DEFAULT_SLICE_ELEMS``,
+        rounded up to the codec's scale group).
+    """
+
+    def __init__(self, transport: "_core.Transport", *, timeout: float = 300.0,
+                 slice_elems: Optional[int] = None, _keepalive: Any = None):
+        if timeout <= 0:
+            raise InvalidArgument(f"timeout {timeout} s must be positive")
+        if slice_elems is not None and slice_elems <= 0:
+            raise InvalidArgument(f"slice_elems {slice_elems} must be positive")
+        self._t = transport
+        self._timeout = float(timeout)
+        self._slice = int(slice_elems or 0)
+        self._keepalive = _keepalive
+        self._lock = threading.Lock()
+        self._pool: Optional[cf.ThreadPoolExecutor] = None
+        self._last: Optional[cf.Future] = None
+        self.last_stats: Optional[dict] = None
+
+    # ---- construction ----
+    @classmethod
+    def from_mpi(cls, comm: Any = None, **kwargs: Any) -> "Communicator":
+        """Wraps an mpi4py communicator (default ``MPI.COMM_WORLD``). Collective: every rank
+        of ``comm`` must call it. Host arrays travel over MPI."""
+        try:
+            from mpi4py import MPI
+        except ImportError as e:
+            raise Unsupported("Communicator.from_mpi needs mpi4py: pip install mpi4py mpich") from e
+        try:
+            from . import _mpi
+        except ImportError as e:
+            raise Unsupported(f"this ccompress build has no MPI transport ({e}); "
+                              "reinstall with mpich (pip install mpich) present") from e
+        comm = MPI.COMM_WORLD if comm is None else comm
+        return cls(_mpi.MpiTransport(MPI._handleof(comm)), _keepalive=comm, **kwargs)
+
+    @classmethod
+    def inproc(cls, size: int, **kwargs: Any) -> List["Communicator"]:
+        """``size`` communicators of one in-process group, one per rank; give each to its
+        own thread (see :func:`run_inproc`)."""
+        if not isinstance(size, int) or size < 1:
+            raise InvalidArgument(f"an in-process group needs size >= 1, got {size!r}")
+        group = _core.InprocGroup(size)
+        return [cls(group.transport(r), _keepalive=group, **kwargs) for r in range(size)]
+
+    # ---- properties ----
+    @property
+    def rank(self) -> int:
+        return self._t.rank
+
+    @property
+    def size(self) -> int:
+        return self._t.size
+
+    @property
+    def transport(self) -> str:
+        return self._t.name
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes this rank has put on the wire through this communicator (headers included)."""
+        return self._t.bytes_sent
+
+    def barrier(self) -> None:
+        self._t.barrier()
+
+    # ---- collectives ----
+    def allreduce(self, x: Any, codec: Any = "none", algo: str = "auto", op: str = "sum",
+                  out: Any = None, async_op: bool = False, stream: Any = None) -> Any:
+        """Reduces ``x`` over all ranks; every rank gets bit-identical results.
+
+        ``codec`` is a spec string or :class:`Codec`; ``algo`` one of ring, two_shot, tree,
+        one_shot, auto; ``op`` sum or avg. Writes into ``out`` when given (``out=x`` for in
+        place) and returns it, else returns a new array like ``x``. With ``async_op`` returns
+        a :class:`Work` whose ``wait()`` gives the result.
+        """
+        codec, algo, op = self._check_args(codec, algo, op, stream)
+        xv = _arrays.view(x, "x")
+        out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
+        return self._launch(_core.allreduce, xv, ov, codec, algo, op, x, out, async_op)
+
+    def reduce_scatter(self, x: Any, codec: Any = "none", op: str = "sum", out: Any = None,
+                       async_op: bool = False, stream: Any = None) -> Any:
+        """This rank's chunk of the reduction of ``x`` (flattened): elements
+        ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks."""
+        codec, _, op = self._check_args(codec, "two_shot", op, stream)
+        xv = _arrays.view(x, "x")
+        lo, hi = _core.chunk_range(xv.n, self.size, self.rank)
+        out, ov = self._output(x, xv, out, (hi - lo,), hi - lo, "reduce_scatter")
+        return self._launch(_core.reduce_scatter, xv, ov, codec, "two_shot", op, x, out,
+                            async_op)
+
+    def allgather(self, x: Any, codec: Any = "none", out: Any = None, async_op: bool = False,
+                  stream: Any = None) -> Any:
+        """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
+        decode(encode(x of that rank)), the caller's own part too."""
+        codec, _, _ = self._check_args(codec, "one_shot", "sum", stream)
+        xv = _arrays.view(x, "x")
+        out, ov = self._output(x, xv, out, (self.size,) + xv.shape, xv.n * self.size,
+                               "allgather")
+        if xv.n and ov.ptr == xv.ptr:
+            raise InvalidArgument("allgather cannot write its output over its input")
+        return self._launch(_core.allgather, xv, ov, codec, "one_shot", "sum", x, out, async_op)
+
+    # ---- internals ----
+    def _check_args(self, codec: Any, algo: str, op: str, stream: Any):
+        if stream is not None:
+            raise Unsupported("stream= applies to device arrays, which need the CUDA backend")
+        if algo not in ALGOS:
+            raise InvalidArgument(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
+        if op not in OPS:
+            raise InvalidArgument(f"unknown op {op!r}; use 'sum' or 'avg'")
+        return Codec.parse(codec), algo, op
+
+    def _output(self, x: Any, xv: _arrays.ArrayView, out: Any, shape, n: int, what: str):
+        if out is None:
+            out = _arrays.empty_like(x, shape, xv.dtype)
+            return out, _arrays.view(out, "out", writable=True)
+        ov = _arrays.view(out, "out", writable=True)
+        if ov.n != n or ov.dtype != xv.dtype:
+            raise InvalidArgument(
+                f"out holds {ov.n} elements of {ov.dtype}, but {what} of this x writes {n} "
+                f"elements of {xv.dtype}; pass out=None or an array of that size and dtype")
+        in_bytes = xv.n * (4 if xv.dtype == "float32" else 2)
+        out_bytes = ov.n * (4 if ov.dtype == "float32" else 2)
+        overlaps = ov.ptr < xv.ptr + in_bytes and xv.ptr < ov.ptr + out_bytes
+        if overlaps and ov.ptr != xv.ptr:
+            raise InvalidArgument("out partly overlaps x; pass out=x (in place) or a separate array")
+        return out, ov
+
+    def _launch(self, fn: Callable, xv, ov, codec: Codec, algo: str, op: str, x: Any, out: Any,
+                async_op: bool) -> Any:
+        def run() -> Any:
+            with self._lock:
+                self.last_stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
+                                     self._slice, self._timeout)
+            return _arrays.like_input(x, out)
+
+        if async_op:
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=f"ccompress-r{self.rank}")
+            self._last = self._pool.submit(run)
+            return Work(self._last)
+        if self._last is not None:  # keep issue order with earlier async calls
+            cf.wait([self._last])
+            self._last = None
+        return run()
+
+    def close(self) -> None:
+        """Waits for pending async collectives and releases the worker thread."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __repr__(self) -> str:
+        return f"Communicator(transport={self.transport}, rank={self.rank}, size={self.size})"
+
+
+def run_inproc(size: int, fn: Callable[[Communicator], Any], **kwargs: Any) -> List[Any]:
+    """Runs ``fn(comm)`` on ``size`` in-process ranks, one thread each, and returns the
+    results in rank order. If any rank raises, the first error (lowest rank) is re-raised
+    after all ranks have finished."""
+    comms = Communicator.inproc(size, **kwargs)
+    results: List[Any] = [None] * size
+    errors: List[Optional[BaseException]] = [None] * size
+
+    def body(r: int) -> None:
+        try:
+            results[r] = fn(comms[r])
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors[r] = e
+        finally:
+            comms[r].close()
+
+    threads = [threading.Thread(target=body, args=(r,), name=f"ccompress-inproc-{r}")
+               for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+

@@ -1,0 +1,85 @@
+"""build_info() and the ccompress-info command."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Dict
+
+from . import _core
+
+
+def _mpi_info() -> Dict[str, Any]:
+    try:
+        from . import _build_config
+        status = _build_config.MPI_STATUS
+    except ImportError:
+        status = "unknown (no _build_config)"
+    info: Dict[str, Any] = {"build": status, "available": False}
+    try:
+        import mpi4py
+        info["mpi4py"] = mpi4py.__version__
+        from mpi4py import MPI
+        info["library"] = MPI.Get_library_version().splitlines()[0].strip()
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        info["reason"] = f"mpi4py unusable: {e}"
+        return info
+    try:
+        from . import _mpi  # noqa: F401
+        info["available"] = True
+    except ImportError as e:
+        info["reason"] = f"MPI transport module not importable: {e}"
+    return info
+
+
+def _cuda_info() -> Dict[str, Any]:
+    try:
+        from . import _build_config
+        built, status = _build_config.CUDA_BUILT, _build_config.CUDA_STATUS
+    except ImportError:
+        built, status = False, "unknown (no _build_config)"
+    info: Dict[str, Any] = {"built": built, "build": status, "available": False, "devices": 0}
+    if not built:
+        info["reason"] = "the CUDA module was not built"
+        return info
+    try:
+        from . import _cuda
+        info["devices"] = int(_cuda.device_count())
+        info["available"] = info["devices"] > 0
+        if not info["available"]:
+            info["reason"] = "no CUDA device or driver on this machine"
+    except ImportError as e:
+        info["reason"] = f"CUDA module not importable: {e}"
+    return info
+
+
+def build_info() -> Dict[str, Any]:
+    """Versions and what this installation can do, with the reason for anything missing.
+    Never needs a GPU, CUDA driver, NCCL or MPI to run."""
+    info: Dict[str, Any] = {
+        "version": _core.__version__,
+        "python": sys.version.split()[0],
+        "cpu_backend": True,
+        "transports": {"inproc": True},
+        "mpi": _mpi_info(),
+        "cuda": _cuda_info(),
+        "nccl": {"available": False,
+                 "reason": "the NCCL transport is part of the CUDA backend, not yet built"},
+    }
+    info["transports"]["mpi"] = info["mpi"]["available"]
+    info["transports"]["nccl"] = False
+    for mod in ("numpy", "torch", "cupy"):
+        m = sys.modules.get(mod)
+        if m is None and mod == "numpy":
+            import numpy as m  # type: ignore[no-redef]
+        info[mod] = getattr(m, "__version__", None) if m is not None else None
+    return info
+
+
+def main(argv: Any = None) -> int:
+    """ccompress-info: prints build_info() as JSON."""
+    print(json.dumps(build_info(), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+/// @file collectives.h
+/// @brief Compressed collectives over any Transport and KernelBackend.
+///
+/// Every call first exchanges a small header with all peers (count, dtype, codec, algo,
+/// op, collective kind), so a mismatch between ranks raises MismatchError on every rank
+/// before any payload moves. Results are bit-identical on all ranks and deterministic.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "ccompress/codec.h"
+#include "ccompress/common.h"
+#include "ccompress/kernel_backend.h"
+#include "ccompress/transport.h"
+
+namespace ccompress {
+
+struct CollectiveOptions {
+  Algo algo = Algo::Auto;
+  ReduceOp op = ReduceOp::Sum;
+  /// Elements per pipelined slice; 0 picks the default (kDefaultSliceElems), rounded up to
+  /// a multiple of the codec's scale group.
+  int64_t slice_elems = 0;
+  /// Seconds without progress before a collective gives up with TimeoutError.
+  double timeout_s = 300.0;
+};
+
+constexpr int64_t kDefaultSliceElems = 1 << 16;
+
+/// What a collective did, for reporting.
+struct CollectiveStats {
+  Algo algo = Algo::Auto;    ///< the schedule that ran (never Auto)
+  int64_t payload_bytes = 0; ///< bytes this rank sent, headers excluded
+  int64_t header_bytes = 0;  ///< bytes of the mismatch-check headers this rank sent
+  int quantizations = 0;     ///< times each element was encoded on its way to the result
+};
+
+/// Element range [first, second) of chunk @p index when @p n elements are cut into
+/// @p parts chunks whose sizes differ by at most one.
+std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index);
+
+/// The schedule `Algo::Auto` resolves to for this call.
+Algo choose_algo(int64_t n, DType dtype, const Codec& codec, int nranks);
+
+/// out[0:n) <- reduce over ranks of in[0:n). @p in and @p out may be the same buffer.
+CollectiveStats allreduce(Transport& t, KernelBackend& k, const void* in, void* out, int64_t n,
+                          DType dtype, const Codec& codec, const CollectiveOptions& opt);
+
+/// out <- this rank's chunk (chunk_range(n, size, rank)) of the reduction of in[0:n).
+/// Two-shot's first half: every element is quantized once.
+CollectiveStats reduce_scatter(Transport& t, KernelBackend& k, const void* in, void* out,
+                               int64_t n, DType dtype, const Codec& codec,
+                               const CollectiveOptions& opt);
+
+/// out[r*n:(r+1)*n) <- decode(encode(in of rank r)) for every rank r, this one included.
+CollectiveStats allgather(Transport& t, KernelBackend& k, const void* in, void* out, int64_t n,
+                          DType dtype, const Codec& codec, const CollectiveOptions& opt);
+
+}  // namespace ccompress

@@ -1,0 +1,48 @@
+/// @file kernel_backend.h
+/// @brief The compute half of a collective: codec and reduction kernels over raw buffers.
+///
+/// Every function works on one slice of n elements. Wire buffers hold exactly
+/// codec.wire_bytes(n) bytes (see codec.h); accumulators are always float32. The CPU and
+/// CUDA backends call the same math in cuda/src/codecs, so their results are bit-identical.
+/// All codecs passed here are bound (Codec::bind).
+#pragma once
+
+#include <cstdint>
+
+#include "ccompress/codec.h"
+#include "ccompress/common.h"
+
+namespace ccompress {
+
+class CC_API KernelBackend {
+ public:
+  virtual ~KernelBackend() = default;
+
+  /// dst <- encode(src / divisor). @p src holds n elements of @p src_dtype.
+  /// divisor is 1 except where an average is taken before the last quantization.
+  virtual void encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                      float divisor, void* dst) = 0;
+
+  /// acc <- decode(src) when @p assign, else acc += decode(src).
+  virtual void decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                 bool assign) = 0;
+
+  /// out <- cast(decode(src)) to @p out_dtype (round-to-nearest-even).
+  virtual void decode(const void* src, int64_t n, const Codec& codec, void* out,
+                      DType out_dtype) = 0;
+
+  /// acc <- float(src) when @p assign, else acc += float(src).
+  virtual void load_accumulate(const void* src, DType src_dtype, int64_t n, float* acc,
+                               bool assign) = 0;
+
+  /// One ring hop fused: t = decode(src) + float(x); dst <- encode(t / divisor).
+  /// The sum is formed as decode(src) + x, in that order.
+  virtual void decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                    const Codec& codec, float divisor, void* dst) = 0;
+
+  /// out <- cast(acc / divisor) to @p out_dtype.
+  virtual void finalize(const float* acc, int64_t n, float divisor, void* out,
+                        DType out_dtype) = 0;
+};
+
+}  // namespace ccompress

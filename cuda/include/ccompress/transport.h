@@ -1,0 +1,45 @@
+/// @file transport.h
+/// @brief The byte-moving half of a collective.
+///
+/// Point-to-point, nonblocking, tag-matched: a send to (peer, tag) matches the receive from
+/// (this rank, tag) posted by that peer; messages with the same (source, dest, tag) match in
+/// posting order. Buffers must stay valid until their request completes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ccompress/common.h"
+
+namespace ccompress {
+
+using Request = int64_t;
+
+class CC_API Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "inproc", "mpi", ...
+  virtual std::string name() const = 0;
+
+  virtual Request isend(int peer, const void* buf, int64_t bytes, int tag) = 0;
+  virtual Request irecv(int peer, void* buf, int64_t bytes, int tag) = 0;
+  /// Blocks until at least one of @p reqs completes; returns the indices that completed
+  /// (their requests are released). Throws TimeoutError after @p timeout_s seconds without
+  /// progress, and MismatchError when a received message does not have the posted size.
+  virtual std::vector<size_t> wait_some(const std::vector<Request>& reqs, double timeout_s) = 0;
+  /// Non-blocking variant of wait_some: may return an empty vector.
+  virtual std::vector<size_t> test_some(const std::vector<Request>& reqs) = 0;
+  /// Synchronises all ranks of the group.
+  virtual void barrier() = 0;
+
+  /// Payload bytes this rank has sent through isend since creation.
+  int64_t bytes_sent() const { return bytes_sent_; }
+
+ protected:
+  int64_t bytes_sent_ = 0;
+};
+
+}  // namespace ccompress

@@ -1,0 +1,162 @@
+#include "collectives/executor.h"
+
+#include <memory>
+#include <queue>
+#include <vector>
+
+#include "ccompress/error.h"
+
+namespace ccompress {
+
+namespace {
+
+
+bool is_transfer(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
+
+class Runner {
+ public:
+  Runner(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
+         KernelBackend& k)
+      : plan_(plan), codec_(codec), bufs_(bufs), t_(t), k_(k) {
+    acc_.reset(new float[std::max<int64_t>(plan.acc_elems, 1)]);
+    wire_.reset(new uint64_t[std::max<int64_t>(plan.wire_bytes / 8 + 1, 1)]);
+  }
+
+  int64_t run(double timeout_s) {
+    const size_t n_ops = plan_.ops.size();
+    pending_.assign(n_ops, 0);
+    dependents_.assign(n_ops, {});
+    for (size_t i = 0; i < n_ops; ++i) {
+      pending_[i] = int(plan_.ops[i].deps.size());
+      for (int32_t d : plan_.ops[i].deps) dependents_[d].push_back(int32_t(i));
+    }
+    for (size_t i = 0; i < n_ops; ++i)
+      if (pending_[i] == 0) make_ready(int32_t(i));
+    size_t done = 0;
+    while (done < n_ops) {
+      if (!inflight_.empty()) {
+        done += complete(t_.test_some(inflight_));
+        if (done == n_ops) break;
+      }
+      if (!ready_.empty()) {
+        int32_t id = ready_.top();
+        ready_.pop();
+        compute(plan_.ops[id]);
+        ++done;
+        finish(id);
+        continue;
+      }
+      CC_CHECK_AS(Error, !inflight_.empty(), "collective plan stalled with no transfer in flight");
+      done += complete(t_.wait_some(inflight_, timeout_s));
+    }
+    return sent_;
+  }
+
+ private:
+  void make_ready(int32_t id) {
+    const Op& op = plan_.ops[id];
+    if (!is_transfer(op.kind)) {
+      ready_.push(id);
+      return;
+    }
+    int64_t bytes = codec_.wire_bytes(op.n);
+    Request req = op.kind == OpKind::Send
+                      ? t_.isend(op.peer, ptr(op.src), bytes, op.tag)
+                      : t_.irecv(op.peer, ptr(op.dst), bytes, op.tag);
+    if (op.kind == OpKind::Send) sent_ += bytes;
+    inflight_.push_back(req);
+    inflight_ops_.push_back(id);
+  }
+
+  size_t complete(const std::vector<size_t>& finished) {
+    if (finished.empty()) return 0;
+    std::vector<int32_t> ids;
+    for (size_t i : finished) ids.push_back(inflight_ops_[i]);
+    // Remove completed entries, keeping the others' order.
+    std::vector<bool> gone(inflight_.size(), false);
+    for (size_t i : finished) gone[i] = true;
+    size_t w = 0;
+    for (size_t i = 0; i < inflight_.size(); ++i) {
+      if (gone[i]) continue;
+      inflight_[w] = inflight_[i];
+      inflight_ops_[w] = inflight_ops_[i];
+      ++w;
+    }
+    inflight_.resize(w);
+    inflight_ops_.resize(w);
+    for (int32_t id : ids) finish(id);
+    return ids.size();
+  }
+
+  void finish(int32_t id) {
+    for (int32_t d : dependents_[id])
+      if (--pending_[d] == 0) make_ready(d);
+  }
+
+  void* ptr(const BufRef& b) const {
+    size_t es = dtype_size(bufs_.dtype);
+    switch (b.kind) {
+      case BufKind::Input: return const_cast<char*>(static_cast<const char*>(bufs_.input)) + b.offset * es;
+      case BufKind::Output: return static_cast<char*>(bufs_.output) + b.offset * es;
+      case BufKind::Acc: return acc_.get() + b.offset;
+      case BufKind::Wire: return reinterpret_cast<uint8_t*>(wire_.get()) + b.offset;
+    }
+    return nullptr;
+  }
+
+  void compute(const Op& op) {
+    float* acc_dst = op.dst.kind == BufKind::Acc ? static_cast<float*>(ptr(op.dst)) : nullptr;
+    switch (op.kind) {
+      case OpKind::Encode: {
+        bool from_acc = op.src.kind == BufKind::Acc;
+        k_.encode(ptr(op.src), from_acc ? DType::Float32 : bufs_.dtype, op.n, codec_, op.divisor,
+                  ptr(op.dst));
+        break;
+      }
+      case OpKind::DecodeAcc:
+        k_.decode_accumulate(ptr(op.src), op.n, codec_, acc_dst, op.assign);
+        break;
+      case OpKind::LoadAcc:
+        k_.load_accumulate(ptr(op.src), bufs_.dtype, op.n, acc_dst, op.assign);
+        break;
+      case OpKind::DecodeReduceEncode:
+        k_.decode_reduce_encode(ptr(op.src), ptr(op.x), bufs_.dtype, op.n, codec_, op.divisor,
+                                ptr(op.dst));
+        break;
+      case OpKind::Finalize:
+        k_.finalize(static_cast<const float*>(ptr(op.src)), op.n, op.divisor, ptr(op.dst),
+                    bufs_.dtype);
+        break;
+      case OpKind::DecodeOut:
+        k_.decode(ptr(op.src), op.n, codec_, ptr(op.dst), bufs_.dtype);
+        break;
+      case OpKind::Send:
+      case OpKind::Recv:
+        break;
+    }
+  }
+
+  const Plan& plan_;
+  const Codec& codec_;
+  const ExecBuffers& bufs_;
+  Transport& t_;
+  KernelBackend& k_;
+  std::unique_ptr<float[]> acc_;
+  std::unique_ptr<uint64_t[]> wire_;
+  std::vector<int> pending_;
+  std::vector<std::vector<int32_t>> dependents_;
+  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> ready_;
+  std::vector<Request> inflight_;
+  std::vector<int32_t> inflight_ops_;
+  int64_t sent_ = 0;
+};
+
+}  // namespace
+
+int64_t execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
+                KernelBackend& k, double timeout_s) {
+  Runner runner(plan, codec, bufs, t, k);
+  return runner.run(timeout_s);
+}
+
+}  // namespace ccompress

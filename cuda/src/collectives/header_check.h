@@ -1,0 +1,33 @@
+// The mismatch check every collective starts with: each rank sends a small fixed-size
+// description of the call to every peer, so a disagreement (count, dtype, codec, algo, op,
+// kind of collective) is seen by all ranks alike and reported on every one of them before
+// any payload moves. The exchange itself has the same shape on every rank whatever the
+// arguments, so it cannot deadlock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ccompress/codec.h"
+#include "ccompress/common.h"
+#include "ccompress/transport.h"
+
+namespace ccompress {
+
+enum class CollectiveKind : uint8_t { AllReduce = 1, ReduceScatter = 2, AllGather = 3 };
+
+struct CallDescription {
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  int64_t count = 0;
+  DType dtype = DType::Float32;
+  Codec codec;
+  Algo algo = Algo::Auto;  ///< as requested, before auto resolves it
+  ReduceOp op = ReduceOp::Sum;
+  int64_t slice_elems = 0;
+};
+
+/// Exchanges @p mine with all peers; throws MismatchError on every rank if any differ.
+/// Returns the bytes this rank sent.
+int64_t check_same_call(Transport& t, const CallDescription& mine, double timeout_s);
+
+}  // namespace ccompress

@@ -1,0 +1,160 @@
+#include "collectives/plan.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "ccompress/error.h"
+
+namespace ccompress {
+
+namespace {
+constexpr int64_t kWireAlign = 64;  // keeps every wire buffer aligned for vector loads
+}
+
+PlanBuilder::PlanBuilder(const PlanContext& ctx) : ctx_(ctx) {
+  CC_CHECK(ctx_.slice_elems > 0 && ctx_.slice_elems % ctx_.codec.align() == 0,
+           "slice_elems " << ctx_.slice_elems << " must be a positive multiple of "
+                          << ctx_.codec.align());
+}
+
+std::vector<std::pair<int64_t, int64_t>> PlanBuilder::slices(int64_t begin, int64_t end) const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t b = begin; b < end; b += ctx_.slice_elems)
+    out.emplace_back(b, std::min(end, b + ctx_.slice_elems));
+  return out;
+}
+
+int PlanBuilder::tag(int step, int chunk, int64_t slice) const {
+  // Tag 0 belongs to the header exchange. Transports reduce tags modulo their limit;
+  // equal tags between one pair still match in posting order, and wrapping needs
+  // billions of messages in one collective.
+  int64_t slices_bound = ceil_div(ctx_.n, ctx_.slice_elems) + 1;
+  int64_t t = 1 + (int64_t(step) * ctx_.size + chunk) * slices_bound + slice;
+  return int(t % std::numeric_limits<int>::max());
+}
+
+int64_t PlanBuilder::alloc_wire(int64_t elems) {
+  int64_t off = plan_.wire_bytes;
+  plan_.wire_bytes += align_up(ctx_.codec.wire_bytes(elems), kWireAlign);
+  return off;
+}
+
+int64_t PlanBuilder::alloc_acc(int64_t elems) {
+  int64_t off = plan_.acc_elems;
+  plan_.acc_elems += align_up(elems, 16);
+  return off;
+}
+
+int PlanBuilder::add(Op op) {
+  int id = int(plan_.ops.size());
+  for (int32_t d : op.deps) CC_CHECK(d >= 0 && d < id, "plan dependency " << d << " of op " << id);
+  plan_.ops.push_back(std::move(op));
+  return id;
+}
+
+void PlanBuilder::note_input_read(int id, int64_t off, int64_t elems) {
+  if (!ctx_.inplace) return;
+  input_read_ranges_.emplace_back(off, off + elems);
+  input_read_ops_.push_back(id);
+}
+
+void PlanBuilder::order_after_input_reads(Op& op, int64_t off, int64_t elems) {
+  if (!ctx_.inplace) return;
+  for (size_t i = 0; i < input_read_ops_.size(); ++i) {
+    auto [b, e] = input_read_ranges_[i];
+    if (b < off + elems && off < e) op.deps.push_back(input_read_ops_[i]);
+  }
+}
+
+int PlanBuilder::send(int peer, int64_t wire_off, int64_t elems, int tag,
+                      std::vector<int32_t> deps) {
+  Op op{OpKind::Send, elems, {BufKind::Wire, wire_off}, {}, {}, peer, tag, false, 1.f,
+        std::move(deps)};
+  return add(std::move(op));
+}
+
+int PlanBuilder::recv(int peer, int64_t wire_off, int64_t elems, int tag,
+                      std::vector<int32_t> deps) {
+  Op op{OpKind::Recv, elems, {}, {BufKind::Wire, wire_off}, {}, peer, tag, false, 1.f,
+        std::move(deps)};
+  return add(std::move(op));
+}
+
+int PlanBuilder::encode_input(int64_t in_off, int64_t elems, int64_t wire_off, float divisor,
+                              std::vector<int32_t> deps) {
+  Op op{OpKind::Encode, elems, {BufKind::Input, in_off}, {BufKind::Wire, wire_off}, {}, -1, 0,
+        false, divisor, std::move(deps)};
+  int id = add(std::move(op));
+  note_input_read(id, in_off, elems);
+  return id;
+}
+
+int PlanBuilder::encode_acc(int64_t acc_off, int64_t elems, int64_t wire_off, float divisor,
+                            std::vector<int32_t> deps) {
+  Op op{OpKind::Encode, elems, {BufKind::Acc, acc_off}, {BufKind::Wire, wire_off}, {}, -1, 0,
+        false, divisor, std::move(deps)};
+  return add(std::move(op));
+}
+
+int PlanBuilder::decode_acc(int64_t wire_off, int64_t elems, int64_t acc_off, bool assign,
+                            std::vector<int32_t> deps) {
+  Op op{OpKind::DecodeAcc, elems, {BufKind::Wire, wire_off}, {BufKind::Acc, acc_off}, {}, -1, 0,
+        assign, 1.f, std::move(deps)};
+  return add(std::move(op));
+}
+
+int PlanBuilder::load_acc(int64_t in_off, int64_t elems, int64_t acc_off, bool assign,
+                          std::vector<int32_t> deps) {
+  Op op{OpKind::LoadAcc, elems, {BufKind::Input, in_off}, {BufKind::Acc, acc_off}, {}, -1, 0,
+        assign, 1.f, std::move(deps)};
+  int id = add(std::move(op));
+  note_input_read(id, in_off, elems);
+  return id;
+}
+
+int PlanBuilder::decode_reduce_encode(int64_t wire_in, int64_t in_off, int64_t elems,
+                                      int64_t wire_out, float divisor,
+                                      std::vector<int32_t> deps) {
+  Op op{OpKind::DecodeReduceEncode, elems, {BufKind::Wire, wire_in}, {BufKind::Wire, wire_out},
+        {BufKind::Input, in_off}, -1, 0, false, divisor, std::move(deps)};
+  int id = add(std::move(op));
+  note_input_read(id, in_off, elems);
+  return id;
+}
+
+int PlanBuilder::finalize(int64_t acc_off, int64_t elems, int64_t out_off, float divisor,
+                          std::vector<int32_t> deps) {
+  Op op{OpKind::Finalize, elems, {BufKind::Acc, acc_off}, {BufKind::Output, out_off}, {}, -1, 0,
+        false, divisor, std::move(deps)};
+  order_after_input_reads(op, out_off, elems);
+  return add(std::move(op));
+}
+
+int PlanBuilder::decode_out(int64_t wire_off, int64_t elems, int64_t out_off,
+                            std::vector<int32_t> deps) {
+  Op op{OpKind::DecodeOut, elems, {BufKind::Wire, wire_off}, {BufKind::Output, out_off}, {}, -1,
+        0, false, 1.f, std::move(deps)};
+  order_after_input_reads(op, out_off, elems);
+  return add(std::move(op));
+}
+
+float PlanBuilder::avg_divisor() const {
+  return ctx_.op == ReduceOp::Avg ? float(ctx_.size) : 1.f;
+}
+
+Plan PlanBuilder::finish(int quantizations) {
+  plan_.quantizations = quantizations;
+  return std::move(plan_);
+}
+
+Plan build_single(const PlanContext& ctx) {
+  PlanBuilder b(ctx);
+  for (auto [lo, hi] : b.slices(0, ctx.n)) {
+    int64_t w = b.alloc_wire(hi - lo);
+    int e = b.encode_input(lo, hi - lo, w, b.avg_divisor());
+    b.decode_out(w, hi - lo, lo, {e});
+  }
+  return b.finish(1);
+}
+
+}  // namespace ccompress

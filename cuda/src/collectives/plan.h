@@ -1,0 +1,122 @@
+// A collective as a dependency graph of per-rank operations. Schedules (ring.cc,
+// two_shot.cc, tree.cc, one_shot.cc, allgather.cc) build a Plan with PlanBuilder; the
+// executor (executor.cc) is the only code that runs one.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ccompress/codec.h"
+#include "ccompress/common.h"
+#include "ccompress/collectives.h"
+
+namespace ccompress {
+
+/// Which buffer an operand lives in. Offsets count elements for Input/Output (in the
+/// user dtype) and Acc (float32), bytes for Wire (encoded scratch).
+enum class BufKind : uint8_t { Input, Output, Acc, Wire };
+
+struct BufRef {
+  BufKind kind = BufKind::Wire;
+  int64_t offset = 0;
+};
+
+enum class OpKind : uint8_t {
+  Send,                ///< send wire bytes to `peer`
+  Recv,                ///< receive wire bytes from `peer`
+  Encode,              ///< dst(Wire) <- encode(src(Input|Acc) / divisor)
+  DecodeAcc,           ///< dst(Acc) (=|+=) decode(src(Wire))
+  LoadAcc,             ///< dst(Acc) (=|+=) float(src(Input))
+  DecodeReduceEncode,  ///< dst(Wire) <- encode((decode(src(Wire)) + x(Input)) / divisor)
+  Finalize,            ///< dst(Output) <- cast(src(Acc) / divisor)
+  DecodeOut,           ///< dst(Output) <- cast(decode(src(Wire)))
+};
+
+struct Op {
+  OpKind kind = OpKind::Send;
+  int64_t n = 0;  ///< elements
+  BufRef src, dst, x;
+  int peer = -1;
+  int tag = 0;
+  bool assign = false;
+  float divisor = 1.f;
+  std::vector<int32_t> deps;  ///< ops that must complete first (always earlier indices)
+};
+
+struct Plan {
+  std::vector<Op> ops;
+  int64_t acc_elems = 0;
+  int64_t wire_bytes = 0;
+  int quantizations = 0;
+};
+
+/// What a schedule needs to know about the call.
+struct PlanContext {
+  int rank = 0;
+  int size = 1;
+  int64_t n = 0;  ///< elements in this rank's input
+  DType dtype = DType::Float32;
+  Codec codec;    ///< bound to dtype
+  int64_t slice_elems = kDefaultSliceElems;  ///< multiple of codec.align()
+  ReduceOp op = ReduceOp::Sum;
+  bool inplace = false;  ///< input and output are the same buffer
+};
+
+/// Appends operations to a Plan, allocating scratch and keeping in-place calls safe: when
+/// the context is in place, every write to Output waits for the earlier reads of Input
+/// that overlap it.
+class PlanBuilder {
+ public:
+  explicit PlanBuilder(const PlanContext& ctx);
+
+  /// [begin, end) cut into slices of ctx.slice_elems elements (the last one shorter).
+  std::vector<std::pair<int64_t, int64_t>> slices(int64_t begin, int64_t end) const;
+  /// A unique tag for (step, chunk, slice); both ends of a message compute the same one.
+  int tag(int step, int chunk, int64_t slice) const;
+
+  int64_t alloc_wire(int64_t elems);  ///< byte offset of a new wire buffer for elems
+  int64_t alloc_acc(int64_t elems);   ///< element offset of a new accumulator
+
+  int send(int peer, int64_t wire_off, int64_t elems, int tag, std::vector<int32_t> deps);
+  int recv(int peer, int64_t wire_off, int64_t elems, int tag, std::vector<int32_t> deps = {});
+  int encode_input(int64_t in_off, int64_t elems, int64_t wire_off, float divisor,
+                   std::vector<int32_t> deps = {});
+  int encode_acc(int64_t acc_off, int64_t elems, int64_t wire_off, float divisor,
+                 std::vector<int32_t> deps);
+  int decode_acc(int64_t wire_off, int64_t elems, int64_t acc_off, bool assign,
+                 std::vector<int32_t> deps);
+  int load_acc(int64_t in_off, int64_t elems, int64_t acc_off, bool assign,
+               std::vector<int32_t> deps = {});
+  int decode_reduce_encode(int64_t wire_in, int64_t in_off, int64_t elems, int64_t wire_out,
+                           float divisor, std::vector<int32_t> deps);
+  int finalize(int64_t acc_off, int64_t elems, int64_t out_off, float divisor,
+               std::vector<int32_t> deps);
+  int decode_out(int64_t wire_off, int64_t elems, int64_t out_off, std::vector<int32_t> deps);
+
+  /// Divisor applied before the last quantization: the rank count for avg, else 1.
+  float avg_divisor() const;
+  const PlanContext& ctx() const { return ctx_; }
+  Plan finish(int quantizations);
+
+ private:
+  int add(Op op);
+  void note_input_read(int id, int64_t off, int64_t elems);
+  void order_after_input_reads(Op& op, int64_t off, int64_t elems);
+
+  PlanContext ctx_;
+  Plan plan_;
+  std::vector<std::pair<int64_t, int64_t>> input_read_ranges_;
+  std::vector<int32_t> input_read_ops_;
+};
+
+/// Schedules: each returns this rank's plan.
+Plan build_ring(const PlanContext& ctx);
+Plan build_two_shot(const PlanContext& ctx, bool reduce_scatter_only);
+Plan build_tree(const PlanContext& ctx);
+Plan build_one_shot(const PlanContext& ctx);
+Plan build_allgather(const PlanContext& ctx);
+/// One rank: every algorithm is out <- decode(encode(in / divisor)).
+Plan build_single(const PlanContext& ctx);
+
+}  // namespace ccompress

@@ -1,0 +1,251 @@
+#include "cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "ccompress/error.h"
+#include "codecs/float_convert.h"
+#include "codecs/fp8.h"
+#include "codecs/group_codec.h"
+
+namespace ccompress {
+namespace {
+
+using codecs::Fp8E4M3;
+using codecs::Fp8E5M2;
+
+// Largest scale group, and the block size raw codecs stream through the stack buffer.
+constexpr int64_t kBlock = 1024;
+
+void check_args(const Codec& codec, int64_t n) {
+  CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  CC_CHECK(codec.kind == CodecKind::Raw || (codec.group >= 16 && codec.group <= kBlock),
+           "codec group " << codec.group << " is outside 16..1024");
+}
+
+// Calls fn(i, float(src[off + i])) for i < len, with the dtype switch outside the loop.
+template <class Fn>
+inline void for_each_loaded(const void* src, DType t, int64_t off, int64_t len, Fn fn) {
+  if (t == DType::Float32) {
+    const float* p = static_cast<const float*>(src) + off;
+    for (int64_t i = 0; i < len; ++i) fn(i, p[i]);
+  } else if (t == DType::BFloat16) {
+    const uint16_t* p = static_cast<const uint16_t*>(src) + off;
+    for (int64_t i = 0; i < len; ++i) fn(i, codecs::bf16_to_float(p[i]));
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(src) + off;
+    for (int64_t i = 0; i < len; ++i) fn(i, codecs::f16_to_float(p[i]));
+  }
+}
+
+// buf <- float(src[off .. off+len)) / divisor. Dividing by 1 is exact, so it is skipped.
+void load_block(const void* src, DType t, int64_t off, int64_t len, float divisor, float* buf) {
+  for_each_loaded(src, t, off, len, [buf](int64_t i, float v) { buf[i] = v; });
+  if (divisor != 1.0f)
+    for (int64_t i = 0; i < len; ++i) buf[i] = codecs::div_rn(buf[i], divisor);
+}
+
+// buf <- buf + float(x[off ..]) / divisor: the fused ring hop's sum, then its average.
+void add_block(const void* x, DType t, int64_t off, int64_t len, float divisor, float* buf) {
+  for_each_loaded(x, t, off, len, [buf](int64_t i, float v) { buf[i] = codecs::add_rn(buf[i], v); });
+  if (divisor != 1.0f)
+    for (int64_t i = 0; i < len; ++i) buf[i] = codecs::div_rn(buf[i], divisor);
+}
+
+void store_block(const float* buf, int64_t len, void* dst, DType t, int64_t off) {
+  if (t == DType::Float32) {
+    std::memcpy(static_cast<float*>(dst) + off, buf, static_cast<size_t>(len) * 4);
+  } else if (t == DType::BFloat16) {
+    uint16_t* p = static_cast<uint16_t*>(dst) + off;
+    for (int64_t i = 0; i < len; ++i) p[i] = codecs::bf16_from_float(buf[i]);
+  } else {
+    uint16_t* p = static_cast<uint16_t*>(dst) + off;
+    for (int64_t i = 0; i < len; ++i) p[i] = codecs::f16_from_float(buf[i]);
+  }
+}
+
+// Runs fn(F{}) with F the FP8 format of a scaled codec.
+template <class Fn>
+inline void with_fp8_format(CodecKind kind, Fn fn) {
+  if (kind == CodecKind::Fp8E4M3) {
+    fn(Fp8E4M3{});
+  } else {
+    fn(Fp8E5M2{});
+  }
+}
+
+// Built from codecs::fp8_to_float itself, so it is that function, tabulated.
+template <class F>
+const float* fp8_lut() {
+  static const std::array<float, 256> lut = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = codecs::fp8_to_float<F>(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return lut.data();
+}
+
+// Walks the groups of an FP8 wire buffer: fn(group index, first element, length).
+template <class Fn>
+inline void for_each_group(int64_t n, int64_t group, Fn fn) {
+  for (int64_t g = 0, off = 0; off < n; ++g, off += group) fn(g, off, std::min(group, n - off));
+}
+
+float load_scale(const void* wire, int64_t n, int64_t g) {
+  float s;
+  std::memcpy(&s, static_cast<const uint8_t*>(wire) + codecs::fp8_scales_offset(n) + 4 * g, 4);
+  return s;
+}
+
+template <class F>
+void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t g, int64_t off) {
+  uint32_t amax = 0;
+  for (int64_t i = 0; i < len; ++i) amax = codecs::amax_bits_update(amax, x[i]);
+  float s = codecs::group_scale<F>(amax);
+  uint8_t* q = static_cast<uint8_t*>(wire) + off;
+  for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize<F>(x[i], s);
+  std::memcpy(static_cast<uint8_t*>(wire) + codecs::fp8_scales_offset(n) + 4 * g, &s, 4);
+}
+
+// The pad between payload and scales is zeroed so equal inputs give equal wire bytes.
+void zero_fp8_padding(void* wire, int64_t n) {
+  uint8_t* p = static_cast<uint8_t*>(wire);
+  for (int64_t i = n; i < codecs::fp8_scales_offset(n); ++i) p[i] = 0;
+}
+
+template <class F>
+void dequantize_group(const void* wire, int64_t n, int64_t g, int64_t off, int64_t len,
+                      float* out) {
+  const float* lut = fp8_lut<F>();
+  const uint8_t* q = static_cast<const uint8_t*>(wire) + off;
+  float s = load_scale(wire, n, g);
+  for (int64_t i = 0; i < len; ++i) out[i] = codecs::mul_rn(lut[q[i]], s);
+}
+
+}  // namespace
+
+void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                        float divisor, void* dst) {
+  check_args(codec, n);
+  float buf[kBlock];
+  if (codec.kind == CodecKind::Raw) {
+    if (codec.raw_dtype == src_dtype && divisor == 1.0f) {
+      std::memmove(dst, src, static_cast<size_t>(n) * dtype_size(src_dtype));
+      return;
+    }
+    for_each_group(n, kBlock, [&](int64_t, int64_t off, int64_t len) {
+      load_block(src, src_dtype, off, len, divisor, buf);
+      store_block(buf, len, dst, codec.raw_dtype, off);
+    });
+    return;
+  }
+  zero_fp8_padding(dst, n);
+  with_fp8_format(codec.kind, [&](auto fmt) {
+    using F = decltype(fmt);
+    for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
+      load_block(src, src_dtype, off, len, divisor, buf);
+      quantize_group<F>(buf, len, dst, n, g, off);
+    });
+  });
+}
+
+void CpuBackend::decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                   bool assign) {
+  check_args(codec, n);
+  if (codec.kind == CodecKind::Raw) {
+    load_accumulate(src, codec.raw_dtype, n, acc, assign);
+    return;
+  }
+  with_fp8_format(codec.kind, [&](auto fmt) {
+    using F = decltype(fmt);
+    const float* lut = fp8_lut<F>();
+    const uint8_t* q = static_cast<const uint8_t*>(src);
+    for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
+      float s = load_scale(src, n, g);
+      float* a = acc + off;
+      if (assign) {
+        for (int64_t i = 0; i < len; ++i) a[i] = codecs::mul_rn(lut[q[off + i]], s);
+      } else {
+        for (int64_t i = 0; i < len; ++i)
+          a[i] = codecs::add_rn(a[i], codecs::mul_rn(lut[q[off + i]], s));
+      }
+    });
+  });
+}
+
+void CpuBackend::decode(const void* src, int64_t n, const Codec& codec, void* out,
+                        DType out_dtype) {
+  check_args(codec, n);
+  float buf[kBlock];
+  if (codec.kind == CodecKind::Raw) {
+    if (codec.raw_dtype == out_dtype) {
+      std::memmove(out, src, static_cast<size_t>(n) * dtype_size(out_dtype));
+      return;
+    }
+    for_each_group(n, kBlock, [&](int64_t, int64_t off, int64_t len) {
+      load_block(src, codec.raw_dtype, off, len, 1.0f, buf);
+      store_block(buf, len, out, out_dtype, off);
+    });
+    return;
+  }
+  with_fp8_format(codec.kind, [&](auto fmt) {
+    using F = decltype(fmt);
+    for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
+      dequantize_group<F>(src, n, g, off, len, buf);
+      store_block(buf, len, out, out_dtype, off);
+    });
+  });
+}
+
+void CpuBackend::load_accumulate(const void* src, DType src_dtype, int64_t n, float* acc,
+                                 bool assign) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  if (assign) {
+    for_each_loaded(src, src_dtype, 0, n, [acc](int64_t i, float v) { acc[i] = v; });
+  } else {
+    for_each_loaded(src, src_dtype, 0, n,
+                    [acc](int64_t i, float v) { acc[i] = codecs::add_rn(acc[i], v); });
+  }
+}
+
+void CpuBackend::decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                      const Codec& codec, float divisor, void* dst) {
+  check_args(codec, n);
+  float buf[kBlock];
+  if (codec.kind == CodecKind::Raw) {
+    for_each_group(n, kBlock, [&](int64_t, int64_t off, int64_t len) {
+      load_block(src, codec.raw_dtype, off, len, 1.0f, buf);
+      add_block(x, x_dtype, off, len, divisor, buf);
+      store_block(buf, len, dst, codec.raw_dtype, off);
+    });
+    return;
+  }
+  with_fp8_format(codec.kind, [&](auto fmt) {
+    using F = decltype(fmt);
+    for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
+      dequantize_group<F>(src, n, g, off, len, buf);
+      add_block(x, x_dtype, off, len, divisor, buf);
+      quantize_group<F>(buf, len, dst, n, g, off);
+    });
+  });
+  zero_fp8_padding(dst, n);
+}
+
+void CpuBackend::finalize(const float* acc, int64_t n, float divisor, void* out,
+                          DType out_dtype) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  float buf[kBlock];
+  for_each_group(n, kBlock, [&](int64_t, int64_t off, int64_t len) {
+    load_block(acc, DType::Float32, off, len, divisor, buf);
+    store_block(buf, len, out, out_dtype, off);
+  });
+}
+
+CpuBackend& cpu_backend() {
+  static CpuBackend instance;
+  return instance;
+}
+
+}  // namespace ccompress

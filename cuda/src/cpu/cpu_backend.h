@@ -1,0 +1,32 @@
+// The host KernelBackend: plain loops over the codec math in cuda/src/codecs. It is the
+// reference the CUDA backend is tested against, and the backend of MPI/inproc collectives
+// on host buffers.
+#pragma once
+
+#include "ccompress/kernel_backend.h"
+
+namespace ccompress {
+
+// Stateless, so one instance serves every thread at once. Scaled codecs are processed one
+// group at a time through a stack buffer; nothing is allocated per call.
+class CpuBackend : public KernelBackend {
+ public:
+  void encode(const void* src, DType src_dtype, int64_t n, const Codec& codec, float divisor,
+              void* dst) override;
+  void decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                         bool assign) override;
+  void decode(const void* src, int64_t n, const Codec& codec, void* out,
+              DType out_dtype) override;
+  void load_accumulate(const void* src, DType src_dtype, int64_t n, float* acc,
+                       bool assign) override;
+  // src and dst may be the same buffer: each group is read whole before it is written.
+  void decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                            const Codec& codec, float divisor, void* dst) override;
+  void finalize(const float* acc, int64_t n, float divisor, void* out,
+                DType out_dtype) override;
+};
+
+// The process-wide instance.
+CpuBackend& cpu_backend();
+
+}  // namespace ccompress

@@ -1,0 +1,144 @@
+#include "kernels/codec_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "ccompress/error.h"
+#include "codecs/float_convert.h"
+#include "codecs/fp8.h"
+#include "codecs/group_codec.h"
+
+namespace ccompress::cuda {
+namespace {
+
+using codecs::Fp8E4M3;
+using codecs::Fp8E5M2;
+
+// One block encodes one group at a time; 128 threads cover the default group in one pass
+// and the largest (1024) in kMaxPerThread.
+constexpr int kEncodeThreads = 128;
+constexpr int kWarps = kEncodeThreads / 32;
+constexpr int kMaxPerThread = 1024 / kEncodeThreads;
+constexpr int kDecodeThreads = 256;
+// Grid-stride loops cover any count; this only bounds the launch.
+constexpr int64_t kMaxBlocks = int64_t(1) << 20;
+
+template <class F>
+__global__ void __launch_bounds__(kEncodeThreads)
+    fp8_encode_kernel(const void* __restrict__ src, DType src_dtype, int64_t n, int group,
+                      float divisor, uint8_t* __restrict__ dst, float* __restrict__ scales) {
+  __shared__ uint32_t warp_amax[kWarps];
+  const int tid = threadIdx.x;
+  if (blockIdx.x == 0 && n + tid < codecs::fp8_scales_offset(n)) dst[n + tid] = 0;
+  const int64_t num_groups = (n + group - 1) / group;
+  for (int64_t g = blockIdx.x; g < num_groups; g += gridDim.x) {
+    const int64_t off = g * group;
+    const int len = static_cast<int>(min(int64_t(group), n - off));
+    float v[kMaxPerThread];
+    uint32_t amax = 0;
+#pragma unroll
+    for (int k = 0; k < kMaxPerThread; ++k) {
+      int i = tid + k * kEncodeThreads;
+      v[k] = 0.0f;
+      if (i < len) {
+        float x = codecs::load_as_float(src, src_dtype, off + i);
+        v[k] = divisor != 1.0f ? codecs::div_rn(x, divisor) : x;
+        amax = codecs::amax_bits_update(amax, v[k]);
+      }
+    }
+    amax = __reduce_max_sync(0xFFFFFFFFu, amax);
+    if ((tid & 31) == 0) warp_amax[tid >> 5] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) amax = max(amax, warp_amax[w]);
+    const float s = codecs::group_scale<F>(amax);
+#pragma unroll
+    for (int k = 0; k < kMaxPerThread; ++k) {
+      int i = tid + k * kEncodeThreads;
+      if (i < len) dst[off + i] = codecs::group_quantize<F>(v[k], s);
+    }
+    if (tid == 0) scales[g] = s;
+    __syncthreads();  // warp_amax is reused by the next group
+  }
+}
+
+template <class F>
+__global__ void fp8_decode_accumulate_kernel(const uint8_t* __restrict__ src, int64_t n,
+                                             int group, const float* __restrict__ scales,
+                                             float* __restrict__ acc, bool assign) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float x = codecs::group_dequantize<F>(src[i], scales[i / group]);
+    acc[i] = assign ? x : codecs::add_rn(acc[i], x);
+  }
+}
+
+void check_fp8(const Codec& codec, int64_t n) {
+  CC_CHECK(codec.kind == CodecKind::Fp8E4M3 || codec.kind == CodecKind::Fp8E5M2,
+           "the CUDA codec kernels handle fp8_e4m3 / fp8_e5m2 only, got '" << codec.name() << "'");
+  CC_CHECK(codec.group >= 16 && codec.group <= 1024,
+           "codec group " << codec.group << " is outside 16..1024");
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+}
+
+void check_launch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  CC_CHECK_AS(CudaError, err == cudaSuccess,
+              what << " launch failed: " << cudaGetErrorString(err));
+}
+
+// Blocks for work_items items at per_block items per block, at least 1, at most kMaxBlocks.
+int grid_for(int64_t work_items, int per_block) {
+  int64_t blocks = (work_items + per_block - 1) / per_block;
+  return static_cast<int>(std::min(std::max<int64_t>(blocks, 1), kMaxBlocks));
+}
+
+}  // namespace
+
+int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // reset the error state so a later launch check does not see it
+    return 0;
+  }
+  return count;
+}
+
+void launch_fp8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                       float divisor, void* dst, cudaStream_t stream) {
+  check_fp8(codec, n);
+  if (n == 0) return;
+  CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0, "wire buffer must be 4-byte aligned");
+  uint8_t* wire = static_cast<uint8_t*>(dst);
+  float* scales = reinterpret_cast<float*>(wire + codecs::fp8_scales_offset(n));
+  int grid = grid_for(ceil_div(n, codec.group), 1);
+  if (codec.kind == CodecKind::Fp8E4M3) {
+    fp8_encode_kernel<Fp8E4M3><<<grid, kEncodeThreads, 0, stream>>>(src, src_dtype, n, codec.group,
+                                                                    divisor, wire, scales);
+  } else {
+    fp8_encode_kernel<Fp8E5M2><<<grid, kEncodeThreads, 0, stream>>>(src, src_dtype, n, codec.group,
+                                                                    divisor, wire, scales);
+  }
+  check_launch("fp8 encode");
+}
+
+void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                  bool assign, cudaStream_t stream) {
+  check_fp8(codec, n);
+  if (n == 0) return;
+  CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
+  const uint8_t* wire = static_cast<const uint8_t*>(src);
+  const float* scales = reinterpret_cast<const float*>(wire + codecs::fp8_scales_offset(n));
+  int grid = grid_for(n, kDecodeThreads);
+  if (codec.kind == CodecKind::Fp8E4M3) {
+    fp8_decode_accumulate_kernel<Fp8E4M3>
+        <<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, acc, assign);
+  } else {
+    fp8_decode_accumulate_kernel<Fp8E5M2>
+        <<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, acc, assign);
+  }
+  check_launch("fp8 decode_accumulate");
+}
+
+}  // namespace ccompress::cuda

@@ -1,0 +1,121 @@
+#include "transport/inproc_transport.h"
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "ccompress/error.h"
+
+namespace ccompress {
+
+InprocGroup::InprocGroup(int size) : size_(size) {
+  CC_CHECK(size >= 1, "an in-process group needs at least one rank, got " << size);
+}
+
+std::shared_ptr<InprocGroup::RequestState> InprocGroup::post(bool is_send, int src, int dst,
+                                                             int tag, void* buf,
+                                                             int64_t bytes) {
+  auto st = std::make_shared<RequestState>();
+  std::lock_guard<std::mutex> lock(mu_);
+  Key key{src, dst, tag};
+  auto& other_queue = is_send ? recvs_[key] : sends_[key];
+  if (other_queue.empty()) {
+    (is_send ? sends_ : recvs_)[key].push_back({buf, bytes, st});
+    return st;
+  }
+  Posted other = other_queue.front();
+  other_queue.pop_front();
+  const Posted& send = is_send ? Posted{buf, bytes, st} : other;
+  const Posted& recv = is_send ? other : Posted{buf, bytes, st};
+  if (send.bytes != recv.bytes) {
+    std::ostringstream os;
+    os << "rank " << src << " sent " << send.bytes << " bytes (tag " << tag << ") where rank "
+       << dst << " expected " << recv.bytes;
+    st->error = other.state->error = os.str();
+  } else if (send.bytes > 0) {
+    std::memcpy(recv.buf, send.buf, size_t(send.bytes));
+  }
+  st->done = other.state->done = true;
+  cv_.notify_all();
+  return st;
+}
+
+void InprocGroup::barrier(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  int64_t gen = barrier_generation_;
+  if (++barrier_count_ == size_) {
+    barrier_count_ = 0;
+    ++barrier_generation_;
+    cv_.notify_all();
+    return;
+  }
+  bool ok = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                         [&] { return barrier_generation_ != gen; });
+  CC_CHECK_AS(TimeoutError, ok, "barrier: not every rank arrived within " << timeout_s << " s");
+}
+
+InprocTransport::InprocTransport(std::shared_ptr<InprocGroup> group, int rank)
+    : group_(std::move(group)), rank_(rank) {
+  CC_CHECK(rank >= 0 && rank < group_->size(),
+           "rank " << rank << " is outside a group of " << group_->size());
+}
+
+void InprocTransport::check_peer(int peer) const {
+  CC_CHECK(peer >= 0 && peer < size() && peer != rank_,
+           "peer " << peer << " is not another rank of a group of " << size());
+}
+
+Request InprocTransport::track(std::shared_ptr<InprocGroup::RequestState> st) {
+  Request id = next_++;
+  reqs_.emplace(id, std::move(st));
+  return id;
+}
+
+Request InprocTransport::isend(int peer, const void* buf, int64_t bytes, int tag) {
+  check_peer(peer);
+  bytes_sent_ += bytes;
+  return track(group_->post(true, rank_, peer, tag, const_cast<void*>(buf), bytes));
+}
+
+Request InprocTransport::irecv(int peer, void* buf, int64_t bytes, int tag) {
+  check_peer(peer);
+  return track(group_->post(false, peer, rank_, tag, buf, bytes));
+}
+
+std::vector<size_t> InprocTransport::collect_locked(const std::vector<Request>& reqs) {
+  std::vector<size_t> done;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto it = reqs_.find(reqs[i]);
+    CC_CHECK(it != reqs_.end(), "unknown or already completed request " << reqs[i]);
+    if (!it->second->done) continue;
+    CC_CHECK_AS(MismatchError, it->second->error.empty(), it->second->error);
+    done.push_back(i);
+  }
+  for (size_t i : done) reqs_.erase(reqs[i]);
+  return done;
+}
+
+std::vector<size_t> InprocTransport::test_some(const std::vector<Request>& reqs) {
+  std::lock_guard<std::mutex> lock(group_->mutex());
+  return collect_locked(reqs);
+}
+
+std::vector<size_t> InprocTransport::wait_some(const std::vector<Request>& reqs,
+                                               double timeout_s) {
+  std::unique_lock<std::mutex> lock(group_->mutex());
+  bool ok = group_->completed().wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+    for (Request r : reqs) {
+      auto it = reqs_.find(r);
+      if (it == reqs_.end() || it->second->done) return true;
+    }
+    return false;
+  });
+  CC_CHECK_AS(TimeoutError, ok,
+              "rank " << rank_ << ": no message arrived for " << timeout_s
+                      << " s; a peer is missing, stuck or called a different collective");
+  return collect_locked(reqs);
+}
+
+void InprocTransport::barrier() { group_->barrier(barrier_timeout_s); }
+
+}  // namespace ccompress

@@ -1,0 +1,78 @@
+// In-process transport: N ranks as threads of one process. Used by the tests, by
+// ccompress.simulate, and (with device buffers, later) for one-GPU loopback.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "ccompress/transport.h"
+
+namespace ccompress {
+
+/// Shared mailbox of one group. A message is copied once, by whichever side arrives second.
+class CC_API InprocGroup : public std::enable_shared_from_this<InprocGroup> {
+ public:
+  explicit InprocGroup(int size);
+  int size() const { return size_; }
+
+  struct RequestState {
+    bool done = false;
+    std::string error;  // set when the sizes of a matched pair differ
+  };
+  struct Posted {
+    void* buf;
+    int64_t bytes;
+    std::shared_ptr<RequestState> state;
+  };
+
+  std::shared_ptr<RequestState> post(bool is_send, int src, int dst, int tag, void* buf,
+                                     int64_t bytes);
+  std::mutex& mutex() { return mu_; }
+  /// Notified whenever a message completes.
+  std::condition_variable& completed() { return cv_; }
+  void barrier(double timeout_s);
+
+ private:
+  using Key = std::tuple<int, int, int>;  // src, dst, tag
+  int size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, std::deque<Posted>> sends_, recvs_;
+  int barrier_count_ = 0;
+  int64_t barrier_generation_ = 0;
+};
+
+class CC_API InprocTransport : public Transport {
+ public:
+  InprocTransport(std::shared_ptr<InprocGroup> group, int rank);
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  std::string name() const override { return "inproc"; }
+  Request isend(int peer, const void* buf, int64_t bytes, int tag) override;
+  Request irecv(int peer, void* buf, int64_t bytes, int tag) override;
+  std::vector<size_t> wait_some(const std::vector<Request>& reqs, double timeout_s) override;
+  std::vector<size_t> test_some(const std::vector<Request>& reqs) override;
+  void barrier() override;
+
+  /// Seconds barrier() waits before raising TimeoutError.
+  double barrier_timeout_s = 300.0;
+
+ private:
+  std::vector<size_t> collect_locked(const std::vector<Request>& reqs);
+  Request track(std::shared_ptr<InprocGroup::RequestState> st);
+  void check_peer(int peer) const;
+
+  std::shared_ptr<InprocGroup> group_;
+  int rank_;
+  Request next_ = 1;
+  std::unordered_map<Request, std::shared_ptr<InprocGroup::RequestState>> reqs_;
+};
+
+}  // namespace ccompress

@@ -1,0 +1,135 @@
+#include "transport/mpi_transport.h"
+
+#include <chrono>
+#include <climits>
+#include <thread>
+
+#include "ccompress/error.h"
+
+namespace ccompress {
+
+namespace {
+
+std::string mpi_error_string(int rc) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(buf, len);
+}
+
+}  // namespace
+
+void MpiTransport::check(int rc, const char* what) const {
+  if (rc == MPI_SUCCESS) return;
+  int cls = rc;
+  MPI_Error_class(rc, &cls);
+  if (cls == MPI_ERR_TRUNCATE)
+    CC_CHECK_AS(MismatchError, false,
+                "rank " << rank_ << ": " << what << ": a peer sent a longer message than "
+                        << "expected (" << mpi_error_string(rc) << ")");
+  CC_CHECK_AS(MpiError, false, "rank " << rank_ << ": " << what << " failed: " << mpi_error_string(rc));
+}
+
+MpiTransport::MpiTransport(MPI_Comm comm) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  CC_CHECK_AS(MpiError, initialized && !finalized,
+              "MPI is not initialised (import mpi4py.MPI first) or already finalised");
+  CC_CHECK(comm != MPI_COMM_NULL, "got MPI_COMM_NULL; pass a valid communicator");
+  check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  void* attr = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(comm_, MPI_TAG_UB, &attr, &flag);
+  if (flag && attr) tag_ub_ = *static_cast<int*>(attr);
+}
+
+MpiTransport::~MpiTransport() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized || comm_ == MPI_COMM_NULL) return;
+  for (auto& [id, p] : pending_) {
+    MPI_Cancel(&p.req);
+    MPI_Request_free(&p.req);
+  }
+  MPI_Comm_free(&comm_);
+}
+
+Request MpiTransport::track(MPI_Request req, int64_t expected, int peer) {
+  Request id = next_++;
+  pending_.emplace(id, Pending{req, expected, peer});
+  return id;
+}
+
+Request MpiTransport::isend(int peer, const void* buf, int64_t bytes, int tag) {
+  CC_CHECK(bytes <= INT_MAX, "message of " << bytes << " bytes exceeds MPI's int count; "
+                                           << "use a smaller slice_elems");
+  MPI_Request req;
+  check(MPI_Isend(buf, int(bytes), MPI_BYTE, peer, int(int64_t(tag) % (int64_t(tag_ub_) + 1)), comm_, &req),
+        "MPI_Isend");
+  bytes_sent_ += bytes;
+  return track(req, -1, peer);
+}
+
+Request MpiTransport::irecv(int peer, void* buf, int64_t bytes, int tag) {
+  CC_CHECK(bytes <= INT_MAX, "message of " << bytes << " bytes exceeds MPI's int count; "
+                                           << "use a smaller slice_elems");
+  MPI_Request req;
+  check(MPI_Irecv(buf, int(bytes), MPI_BYTE, peer, int(int64_t(tag) % (int64_t(tag_ub_) + 1)), comm_, &req),
+        "MPI_Irecv");
+  return track(req, bytes, peer);
+}
+
+std::vector<size_t> MpiTransport::test_some(const std::vector<Request>& reqs) {
+  std::vector<size_t> done;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto it = pending_.find(reqs[i]);
+    CC_CHECK(it != pending_.end(), "unknown or already completed request " << reqs[i]);
+    int flag = 0;
+    MPI_Status status;
+    check(MPI_Test(&it->second.req, &flag, &status), "MPI_Test");
+    if (!flag) continue;
+    if (it->second.expected_bytes >= 0) {
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      CC_CHECK_AS(MismatchError, count == it->second.expected_bytes,
+                  "rank " << rank_ << " expected " << it->second.expected_bytes
+                          << " bytes from rank " << it->second.peer << " but got " << count);
+    }
+    pending_.erase(it);
+    done.push_back(i);
+  }
+  return done;
+}
+
+std::vector<size_t> MpiTransport::wait_some(const std::vector<Request>& reqs, double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  auto start = clock::now();
+  int idle_rounds = 0;
+  for (;;) {
+    auto done = test_some(reqs);
+    if (!done.empty()) return done;
+    double waited = std::chrono::duration<double>(clock::now() - start).count();
+    CC_CHECK_AS(TimeoutError, waited < timeout_s,
+                "rank " << rank_ << ": no message arrived for " << timeout_s
+                        << " s; a peer is missing, stuck or called a different collective");
+    // Spin briefly for latency, then back off so a waiting rank leaves the core to others.
+    if (++idle_rounds > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void MpiTransport::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+std::string MpiTransport::library_version() {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(buf, &len);
+  std::string s(buf, len);
+  auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace ccompress

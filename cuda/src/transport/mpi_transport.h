@@ -1,0 +1,52 @@
+// MPI transport: nonblocking MPI_Isend/MPI_Irecv on host buffers over a private duplicate
+// of the caller's communicator (so ccompress tags never meet the application's messages).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ccompress/transport.h"
+
+namespace ccompress {
+
+class CC_API MpiTransport : public Transport {
+ public:
+  /// Duplicates @p comm (collective over its ranks). MPI must be initialised and must stay
+  /// initialised while this object lives.
+  explicit MpiTransport(MPI_Comm comm);
+  ~MpiTransport() override;
+  MpiTransport(const MpiTransport&) = delete;
+  MpiTransport& operator=(const MpiTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "mpi"; }
+  Request isend(int peer, const void* buf, int64_t bytes, int tag) override;
+  Request irecv(int peer, void* buf, int64_t bytes, int tag) override;
+  std::vector<size_t> wait_some(const std::vector<Request>& reqs, double timeout_s) override;
+  std::vector<size_t> test_some(const std::vector<Request>& reqs) override;
+  void barrier() override;
+
+  /// "MPICH Version: ..." as MPI_Get_library_version reports it (first line).
+  static std::string library_version();
+
+ private:
+  struct Pending {
+    MPI_Request req;
+    int64_t expected_bytes;  // receives only; -1 for sends
+    int peer;
+  };
+  Request track(MPI_Request req, int64_t expected, int peer);
+  void check(int rc, const char* what) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  int tag_ub_ = 32767;
+  Request next_ = 1;
+  std::unordered_map<Request, Pending> pending_;
+};
+
+}  // namespace ccompress
