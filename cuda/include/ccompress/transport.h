@@ -32,6 +32,9 @@ class CC_API Transport {
   virtual std::vector<size_t> wait_some(const std::vector<Request>& reqs, double timeout_s) = 0;
   /// Non-blocking variant of wait_some: may return an empty vector.
   virtual std::vector<size_t> test_some(const std::vector<Request>& reqs) = 0;
+  /// Withdraws requests that will not be waited for (after an error), so that no buffer
+  /// of an abandoned collective is read or written later.
+  virtual void cancel(const std::vector<Request>& reqs) = 0;
   /// Synchronises all ranks of the group.
   virtual void barrier() = 0;
 

@@ -23,6 +23,16 @@ class Runner {
   }
 
   int64_t run(double timeout_s) {
+    try {
+      return run_all(timeout_s);
+    } catch (...) {
+      t_.cancel(inflight_);
+      throw;
+    }
+  }
+
+ private:
+  int64_t run_all(double timeout_s) {
     const size_t n_ops = plan_.ops.size();
     pending_.assign(n_ops, 0);
     dependents_.assign(n_ops, {});
@@ -52,7 +62,6 @@ class Runner {
     return sent_;
   }
 
- private:
   void make_ready(int32_t id) {
     const Op& op = plan_.ops[id];
     if (!is_transfer(op.kind)) {

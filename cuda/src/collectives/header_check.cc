@@ -68,6 +68,19 @@ bool same_call(const WireHeader& a, const WireHeader& b) {
          a.slice_elems == b.slice_elems;
 }
 
+// Waits for every request, dropping each from @p reqs as it completes.
+void wait_all(Transport& t, std::vector<Request>& reqs, double timeout_s) {
+  while (!reqs.empty()) {
+    auto done = t.wait_some(reqs, timeout_s);
+    std::vector<bool> gone(reqs.size(), false);
+    for (size_t i : done) gone[i] = true;
+    std::vector<Request> rest;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      if (!gone[i]) rest.push_back(reqs[i]);
+    reqs.swap(rest);
+  }
+}
+
 }  // namespace
 
 int64_t check_same_call(Transport& t, const CallDescription& mine, double timeout_s) {
@@ -81,17 +94,11 @@ int64_t check_same_call(Transport& t, const CallDescription& mine, double timeou
     reqs.push_back(t.irecv(p, &theirs[p], sizeof(WireHeader), kHeaderTag));
     reqs.push_back(t.isend(p, &own, sizeof(WireHeader), kHeaderTag));
   }
-  size_t outstanding = reqs.size();
-  while (outstanding > 0) {
-    auto done = t.wait_some(reqs, timeout_s);
-    // Completed requests are released by the transport; drop them from the list.
-    std::vector<Request> rest;
-    std::vector<bool> gone(reqs.size(), false);
-    for (size_t i : done) gone[i] = true;
-    for (size_t i = 0; i < reqs.size(); ++i)
-      if (!gone[i]) rest.push_back(reqs[i]);
-    outstanding = rest.size();
-    reqs.swap(rest);
+  try {
+    wait_all(t, reqs, timeout_s);
+  } catch (...) {
+    t.cancel(reqs);
+    throw;
   }
   theirs[r] = own;
   // Judge from the full table so every rank reaches the same verdict.

@@ -40,6 +40,17 @@ std::shared_ptr<InprocGroup::RequestState> InprocGroup::post(bool is_send, int s
   return st;
 }
 
+void InprocGroup::withdraw(const std::shared_ptr<RequestState>& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto* queues : {&sends_, &recvs_})
+    for (auto& [key, q] : *queues)
+      for (auto it = q.begin(); it != q.end(); ++it)
+        if (it->state == st) {
+          q.erase(it);
+          return;
+        }
+}
+
 void InprocGroup::barrier(double timeout_s) {
   std::unique_lock<std::mutex> lock(mu_);
   int64_t gen = barrier_generation_;
@@ -114,6 +125,15 @@ std::vector<size_t> InprocTransport::wait_some(const std::vector<Request>& reqs,
               "rank " << rank_ << ": no message arrived for " << timeout_s
                       << " s; a peer is missing, stuck or called a different collective");
   return collect_locked(reqs);
+}
+
+void InprocTransport::cancel(const std::vector<Request>& reqs) {
+  for (Request r : reqs) {
+    auto it = reqs_.find(r);
+    if (it == reqs_.end()) continue;
+    group_->withdraw(it->second);
+    reqs_.erase(it);
+  }
 }
 
 void InprocTransport::barrier() { group_->barrier(barrier_timeout_s); }

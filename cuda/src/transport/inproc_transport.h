@@ -34,6 +34,8 @@ class CC_API InprocGroup : public std::enable_shared_from_this<InprocGroup> {
 
   std::shared_ptr<RequestState> post(bool is_send, int src, int dst, int tag, void* buf,
                                      int64_t bytes);
+  /// Removes a still-unmatched posted message (no-op once matched).
+  void withdraw(const std::shared_ptr<RequestState>& st);
   std::mutex& mutex() { return mu_; }
   /// Notified whenever a message completes.
   std::condition_variable& completed() { return cv_; }
@@ -59,6 +61,7 @@ class CC_API InprocTransport : public Transport {
   Request irecv(int peer, void* buf, int64_t bytes, int tag) override;
   std::vector<size_t> wait_some(const std::vector<Request>& reqs, double timeout_s) override;
   std::vector<size_t> test_some(const std::vector<Request>& reqs) override;
+  void cancel(const std::vector<Request>& reqs) override;
   void barrier() override;
 
   /// Seconds barrier() waits before raising TimeoutError.

@@ -51,10 +51,9 @@ MpiTransport::~MpiTransport() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized || comm_ == MPI_COMM_NULL) return;
-  for (auto& [id, p] : pending_) {
-    MPI_Cancel(&p.req);
-    MPI_Request_free(&p.req);
-  }
+  std::vector<Request> left;
+  for (auto& [id, p] : pending_) left.push_back(id);
+  cancel(left);
   MPI_Comm_free(&comm_);
 }
 
@@ -118,6 +117,16 @@ std::vector<size_t> MpiTransport::wait_some(const std::vector<Request>& reqs, do
                         << " s; a peer is missing, stuck or called a different collective");
     // Spin briefly for latency, then back off so a waiting rank leaves the core to others.
     if (++idle_rounds > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void MpiTransport::cancel(const std::vector<Request>& reqs) {
+  for (Request r : reqs) {
+    auto it = pending_.find(r);
+    if (it == pending_.end()) continue;
+    MPI_Cancel(&it->second.req);
+    MPI_Request_free(&it->second.req);
+    pending_.erase(it);
   }
 }
 

@@ -28,6 +28,7 @@ class CC_API MpiTransport : public Transport {
   Request irecv(int peer, void* buf, int64_t bytes, int tag) override;
   std::vector<size_t> wait_some(const std::vector<Request>& reqs, double timeout_s) override;
   std::vector<size_t> test_some(const std::vector<Request>& reqs) override;
+  void cancel(const std::vector<Request>& reqs) override;
   void barrier() override;
 
   /// "MPICH Version: ..." as MPI_Get_library_version reports it (first line).

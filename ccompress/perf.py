@@ -1,0 +1,328 @@
+"""ccompress-perf: nccl-tests-style sweep of compressed collectives against the engine's own.
+
+    mpiexec -n 4 ccompress-perf allreduce -b 1M -e 64M -f 4 --codec fp8_e4m3:g128 --algo two_shot
+    ccompress-perf allreduce --inproc 4 ...      # ranks as threads of one process, no MPI
+
+Columns and formulas: perf/README.md. Every rank builds every rank's input from the seed
+(rank r's part is ``default_rng([seed, r]).standard_normal``), so the fp64 reference needs no
+communication. The results of all-reduce and all-gather are checked on rank 0 (the other
+ranks must hold bit-identical bytes); reduce-scatter chunks are checked on their own rank.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import shlex
+import socket
+import statistics
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+import ccompress as cc
+from . import _arrays
+from .bounds import allreduce_error_bound
+
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
+BASELINE = {"allreduce": "MPI_Allreduce", "reduce_scatter": "MPI_Reduce_scatter",
+            "allgather": "MPI_Allgather"}
+COLUMNS = [("size", 12), ("count", 11), ("type", 9), ("redop", 5), ("codec", 18), ("algo", 8),
+           ("time(us)", 10), ("algbw(GB/s)", 11), ("busbw(GB/s)", 11), ("wire(B)", 11),
+           ("ratio", 6), ("relerr", 9), ("maxerr", 9), ("#wrong", 6)]
+
+
+def parse_size(text: str) -> int:
+    """'64K', '1M', '2G' (powers of 1024; a trailing 'B' or 'iB' is allowed) -> bytes."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad size {text!r}; use e.g. 4096, 64K, 1M, 2G") from None
+
+
+def busbw_factor(kind: str, n: int) -> float:
+    return (2.0 if kind == "allreduce" else 1.0) * (n - 1) / n
+
+
+# ---- the group of ranks: MPI processes, or threads of this process ----
+class MpiGroup:
+    def __init__(self) -> None:
+        from mpi4py import MPI
+        self.MPI, self.mpi = MPI, MPI.COMM_WORLD
+        self.comm = cc.Communicator.from_mpi(self.mpi)
+        self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
+        self.transport = "mpi, " + MPI.Get_library_version().splitlines()[0].strip()
+
+    def barrier(self) -> None:
+        self.mpi.Barrier()
+
+    def reduce(self, a: np.ndarray, op: str) -> np.ndarray:
+        out = np.empty_like(a)
+        self.mpi.Allreduce(a, out, op=self.MPI.MAX if op == "max" else self.MPI.SUM)
+        return out
+
+    def allgather(self, obj: Any) -> List[Any]:
+        return self.mpi.allgather(obj)
+
+    def baseline(self, kind: str, x: np.ndarray, out: np.ndarray, op: str) -> Callable[[], None]:
+        """The engine's own collective on float32 arrays (MPI has no bfloat16)."""
+        m, SUM, n = self.mpi, self.MPI.SUM, self.size
+        if kind == "allgather":
+            return lambda: m.Allgather(x, out)
+        if kind == "reduce_scatter":
+            counts = [hi - lo for lo, hi in (cc.chunk_range(x.size, n, r) for r in range(n))]
+            call = lambda: m.Reduce_scatter(x, out, recvcounts=counts, op=SUM)  # noqa: E731
+        else:
+            call = lambda: m.Allreduce(x, out, op=SUM)  # noqa: E731
+        if op == "avg":
+            return lambda: (call(), np.multiply(out, np.float32(1.0 / n), out=out))
+        return call
+
+
+class ThreadGroup:
+    """One rank of ``--inproc N``: collectives over the in-process transport; the small
+    reductions of this tool through a barrier and shared slots."""
+
+    def __init__(self, comm: cc.Communicator, shared: Dict[str, Any]) -> None:
+        self.comm, self.rank, self.size = comm, comm.rank, comm.size
+        self.transport = f"inproc ({self.size} threads)"
+        self._bar: threading.Barrier = shared["barrier"]
+        self._slots: List[Any] = shared["slots"]
+
+    def barrier(self) -> None:
+        self._bar.wait()
+
+    def allgather(self, obj: Any) -> List[Any]:
+        self._slots[self.rank] = obj
+        self._bar.wait()
+        out = list(self._slots)
+        self._bar.wait()
+        return out
+
+    def reduce(self, a: np.ndarray, op: str) -> np.ndarray:
+        parts = np.stack(self.allgather(a))
+        return parts.max(axis=0) if op == "max" else parts.sum(axis=0)
+
+    def baseline(self, *args: Any) -> None:
+        return None  # no MPI engine in this mode
+
+
+# ---- inputs, reference and checks ----
+def make_part(seed: int, rank: int, count: int, dtype: str) -> np.ndarray:
+    rng = np.random.default_rng([seed, rank])
+    return rng.standard_normal(count, dtype=np.float32).astype(_arrays.numpy_dtype(dtype))
+
+
+def check(kind: str, y: np.ndarray, parts: np.ndarray, codec: str, algo: str, op: str,
+          dtype: str, rank: int) -> np.ndarray:
+    """[sum err^2, sum ref^2, elements outside the bound, max |err|] of this rank's output."""
+    n = parts.shape[0]
+    if kind == "allgather":
+        ref = parts.astype(np.float64)
+        bound = np.stack([allreduce_error_bound(parts[r:r + 1], codec, "one_shot", "sum", dtype)
+                          for r in range(n)])
+    else:
+        ref = parts.astype(np.float64).sum(axis=0) / (n if op == "avg" else 1)
+        bound = allreduce_error_bound(parts, codec, algo, op, dtype)
+        if kind == "reduce_scatter":
+            lo, hi = cc.chunk_range(ref.size, n, rank)
+            ref, bound = ref[lo:hi], bound[lo:hi]
+    err = np.abs(y.astype(np.float64).reshape(ref.shape) - ref)
+    wrong = int(np.count_nonzero(~(err <= bound)))  # NaN counts as wrong
+    return np.array([np.sum(err * err), np.sum(ref * ref), wrong, err.max(initial=0.0)])
+
+
+def timed(g: Any, fn: Callable[[], Any], warmup: int, iters: int) -> List[float]:
+    """Per-iteration seconds of the slowest rank (warm-ups first, barrier around each)."""
+    for _ in range(warmup):
+        fn()
+    local = []
+    for _ in range(iters):
+        g.barrier()
+        t0 = time.perf_counter()
+        fn()
+        local.append(time.perf_counter() - t0)
+    g.barrier()
+    return list(g.reduce(np.array(local), "max"))
+
+
+def fmt_row(values: List[Any]) -> str:
+    return " ".join(str(v).rjust(w) for v, (_, w) in zip(values, COLUMNS))
+
+
+# ---- the sweep ----
+def run(args: argparse.Namespace, g: Any) -> int:
+    kind, dtype, op, P = args.collective, args.dtype, args.op, g.size
+    esize = 4 if dtype == "float32" else 2
+    codecs = args.codec or ["none", "fp8_e4m3:g128"]
+    algos = (args.algo or ["auto"]) if kind == "allreduce" else ["-"]
+    for c in codecs:
+        cc.Codec.parse(c)  # a bad spec fails here, on every rank, before anything moves
+    t_start, main = time.time(), g.rank == 0
+    out = sys.stdout
+
+    def say(line: str) -> None:
+        if main:
+            print(line, file=out, flush=True)
+
+    say(f"# ccompress-perf {kind}: {' '.join(shlex.quote(a) for a in sys.argv)}")
+    say(f"# date {datetime.datetime.now().isoformat(timespec='seconds')}  host {socket.gethostname()}"
+        f" ({os.cpu_count()} cpus)  ranks {P}  transport {g.transport}  ccompress {cc.__version__}")
+    say(f"# inputs: rank r holds default_rng([{args.seed}, r]).standard_normal(count) as {dtype}; "
+        f"ref = fp64 {op} over ranks; check {'on' if args.check else 'off'}")
+    say(f"# time: median over {args.iters} iterations (after {args.warmup} warm-ups) of the "
+        f"slowest rank's time; wire(B) = bytes sent per call by the busiest rank")
+    say("#" + fmt_row([name for name, _ in COLUMNS])[1:])
+    rows: List[Dict[str, Any]] = []
+    sizes, s = [], args.minbytes
+    while s <= args.maxbytes:
+        sizes.append(s)
+        s = max(s + 1, int(s * args.stepfactor))
+    for size in sizes:
+        count = max(size // esize, 1)
+        if kind == "allgather":
+            count = max(count // P, 1) * P
+        S = count * esize
+        nloc = count // P if kind == "allgather" else count
+        if main and time.time() - t_start > 5:
+            print(f"# [{time.time() - t_start:7.1f} s] {kind} {S} bytes ...", file=sys.stderr,
+                  flush=True)
+        x = make_part(args.seed, g.rank, nloc, dtype)
+        need_parts = args.check and (main or kind == "reduce_scatter")
+        parts = np.stack([x if r == g.rank else make_part(args.seed, r, nloc, dtype)
+                          for r in range(P)]) if need_parts else None
+        lo, hi = cc.chunk_range(count, P, g.rank)
+        shape = {"allreduce": (count,), "reduce_scatter": (hi - lo,), "allgather": (P, nloc)}[kind]
+        ring_bytes = S * busbw_factor(kind, P)
+
+        def measure(codec: str, algo: str, fn: Callable[[], Any], y: np.ndarray, wire: int,
+                    check_codec: str, check_algo: str, check_dtype: str, typ: str) -> None:
+            stats = np.zeros(4)
+            wrong_identity = 0
+            if args.check:
+                fn()
+                if parts is not None:
+                    stats = check(kind, y, parts, check_codec, check_algo, op, check_dtype, g.rank)
+                if kind != "reduce_scatter":  # every rank must hold the same bytes
+                    digests = g.allgather(hashlib.blake2b(y.tobytes(), digest_size=16).digest())
+                    wrong_identity = sum(d != digests[0] for d in digests)
+            tot = g.reduce(np.array([stats[0], stats[1], stats[2], wire]), "sum")
+            mx = g.reduce(np.array([stats[3], wire]), "max")
+            times = timed(g, fn, args.warmup, args.iters)
+            t = statistics.median(times)
+            relerr = float(np.sqrt(tot[0] / tot[1])) if tot[1] > 0 else float(np.sqrt(tot[0]))
+            wrong = int(tot[2]) + wrong_identity
+            wire_max = int(mx[1])
+            algbw = S / t / 1e9
+            row = {"size": S, "count": count, "type": typ, "redop": op, "codec": codec,
+                   "algo": algo, "time_us": t * 1e6, "algbw_GBps": algbw,
+                   "busbw_GBps": algbw * busbw_factor(kind, P), "wire_bytes": wire_max,
+                   "ratio": ring_bytes / wire_max if wire_max else None,
+                   "relerr": relerr if args.check else None,
+                   "maxerr": float(mx[0]) if args.check else None,
+                   "wrong": wrong if args.check else None,
+                   "wrong_identity": wrong_identity if args.check else None,
+                   "times_us": [v * 1e6 for v in times]}
+            rows.append(row)
+            na = "N/A"
+            say(fmt_row([S, count, typ, op, codec, algo, f"{t * 1e6:.1f}", f"{algbw:.3f}",
+                         f"{row['busbw_GBps']:.3f}", wire_max,
+                         f"{row['ratio']:.2f}" if row["ratio"] else na,
+                         f"{relerr:.2e}" if args.check else na,
+                         f"{row['maxerr']:.2e}" if args.check else na,
+                         wrong if args.check else na]))
+
+        # The engine's own collective first, on float32 (bfloat16/float16 inputs are widened).
+        xb = x.astype(np.float32)
+        yb = np.empty(shape, dtype=np.float32)
+        base = g.baseline(kind, xb, yb, op)
+        if base is not None:
+            measure(BASELINE[kind], "-", base, yb, int(ring_bytes), "none",
+                    "ring" if kind == "allreduce" else "reduce_scatter", "float32", "float32")
+        for codec in codecs:
+            for algo in algos:
+                y = np.empty(shape, dtype=x.dtype)
+                if kind == "allreduce":
+                    fn = lambda: g.comm.allreduce(x, codec=codec, algo=algo, op=op, out=y)  # noqa: E731
+                elif kind == "reduce_scatter":
+                    fn = lambda: g.comm.reduce_scatter(x, codec=codec, op=op, out=y)  # noqa: E731
+                else:
+                    fn = lambda: g.comm.allgather(x, codec=codec, out=y)  # noqa: E731
+                fn()  # resolves auto and fills last_stats
+                st = g.comm.last_stats
+                resolved = st["algo"] if kind == "allreduce" else kind
+                measure(codec, st["algo"], fn, y, st["payload_bytes"] + st["header_bytes"],
+                        codec, resolved, dtype, dtype)
+                rows[-1]["algo_requested"] = algo
+        del parts
+    nwrong = sum(r["wrong"] or 0 for r in rows)
+    say(f"# {len(rows)} rows, {nwrong} wrong, {time.time() - t_start:.1f} s")
+    if main and args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": sys.argv, "collective": kind, "ranks": P,
+                       "transport": g.transport, "host": socket.gethostname(),
+                       "cpus": os.cpu_count(), "version": cc.__version__,
+                       "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                       "dtype": dtype, "op": op, "iters": args.iters, "warmup": args.warmup,
+                       "seed": args.seed, "rows": rows}, f, indent=1)
+    return 1 if args.check and nwrong else 0
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ccompress-perf", description=__doc__.split("\n\n")[0],
+                                epilog="Columns and formulas: perf/README.md")
+    p.add_argument("collective", choices=COLLECTIVES)
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1M"))
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"))
+    p.add_argument("-f", "--stepfactor", type=float, default=2.0)
+    p.add_argument("-n", "--iters", type=int, default=5)
+    p.add_argument("-w", "--warmup", type=int, default=2)
+    p.add_argument("-c", "--check", type=int, default=1, help="check results (default 1)")
+    p.add_argument("-d", "--dtype", default="float32", choices=_arrays.SUPPORTED)
+    p.add_argument("-o", "--op", default="sum", choices=cc.OPS)
+    p.add_argument("--codec", action="append",
+                   help="codec spec, repeatable (default: none and fp8_e4m3:g128)")
+    p.add_argument("--algo", action="append", choices=cc.ALGOS,
+                   help="all-reduce schedule, repeatable (default: auto)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--json", metavar="PATH", help="write every row to PATH")
+    p.add_argument("--inproc", type=int, metavar="N",
+                   help="run N ranks as threads of this process instead of under MPI")
+    a = p.parse_args(argv)
+    if a.minbytes <= 0 or a.maxbytes < a.minbytes or a.stepfactor <= 1 or a.iters < 1 \
+            or a.warmup < 0:
+        p.error("need 0 < -b <= -e, -f > 1, -n >= 1, -w >= 0")
+    if a.inproc is not None and a.inproc < 1:
+        p.error("--inproc needs N >= 1")
+    return a
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.inproc:
+            shared = {"barrier": threading.Barrier(args.inproc), "slots": [None] * args.inproc}
+
+            def body(comm: cc.Communicator) -> int:
+                try:
+                    return run(args, ThreadGroup(comm, shared))
+                except BaseException:
+                    shared["barrier"].abort()
+                    raise
+
+            return cc.run_inproc(args.inproc, body)[0]
+        return run(args, MpiGroup())
+    except cc.CCompressError as e:
+        print(f"ccompress-perf: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
