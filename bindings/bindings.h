@@ -9,7 +9,5 @@ namespace ccompress::py_bindings {
 void bind_codec_math(pybind11::module_& m);
 /// In-process groups, transports and the collectives.
 void bind_collectives(pybind11::module_& m);
-/// Maps the C++ error family onto ccompress._errors (Python subclasses of CCompressError).
-void register_error_translator();
 
 }  // namespace ccompress::py_bindings

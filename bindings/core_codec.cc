@@ -60,7 +60,8 @@ py::array_t<Out> map_array(const Exact<In>& a, Fn fn) {
 }
 
 bool is_e4m3(const std::string& fmt) {
-  CC_CHECK(fmt == "e4m3" || fmt == "e5m2", "fp8 format must be 'e4m3' or 'e5m2', got '" << fmt << "'");
+  CC_CHECK(fmt == "e4m3" || fmt == "e5m2",
+           "fp8 format must be 'e4m3' or 'e5m2', got '" << fmt << "'");
   return fmt == "e4m3";
 }
 
@@ -69,11 +70,13 @@ void bind_codec_class(py::module_& m) {
       .def_static("parse", &Codec::parse, py::arg("spec"))
       .def_property_readonly("name", &Codec::name)
       .def(
-          "bind", [](const Codec& c, const std::string& dtype) { return c.bind(parse_dtype(dtype)); },
+          "bind",
+          [](const Codec& c, const std::string& dtype) { return c.bind(parse_dtype(dtype)); },
           py::arg("dtype"), "This codec with 'none' resolved to the input dtype.")
       .def("wire_bytes", &Codec::wire_bytes, py::arg("n"))
       .def(
-          "lossy", [](const Codec& c, const std::string& dtype) { return c.lossy(parse_dtype(dtype)); },
+          "lossy",
+          [](const Codec& c, const std::string& dtype) { return c.lossy(parse_dtype(dtype)); },
           py::arg("dtype"))
       .def_readonly("group", &Codec::group)
       .def_property_readonly("kind", [](const Codec& c) { return kind_name(c.kind); })
@@ -89,7 +92,8 @@ void bind_codec_class(py::module_& m) {
       .def("__repr__", &codec_repr)
       .def("__eq__",
            [](const Codec& a, py::object b) -> py::object {
-             if (!py::isinstance<Codec>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+             if (!py::isinstance<Codec>(b))
+               return py::reinterpret_borrow<py::object>(Py_NotImplemented);
              return py::bool_(a.id() == b.cast<const Codec&>().id());
            })
       .def("__hash__", [](const Codec& c) { return py::hash(py::int_(c.id())); })
@@ -144,7 +148,8 @@ void bind_pointer_calls(py::module_& m) {
         py::gil_scoped_release nogil;
         cpu_backend().load_accumulate(ptr(src), t, n, static_cast<float*>(ptr(acc)), assign);
       },
-      py::arg("src_ptr"), py::arg("src_dtype"), py::arg("n"), py::arg("acc_ptr"), py::arg("assign"));
+      py::arg("src_ptr"), py::arg("src_dtype"), py::arg("n"), py::arg("acc_ptr"),
+      py::arg("assign"));
   m.def(
       "decode_reduce_encode",
       [](const Codec& c, uintptr_t src, uintptr_t x, const std::string& x_dtype, int64_t n,
@@ -177,10 +182,14 @@ void bind_conversion_hooks(py::module_& m) {
     return is_e4m3(fmt) ? map_array<float>(a, fp8_to_float<Fp8E4M3>)
                         : map_array<float>(a, fp8_to_float<Fp8E5M2>);
   });
-  m.def("_bf16_from_float", [](const Exact<float>& a) { return map_array<uint16_t>(a, bf16_from_float); });
-  m.def("_bf16_to_float", [](const Exact<uint16_t>& a) { return map_array<float>(a, bf16_to_float); });
-  m.def("_f16_from_float", [](const Exact<float>& a) { return map_array<uint16_t>(a, f16_from_float); });
-  m.def("_f16_to_float", [](const Exact<uint16_t>& a) { return map_array<float>(a, f16_to_float); });
+  m.def("_bf16_from_float",
+        [](const Exact<float>& a) { return map_array<uint16_t>(a, bf16_from_float); });
+  m.def("_bf16_to_float",
+        [](const Exact<uint16_t>& a) { return map_array<float>(a, bf16_to_float); });
+  m.def("_f16_from_float",
+        [](const Exact<float>& a) { return map_array<uint16_t>(a, f16_from_float); });
+  m.def("_f16_to_float",
+        [](const Exact<uint16_t>& a) { return map_array<float>(a, f16_to_float); });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
 #include "ccompress/error.h"
+#include "error_translator.h"
 #include "kernels/codec_kernels.h"
 
 namespace py = pybind11;
@@ -25,30 +26,11 @@ ccompress::Codec to_codec(const py::object& c) {
 void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
-// C++ errors surface as the ccompress Python classes, like in _core.
-void translate_errors() {
-  py::register_exception_translator([](std::exception_ptr p) {
-    if (!p) return;
-    auto raise = [](const char* cls, const char* what) {
-      PyErr_SetString(py::module_::import("ccompress._errors").attr(cls).ptr(), what);
-    };
-    try {
-      std::rethrow_exception(p);
-    } catch (const ccompress::InvalidArgument& e) {
-      raise("InvalidArgument", e.what());
-    } catch (const ccompress::CudaError& e) {
-      raise("CudaError", e.what());
-    } catch (const ccompress::Error& e) {
-      raise("CCompressError", e.what());
-    }
-  });
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_cuda, m) {
   m.doc() = "ccompress CUDA kernels (FP8 codec encode / decode_accumulate on device pointers)";
-  translate_errors();
+  ccompress::py_bindings::register_error_translator();
   m.def("device_count", &ccompress::cuda::device_count,
         "Visible CUDA devices; 0 without a GPU or driver (never raises).");
   m.def(

@@ -6,14 +6,15 @@
 #include <cstring>
 #include <memory>
 
-#include "bindings.h"
+#include "error_translator.h"
 #include "transport/mpi_transport.h"
 
 namespace py = pybind11;
 
 PYBIND11_MODULE(_mpi, m) {
   m.doc() = "ccompress MPI transport";
-  py::module_::import("ccompress._core");  // registers Transport and the error translator
+  py::module_::import("ccompress._core");  // registers the Transport base class
+  ccompress::py_bindings::register_error_translator();
   py::class_<ccompress::MpiTransport, ccompress::Transport,
              std::shared_ptr<ccompress::MpiTransport>>(m, "MpiTransport")
       .def(py::init([](intptr_t handle) {

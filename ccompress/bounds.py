@@ -3,15 +3,16 @@ fp64 reference (tests, ccompress-perf's #wrong column).
 
 A codec quantization of a value v in a scale group whose largest |value| is M errs by at
 most ``u * M`` (scaled codecs: ``u`` = half the top spacing of the format over its max,
-1/28 for E4M3 and 1/14 for E5M2, plus the subnormal floor) or ``u * |v|`` (plain casts:
-2^-8 for bf16, 2^-11 for fp16, 2^-24 for float32). A collective quantizes each element
+1/28 for E4M3 and 1/14 for E5M2, times 1 + 2^-16 for the rounding of the scale, plus
+FLT_MIN times that half spacing for groups whose scale is clamped) or ``u * |v|`` (plain
+casts: 2^-8 for bf16, 2^-11 for fp16, 2^-24 for float32). A collective quantizes each element
 ``q`` times (one_shot 1, two_shot 2, tree depth+1, ring n) and every partial sum it
 quantizes is bounded by ``S = sum over ranks of each rank's M`` inflated by earlier errors,
 so the result errs by at most::
 
     q * u * (1 + u)^q * S  +  (n + 4) * 2^-23 * S          (fp32 sums and divisions)
     + u_out * (|ref| + that)                                 (cast to a 16-bit output)
-    + q * half the subnormal spacing of a plain cast's format
+    + q * (half the subnormal spacing of a plain cast's format, or the clamped-scale floor)
 
 
 divided by n for ``avg``. Groups are laid out as the schedule lays them out: from each
@@ -26,7 +27,11 @@ import numpy as np
 from . import _core
 from .codec import Codec
 
-_FP8 = {"fp8_e4m3": (1 / 28, 2.0 ** (-6 - 3 - 1) / 448), "fp8_e5m2": (1 / 14, 2.0 ** (-14 - 2 - 1) / 57344)}
+# u = H / FP8_MAX with H half the top spacing of the format; a scale is never below FLT_MIN,
+# so a quantization also errs by up to FLT_MIN * H in groups of tiny values (codec.h).
+_FP8 = {"fp8_e4m3": (16 / 448, 16.0), "fp8_e5m2": (4096 / 57344, 4096.0)}
+_FLT_MIN = 2.0 ** -126
+_SCALE_ROUNDING = 1 + 2.0 ** -16
 _CAST = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 # Half the subnormal spacing: the absolute error floor of a cast.
 _CAST_FLOOR = {"float32": 2.0 ** -150, "bfloat16": 2.0 ** -134, "float16": 2.0 ** -25}
@@ -84,9 +89,9 @@ def allreduce_error_bound(parts: Any, codec: Any, algo: str, op: str = "sum",
     kind = c._c.kind
     floor = 0.0
     if kind in _FP8:
-        u, sub = _FP8[kind]
+        u, top = _FP8[kind]
         m = _group_amax(x, _group_starts(n, nranks, algo, c.group))
-        u = u + sub
+        u, floor = u * _SCALE_ROUNDING, q * _FLT_MIN * top * _SCALE_ROUNDING
     else:
         wire = dtype if c._c.unbound else c._c.raw_dtype
         u, floor = _CAST[wire], q * _CAST_FLOOR[wire]

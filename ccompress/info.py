@@ -52,6 +52,14 @@ def _cuda_info() -> Dict[str, Any]:
     return info
 
 
+def _nccl_info() -> Dict[str, Any]:
+    from ._nccl import find_nccl
+
+    info: Dict[str, Any] = {"library": find_nccl(), "available": False}
+    info["reason"] = "the NCCL transport is part of the CUDA backend, which is not built yet"
+    return info
+
+
 def build_info() -> Dict[str, Any]:
     """Versions and what this installation can do, with the reason for anything missing.
     Never needs a GPU, CUDA driver, NCCL or MPI to run."""
@@ -62,8 +70,7 @@ def build_info() -> Dict[str, Any]:
         "transports": {"inproc": True},
         "mpi": _mpi_info(),
         "cuda": _cuda_info(),
-        "nccl": {"available": False,
-                 "reason": "the NCCL transport is part of the CUDA backend, not yet built"},
+        "nccl": _nccl_info(),
     }
     info["transports"]["mpi"] = info["mpi"]["available"]
     info["transports"]["nccl"] = False

@@ -32,7 +32,7 @@ from .bounds import allreduce_error_bound
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
 BASELINE = {"allreduce": "MPI_Allreduce", "reduce_scatter": "MPI_Reduce_scatter",
             "allgather": "MPI_Allgather"}
-COLUMNS = [("size", 12), ("count", 11), ("type", 9), ("redop", 5), ("codec", 18), ("algo", 8),
+COLUMNS = [("size", 12), ("count", 11), ("type", 9), ("redop", 5), ("codec", 18), ("algo", 13),
            ("time(us)", 10), ("algbw(GB/s)", 11), ("busbw(GB/s)", 11), ("wire(B)", 11),
            ("ratio", 6), ("relerr", 9), ("maxerr", 9), ("#wrong", 6)]
 
@@ -58,7 +58,7 @@ class MpiGroup:
         self.MPI, self.mpi = MPI, MPI.COMM_WORLD
         self.comm = cc.Communicator.from_mpi(self.mpi)
         self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
-        self.transport = "mpi, " + MPI.Get_library_version().splitlines()[0].strip()
+        self.transport = "mpi, " + " ".join(MPI.Get_library_version().split()[:3])
 
     def barrier(self) -> None:
         self.mpi.Barrier()
@@ -160,6 +160,7 @@ def fmt_row(values: List[Any]) -> str:
 # ---- the sweep ----
 def run(args: argparse.Namespace, g: Any) -> int:
     kind, dtype, op, P = args.collective, args.dtype, args.op, g.size
+    redop = "-" if kind == "allgather" else op
     esize = 4 if dtype == "float32" else 2
     codecs = args.codec or ["none", "fp8_e4m3:g128"]
     algos = (args.algo or ["auto"]) if kind == "allreduce" else ["-"]
@@ -213,7 +214,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
                 if kind != "reduce_scatter":  # every rank must hold the same bytes
                     digests = g.allgather(hashlib.blake2b(y.tobytes(), digest_size=16).digest())
                     wrong_identity = sum(d != digests[0] for d in digests)
-            tot = g.reduce(np.array([stats[0], stats[1], stats[2], wire]), "sum")
+            tot = g.reduce(stats[:3].copy(), "sum")
             mx = g.reduce(np.array([stats[3], wire]), "max")
             times = timed(g, fn, args.warmup, args.iters)
             t = statistics.median(times)
@@ -221,7 +222,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
             wrong = int(tot[2]) + wrong_identity
             wire_max = int(mx[1])
             algbw = S / t / 1e9
-            row = {"size": S, "count": count, "type": typ, "redop": op, "codec": codec,
+            row = {"size": S, "count": count, "type": typ, "redop": redop, "codec": codec,
                    "algo": algo, "time_us": t * 1e6, "algbw_GBps": algbw,
                    "busbw_GBps": algbw * busbw_factor(kind, P), "wire_bytes": wire_max,
                    "ratio": ring_bytes / wire_max if wire_max else None,
@@ -232,19 +233,20 @@ def run(args: argparse.Namespace, g: Any) -> int:
                    "times_us": [v * 1e6 for v in times]}
             rows.append(row)
             na = "N/A"
-            say(fmt_row([S, count, typ, op, codec, algo, f"{t * 1e6:.1f}", f"{algbw:.3f}",
+            say(fmt_row([S, count, typ, redop, codec, algo, f"{t * 1e6:.1f}", f"{algbw:.3f}",
                          f"{row['busbw_GBps']:.3f}", wire_max,
                          f"{row['ratio']:.2f}" if row["ratio"] else na,
                          f"{relerr:.2e}" if args.check else na,
                          f"{row['maxerr']:.2e}" if args.check else na,
                          wrong if args.check else na]))
 
-        # The engine's own collective first, on float32 (bfloat16/float16 inputs are widened).
+        # The engine's own collective first, on float32: MPI has no bfloat16, so 16-bit inputs
+        # are widened and it moves twice the bytes (its wire and ratio say so).
         xb = x.astype(np.float32)
         yb = np.empty(shape, dtype=np.float32)
         base = g.baseline(kind, xb, yb, op)
         if base is not None:
-            measure(BASELINE[kind], "-", base, yb, int(ring_bytes), "none",
+            measure(BASELINE[kind], "-", base, yb, int(ring_bytes) * 4 // esize, "none",
                     "ring" if kind == "allreduce" else "reduce_scatter", "float32", "float32")
         for codec in codecs:
             for algo in algos:
@@ -258,10 +260,11 @@ def run(args: argparse.Namespace, g: Any) -> int:
                 fn()  # resolves auto and fills last_stats
                 st = g.comm.last_stats
                 resolved = st["algo"] if kind == "allreduce" else kind
-                measure(codec, st["algo"], fn, y, st["payload_bytes"] + st["header_bytes"],
+                shown = st["algo"] if algo != "auto" else "auto:" + st["algo"]
+                measure(codec, shown if kind == "allreduce" else st["algo"], fn, y, st["payload_bytes"] + st["header_bytes"],
                         codec, resolved, dtype, dtype)
                 rows[-1]["algo_requested"] = algo
-        del parts
+        parts = None  # free before the next size
     nwrong = sum(r["wrong"] or 0 for r in rows)
     say(f"# {len(rows)} rows, {nwrong} wrong, {time.time() - t_start:.1f} s")
     if main and args.json:

@@ -145,3 +145,23 @@ def test_missing_rank_times_out():
     elapsed = cc.run_inproc(3, body, timeout=0.5)
     assert elapsed[1] == "absent"
     assert 0.4 < elapsed[0] < 10 and 0.4 < elapsed[2] < 10
+
+
+def test_error_types_survive_loading_every_module():
+    """Every extension module registers the same mapping; loading one must not coarsen
+    another's errors (a later translator takes precedence in pybind11)."""
+    import importlib
+
+    for mod in ("ccompress._mpi", "ccompress._cuda"):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            pass
+    with pytest.raises(cc.InvalidArgument):
+        cc.Codec.parse("nope")
+
+    def body(c):
+        with pytest.raises(cc.MismatchError):
+            c.allreduce(np.ones(3 + c.rank, np.float32))
+
+    cc.run_inproc(2, body)

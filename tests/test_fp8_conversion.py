@@ -119,7 +119,8 @@ def test_random_floats_match_ml_dtypes(fmt):
     got = _core._fp8_from_float(x, fmt)
     want = ref_fp8(x, fmt)
     bad = np.flatnonzero(got != want)
-    assert bad.size == 0, f"{bad.size} mismatches, e.g. x={x[bad[:5]]} got={got[bad[:5]]} want={want[bad[:5]]}"
+    assert bad.size == 0, (
+        f"{bad.size} mismatches, e.g. x={x[bad[:5]]} got={got[bad[:5]]} want={want[bad[:5]]}")
 
 
 def test_bf16_and_f16_decode_every_code():

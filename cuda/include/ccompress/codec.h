@@ -26,7 +26,8 @@
 ///
 /// Non-finite policy: NaN stays NaN and +-Inf stays +-Inf in its own element (E4M3 has no
 /// Inf, so there +-Inf becomes NaN); the scale is computed over the finite elements only,
-/// so the rest of the group is encoded as if the non-finite element were absent.
+/// so the rest of the group is encoded as if the non-finite element were absent. FP8 NaN is
+/// written as 0x7F, E5M2 Inf as 0x7C / 0xFC.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,8 @@ struct CC_API Codec {
   /// Parses a spec string such as "none", "bf16", "fp8_e4m3:g128". Throws InvalidArgument
   /// with the list of valid specs when the string is not one of them.
   static Codec parse(const std::string& spec);
-  /// The canonical spec string ("fp8_e4m3:g128", "none", ...).
+  /// The canonical spec string ("fp8_e4m3:g128", "none", ...). A bound `none` is the same
+  /// codec as `bf16` / `fp16` for those dtypes and takes that name; for float32 it stays "none".
   std::string name() const;
   /// This codec with `none` resolved to @p input dtype (other codecs unchanged).
   Codec bind(DType input) const;

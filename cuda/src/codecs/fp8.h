@@ -34,30 +34,28 @@ struct Fp8E5M2 {
 /// The NaN every conversion produces (both formats; in E5M2 it is S.11111.11).
 constexpr uint8_t kFp8NaN = 0x7F;
 
+// One formula for normals, subnormals and saturation: adding C = 2^(e + 23 - m), whose fp32
+// ulp is the FP8 spacing at |x| (e = |x|'s exponent clamped to the FP8 normal range), makes
+// the fp32 adder round |x| to that spacing, to nearest even; the integer k = bits(|x| + C) -
+// bits(C) is then the significand (with the implicit bit for normals, so a carry moves to
+// the next binade by itself). Beyond max, and for Inf and NaN, the code exceeds the limit
+// and is clamped. There are no branches, so CPU loops vectorize: with -ftrapping-math GCC
+// will not vectorize an fp32 add whose result only some paths use.
 template <class F>
 CC_HOST_DEVICE uint8_t fp8_from_float(float x) {
-  constexpr uint32_t kDropped = 23 - F::kMantBits;
-  constexpr uint32_t kRebias = uint32_t(127 - F::kBias) << 23;
-  constexpr uint32_t kMinNormalBits = uint32_t(128 - F::kBias) << 23;  // 2^(1 - bias)
+  constexpr uint32_t kMinExp = 128 - F::kBias;         // fp32 biased exponent of min normal
+  constexpr uint32_t kMaxExp = F::kMaxF32Bits >> 23;  // ... and of max
   uint32_t u = f32_bits(x);
-  uint32_t sign = (u >> 24) & 0x80u;
   uint32_t a = u & kF32AbsMask;
-  if (a > kF32InfBits) return kFp8NaN;
-  // satfinite: anything at or beyond max (including what would round past it, and Inf)
-  // clamps to max; values just below max never round above it.
-  if (a >= F::kMaxF32Bits) return static_cast<uint8_t>(sign | F::kMaxCode);
-  if (a >= kMinNormalBits) {
-    uint32_t r = a - kRebias;
-    r += (1u << (kDropped - 1)) - 1u + ((r >> kDropped) & 1u);
-    return static_cast<uint8_t>(sign | (r >> kDropped));
-  }
-  if (a < kF32MinNormalBits) return static_cast<uint8_t>(sign);  // fp32 subnormal: rounds to 0
-  // FP8 subnormal: code = value / 2^(1 - bias - m) = mant * 2^(e - (151 - bias - m)).
-  // Rounding up to 2^m yields the min-normal code, which is the right answer.
+  bool nan = a > kF32InfBits;
   uint32_t e = a >> 23;
-  uint32_t mant = (a & 0x7FFFFFu) | 0x800000u;
-  uint32_t shift = uint32_t(151 - F::kBias - F::kMantBits) - e;
-  return static_cast<uint8_t>(sign | shift_right_rne(mant, shift));
+  e = e < kMinExp ? kMinExp : (e > kMaxExp ? kMaxExp : e);
+  uint32_t c = (e + 23 - F::kMantBits) << 23;
+  uint32_t k = f32_bits(add_rn(f32_from_bits(a), f32_from_bits(c))) - c;
+  uint32_t code = ((e - kMinExp) << F::kMantBits) + k;
+  uint32_t limit = nan ? uint32_t(kFp8NaN) : uint32_t(F::kMaxCode);  // satfinite
+  code = code < limit ? code : limit;
+  return static_cast<uint8_t>(code | (nan ? 0u : (u >> 24) & 0x80u));
 }
 
 template <class F>

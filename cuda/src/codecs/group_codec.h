@@ -12,19 +12,21 @@ namespace ccompress::codecs {
 /// Byte offset of the fp32 scales in a wire buffer of n FP8 elements: payload padded to 4.
 CC_HOST_DEVICE int64_t fp8_scales_offset(int64_t n) { return (n + 3) & ~int64_t(3); }
 
-/// Folds |x| into a running amax kept as fp32 bits. Non-finite elements are skipped so one
-/// NaN or Inf does not wipe out its group. For non-negative floats the bit patterns order
-/// like the values, so an integer max is exact, order-independent and vectorizes.
-CC_HOST_DEVICE uint32_t amax_bits_update(uint32_t amax_bits, float x) {
-  uint32_t a = f32_bits(x) & kF32AbsMask;
-  return (a < kF32InfBits && a > amax_bits) ? a : amax_bits;
+/// |x| as fp32 bits, or 0 for NaN and +-Inf; a group's amax is the max of these. Skipping
+/// non-finite elements keeps one NaN or Inf from wiping out its group. Non-negative floats
+/// order like their bit patterns, so an integer max is exact and order-independent; it is
+/// signed because every value is below 2^31 and SSE2 has no unsigned max (so CPU loops of
+/// std::max over these vectorize).
+CC_HOST_DEVICE int32_t finite_abs_bits(float x) {
+  int32_t a = static_cast<int32_t>(f32_bits(x) & kF32AbsMask);
+  return a < int32_t(kF32InfBits) ? a : 0;
 }
 
 /// s = max(amax / FP8_MAX, FLT_MIN). The floor keeps s a normal number, so x / s never
 /// divides by zero and an all-zero (or all non-finite) group still has a usable scale.
 template <class F>
-CC_HOST_DEVICE float group_scale(uint32_t amax_bits) {
-  float s = div_rn(f32_from_bits(amax_bits), F::kMax);
+CC_HOST_DEVICE float group_scale(int32_t amax_bits) {
+  float s = div_rn(f32_from_bits(static_cast<uint32_t>(amax_bits)), F::kMax);
   float floor = f32_from_bits(kF32MinNormalBits);
   return s > floor ? s : floor;
 }
@@ -34,10 +36,9 @@ CC_HOST_DEVICE float group_scale(uint32_t amax_bits) {
 template <class F>
 CC_HOST_DEVICE uint8_t group_quantize(float x, float s) {
   uint32_t u = f32_bits(x);
-  if ((u & kF32AbsMask) == kF32InfBits) {
-    return F::kHasInf ? static_cast<uint8_t>(((u >> 24) & 0x80u) | (F::kMaxCode + 1u)) : kFp8NaN;
-  }
-  return fp8_from_float<F>(div_rn(x, s));
+  uint32_t inf_code = F::kHasInf ? ((u >> 24) & 0x80u) | (F::kMaxCode + 1u) : kFp8NaN;
+  uint8_t q = fp8_from_float<F>(div_rn(x, s));
+  return (u & kF32AbsMask) == kF32InfBits ? static_cast<uint8_t>(inf_code) : q;
 }
 
 /// x' = float(q) * s (one rounding, never fused with a following add).

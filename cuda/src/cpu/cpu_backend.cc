@@ -49,7 +49,8 @@ void load_block(const void* src, DType t, int64_t off, int64_t len, float diviso
 
 // buf <- buf + float(x[off ..]) / divisor: the fused ring hop's sum, then its average.
 void add_block(const void* x, DType t, int64_t off, int64_t len, float divisor, float* buf) {
-  for_each_loaded(x, t, off, len, [buf](int64_t i, float v) { buf[i] = codecs::add_rn(buf[i], v); });
+  for_each_loaded(x, t, off, len,
+                  [buf](int64_t i, float v) { buf[i] = codecs::add_rn(buf[i], v); });
   if (divisor != 1.0f)
     for (int64_t i = 0; i < len; ++i) buf[i] = codecs::div_rn(buf[i], divisor);
 }
@@ -101,8 +102,8 @@ float load_scale(const void* wire, int64_t n, int64_t g) {
 
 template <class F>
 void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t g, int64_t off) {
-  uint32_t amax = 0;
-  for (int64_t i = 0; i < len; ++i) amax = codecs::amax_bits_update(amax, x[i]);
+  int32_t amax = 0;
+  for (int64_t i = 0; i < len; ++i) amax = std::max(amax, codecs::finite_abs_bits(x[i]));
   float s = codecs::group_scale<F>(amax);
   uint8_t* q = static_cast<uint8_t*>(wire) + off;
   for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize<F>(x[i], s);
@@ -145,8 +146,13 @@ void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec
   with_fp8_format(codec.kind, [&](auto fmt) {
     using F = decltype(fmt);
     for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
-      load_block(src, src_dtype, off, len, divisor, buf);
-      quantize_group<F>(buf, len, dst, n, g, off);
+      // fp32 input needs no conversion: quantize it in place of a copy.
+      const float* x = static_cast<const float*>(src) + off;
+      if (src_dtype != DType::Float32 || divisor != 1.0f) {
+        load_block(src, src_dtype, off, len, divisor, buf);
+        x = buf;
+      }
+      quantize_group<F>(x, len, dst, n, g, off);
     });
   });
 }

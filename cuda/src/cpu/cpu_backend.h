@@ -9,7 +9,7 @@ namespace ccompress {
 
 // Stateless, so one instance serves every thread at once. Scaled codecs are processed one
 // group at a time through a stack buffer; nothing is allocated per call.
-class CpuBackend : public KernelBackend {
+class CC_API CpuBackend : public KernelBackend {
  public:
   void encode(const void* src, DType src_dtype, int64_t n, const Codec& codec, float divisor,
               void* dst) override;
@@ -27,6 +27,6 @@ class CpuBackend : public KernelBackend {
 };
 
 // The process-wide instance.
-CpuBackend& cpu_backend();
+CC_API CpuBackend& cpu_backend();
 
 }  // namespace ccompress

@@ -28,7 +28,7 @@ template <class F>
 __global__ void __launch_bounds__(kEncodeThreads)
     fp8_encode_kernel(const void* __restrict__ src, DType src_dtype, int64_t n, int group,
                       float divisor, uint8_t* __restrict__ dst, float* __restrict__ scales) {
-  __shared__ uint32_t warp_amax[kWarps];
+  __shared__ int32_t warp_amax[kWarps];
   const int tid = threadIdx.x;
   if (blockIdx.x == 0 && n + tid < codecs::fp8_scales_offset(n)) dst[n + tid] = 0;
   const int64_t num_groups = (n + group - 1) / group;
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kEncodeThreads)
     const int64_t off = g * group;
     const int len = static_cast<int>(min(int64_t(group), n - off));
     float v[kMaxPerThread];
-    uint32_t amax = 0;
+    int32_t amax = 0;
 #pragma unroll
     for (int k = 0; k < kMaxPerThread; ++k) {
       int i = tid + k * kEncodeThreads;
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kEncodeThreads)
       if (i < len) {
         float x = codecs::load_as_float(src, src_dtype, off + i);
         v[k] = divisor != 1.0f ? codecs::div_rn(x, divisor) : x;
-        amax = codecs::amax_bits_update(amax, v[k]);
+        amax = max(amax, codecs::finite_abs_bits(v[k]));
       }
     }
     amax = __reduce_max_sync(0xFFFFFFFFu, amax);

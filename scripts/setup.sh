@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Creates .venv in the repository root and installs ccompress into it (editable, with the
+# test extras: pytest, mpi4py, and the mpich wheel that provides libmpi and mpiexec), plus
+# CPU torch for the DLPack tests when it can. Quick on a re-run: the C++/CUDA build is redone
+# only when a file under cuda/ or bindings/, CMakeLists.txt or pyproject.toml has changed
+# (Python files need no reinstall: the install is editable).
+#
+# Environment: PYTHON (default python3), CCOMPRESS_CUDA=AUTO|ON|OFF, CMAKE_CUDA_ARCHITECTURES,
+# MPI_HOME (another MPI than the mpich wheel), CCOMPRESS_SKIP_TORCH=1.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+STAMP="$VENV/.ccompress-build-key"
+
+say() { echo "[setup] $*" >&2; }
+# pip, quietly: its output is shown only when it fails (this machine's pip configuration
+# otherwise warns about every package an extra index lacks).
+pip_q() {
+  local log; log="$(mktemp)"
+  if "$PY" -m pip install -q "$@" >"$log" 2>&1; then rm -f "$log"; return 0; fi
+  cat "$log" >&2; rm -f "$log"; return 1
+}
+
+if [ ! -x "$PY" ]; then
+  say "creating $VENV with $(command -v "${PYTHON:-python3}")"
+  "${PYTHON:-python3}" -m venv "$VENV"
+fi
+# The build runs in this venv (no build isolation, so the CMake build folder stays valid
+# between builds): mpicc from the mpich wheel and cmake are found on PATH.
+export PATH="$VENV/bin:$PATH" VIRTUAL_ENV="$VENV"
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+
+build_key() {
+  {
+    "$PY" -VV
+    echo "CCOMPRESS_CUDA=${CCOMPRESS_CUDA:-} ARCH=${CMAKE_CUDA_ARCHITECTURES:-} MPI_HOME=${MPI_HOME:-}"
+    find CMakeLists.txt pyproject.toml cuda bindings -type f -print0 | sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -c1-32
+}
+
+KEY="$(build_key)"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ] \
+   && "$PY" -c "import ccompress._core, mpi4py, pytest" 2>/dev/null; then
+  say "ccompress is up to date in $VENV (no C++/CUDA change since the last build)"
+else
+  say "installing build tools"
+  pip_q -U pip
+  pip_q "scikit-build-core>=0.10" "pybind11>=2.12" mpich
+  # CMake caches the CUDA architectures and the MPI it found: another choice gets its own
+  # build folder instead of silently reusing the old one.
+  BUILD_DIR="build/venv-{wheel_tag}"
+  if [ -n "${CMAKE_CUDA_ARCHITECTURES:-}${MPI_HOME:-}" ]; then
+    BUILD_DIR="build/venv-$(echo "${CMAKE_CUDA_ARCHITECTURES:-}|${MPI_HOME:-}" | sha256sum | cut -c1-8)-{wheel_tag}"
+  fi
+  EXTRA=()
+  if [ -n "${CMAKE_CUDA_ARCHITECTURES:-}" ]; then
+    EXTRA+=(-C "cmake.define.CMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES")
+  fi
+  install() {
+    "$PY" -m pip install -v --no-build-isolation -C "build-dir=$BUILD_DIR" ${EXTRA[@]+"${EXTRA[@]}"} \
+      -e ".[test]"
+  }
+  say "building and installing ccompress (the first build takes a few minutes; log: build/setup.log)"
+  mkdir -p build
+  if ! install >build/setup.log 2>&1; then
+    # A build folder configured by another toolchain or Python can confuse CMake: retry clean.
+    say "build failed; retrying from a clean build folder (tail of the log follows)"
+    tail -n 30 build/setup.log >&2
+    rm -rf build/venv-*
+    if ! install >build/setup.log 2>&1; then
+      tail -n 80 build/setup.log >&2
+      say "ERROR: pip install failed; full log in $ROOT/build/setup.log"
+      exit 1
+    fi
+  fi
+  grep -E "ccompress (MPI transport|CUDA module):" build/setup.log | sed 's/^.*-- /[setup] /' >&2 || true
+  echo "$KEY" >"$STAMP"
+fi
+
+# CPU torch for the DLPack tests: best effort, the tests skip without it.
+TORCH_VERSION=2.13.0
+if [ "${CCOMPRESS_SKIP_TORCH:-0}" != 1 ] \
+   && ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(not m.version('torch').startswith('$TORCH_VERSION'))" 2>/dev/null; then
+  say "installing torch==$TORCH_VERSION (CPU) for the DLPack tests"
+  if ! pip_q "torch==$TORCH_VERSION"; then
+    say "WARNING: torch==$TORCH_VERSION could not be installed; the torch tests will be skipped"
+  fi
+fi
+
+"$PY" - <<'PYEOF' >&2
+import shutil, sys, ccompress as cc
+info = cc.build_info()
+mpi, cuda = info["mpi"], info["cuda"]
+print(f"[setup] python     {sys.executable} ({info['python']})")
+print(f"[setup] ccompress  {info['version']}, editable: Python from {cc.__path__[-1]}, "
+      f"compiled modules in {cc.__path__[0]}")
+print(f"[setup] MPI        {'available' if mpi['available'] else 'UNAVAILABLE: ' + mpi.get('reason', '')}"
+      f" ({mpi.get('library', '?')}); mpiexec: {shutil.which('mpiexec')}")
+print(f"[setup] CUDA       {cuda['build']}; devices: {cuda['devices']}")
+try:
+    from importlib.metadata import version
+    torch = version("torch")
+except Exception:
+    torch = "not installed (the torch tests skip)"
+print(f"[setup] torch      {torch}")
+print(f"[setup] commands   {shutil.which('ccompress-perf')}, {shutil.which('ccompress-info')}")
+PYEOF

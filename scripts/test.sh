@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up .venv (scripts/setup.sh), then runs the test suite: python -m pytest -q, with any
+# extra arguments passed through (bash scripts/test.sh -k allreduce -x). Exits with pytest's
+# code; "no tests collected" (pytest's 5) is a failure too.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+bash scripts/setup.sh
+export PATH="$ROOT/.venv/bin:$PATH"  # mpiexec from the mpich wheel, for the MPI tests
+rc=0
+python -m pytest -q "$@" || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "[test] ERROR: pytest collected no tests" >&2
+fi
+exit "$rc"
