@@ -8,6 +8,7 @@
 
 #include "bindings.h"
 #include "ccompress/codec.h"
+#include "codecs/registry.h"
 #include "ccompress/error.h"
 #include "codecs/float_convert.h"
 #include "codecs/fp8.h"
@@ -18,13 +19,16 @@ namespace py = pybind11;
 namespace ccompress::py_bindings {
 namespace {
 
-const char* kind_name(CodecKind k) {
+// "raw", "fp8_e4m3", "fp8_e5m2", or a registered family's base name ("taco", ...).
+std::string kind_name(CodecKind k) {
   switch (k) {
+    case CodecKind::Raw: return "raw";
     case CodecKind::Fp8E4M3: return "fp8_e4m3";
     case CodecKind::Fp8E5M2: return "fp8_e5m2";
-    case CodecKind::Raw: break;
+    default: break;
   }
-  return "raw";
+  const CodecFamily* f = find_codec_family(k);
+  return f ? f->base : "unregistered";
 }
 
 const Codec& require_bound(const Codec& c) {
@@ -79,6 +83,10 @@ void bind_codec_class(py::module_& m) {
           [](const Codec& c, const std::string& dtype) { return c.lossy(parse_dtype(dtype)); },
           py::arg("dtype"))
       .def_readonly("group", &Codec::group)
+      .def_readonly("rotation", &Codec::rotation)
+      .def_readonly("scale_bits", &Codec::scale_bits)
+      .def_readonly("stochastic", &Codec::stochastic)
+      .def_readonly("random_signs", &Codec::random_signs)
       .def_property_readonly("kind", [](const Codec& c) { return kind_name(c.kind); })
       .def_readonly("unbound", &Codec::unbound)
       .def_property_readonly("raw_dtype",
@@ -98,17 +106,15 @@ void bind_codec_class(py::module_& m) {
            })
       .def("__hash__", [](const Codec& c) { return py::hash(py::int_(c.id())); })
       .def(py::pickle(
+          // By canonical name, plus the dtype a `none` was bound to (its name stays "none").
           [](const Codec& c) {
-            return py::make_tuple(static_cast<int>(c.kind), static_cast<int>(c.raw_dtype),
-                                  c.unbound, c.group);
+            bool bound_none = c.kind == CodecKind::Raw && !c.unbound;
+            return py::make_tuple(c.name(), bound_none ? dtype_name(c.raw_dtype) : "");
           },
           [](const py::tuple& t) {
-            Codec c;
-            c.kind = static_cast<CodecKind>(t[0].cast<int>());
-            c.raw_dtype = static_cast<DType>(t[1].cast<int>());
-            c.unbound = t[2].cast<bool>();
-            c.group = t[3].cast<int32_t>();
-            return c;
+            Codec c = Codec::parse(t[0].cast<std::string>());
+            std::string dtype = t[1].cast<std::string>();
+            return dtype.empty() ? c : c.bind(parse_dtype(dtype));
           }));
 }
 
@@ -116,14 +122,18 @@ void bind_pointer_calls(py::module_& m) {
   m.def(
       "encode",
       [](const Codec& c, uintptr_t src, const std::string& src_dtype, int64_t n, float divisor,
-         uintptr_t dst) {
+         uintptr_t dst, uint64_t seed, uint64_t step, int32_t rank, int64_t index) {
         DType t = parse_dtype(src_dtype);
         const Codec& b = require_bound(c);
         py::gil_scoped_release nogil;
-        cpu_backend().encode(ptr(src), t, n, b, divisor, ptr(dst));
+        cpu_backend().encode(ptr(src), t, n, b, divisor, EncodeContext{seed, step, rank, index},
+                             ptr(dst));
       },
       py::arg("codec"), py::arg("src_ptr"), py::arg("src_dtype"), py::arg("n"),
-      py::arg("divisor"), py::arg("dst_ptr"), "dst <- encode(src / divisor) on the CPU backend.");
+      py::arg("divisor"), py::arg("dst_ptr"), py::arg("seed") = 0, py::arg("step") = 0,
+      py::arg("rank") = 0, py::arg("index") = 0,
+      "dst <- encode(src / divisor) on the CPU backend; (seed, step, rank, index) place the run "
+      "for stochastic rounding.");
   m.def(
       "decode",
       [](const Codec& c, uintptr_t src, int64_t n, uintptr_t out, const std::string& out_dtype) {
@@ -153,14 +163,17 @@ void bind_pointer_calls(py::module_& m) {
   m.def(
       "decode_reduce_encode",
       [](const Codec& c, uintptr_t src, uintptr_t x, const std::string& x_dtype, int64_t n,
-         float divisor, uintptr_t dst) {
+         float divisor, uintptr_t dst, uint64_t seed, uint64_t step, int32_t rank,
+         int64_t index) {
         DType t = parse_dtype(x_dtype);
         const Codec& b = require_bound(c);
         py::gil_scoped_release nogil;
-        cpu_backend().decode_reduce_encode(ptr(src), ptr(x), t, n, b, divisor, ptr(dst));
+        cpu_backend().decode_reduce_encode(ptr(src), ptr(x), t, n, b, divisor,
+                                           EncodeContext{seed, step, rank, index}, ptr(dst));
       },
       py::arg("codec"), py::arg("src_ptr"), py::arg("x_ptr"), py::arg("x_dtype"), py::arg("n"),
-      py::arg("divisor"), py::arg("dst_ptr"));
+      py::arg("divisor"), py::arg("dst_ptr"), py::arg("seed") = 0, py::arg("step") = 0,
+      py::arg("rank") = 0, py::arg("index") = 0);
   m.def(
       "finalize",
       [](uintptr_t acc, int64_t n, float divisor, uintptr_t out, const std::string& out_dtype) {

@@ -28,8 +28,11 @@ py::dict stats_dict(const CollectiveStats& s) {
 }
 
 CollectiveOptions make_options(const std::string& algo, const std::string& op,
-                               int64_t slice_elems, double timeout_s) {
+                               int64_t slice_elems, double timeout_s, uint64_t seed,
+                               uint64_t step) {
   CollectiveOptions o;
+  o.seed = seed;
+  o.step = step;
   o.algo = parse_algo(algo);
   o.op = parse_reduce_op(op);
   o.slice_elems = slice_elems;
@@ -45,9 +48,10 @@ using CollectiveFn = CollectiveStats (*)(Transport&, KernelBackend&, const void*
 template <CollectiveFn Fn>
 py::dict call_collective(Transport& t, uintptr_t in, uintptr_t out, int64_t n,
                          const std::string& dtype, const Codec& codec, const std::string& algo,
-                         const std::string& op, int64_t slice_elems, double timeout_s) {
+                         const std::string& op, int64_t slice_elems, double timeout_s,
+                         uint64_t seed, uint64_t step) {
   DType dt = parse_dtype(dtype);
-  CollectiveOptions o = make_options(algo, op, slice_elems, timeout_s);
+  CollectiveOptions o = make_options(algo, op, slice_elems, timeout_s, seed, step);
   CollectiveStats s;
   {
     py::gil_scoped_release release;
@@ -87,13 +91,16 @@ void bind_collectives(py::module_& m) {
 
   m.def("allreduce", &call_collective<&allreduce>, py::arg("transport"), py::arg("in_ptr"),
         py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),
-        py::arg("op"), py::arg("slice_elems"), py::arg("timeout"));
+        py::arg("op"), py::arg("slice_elems"), py::arg("timeout"), py::arg("seed") = 0,
+        py::arg("step") = 0);
   m.def("reduce_scatter", &call_collective<&reduce_scatter>, py::arg("transport"),
         py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"),
-        py::arg("algo"), py::arg("op"), py::arg("slice_elems"), py::arg("timeout"));
+        py::arg("algo"), py::arg("op"), py::arg("slice_elems"), py::arg("timeout"),
+        py::arg("seed") = 0, py::arg("step") = 0);
   m.def("allgather", &call_collective<&allgather>, py::arg("transport"), py::arg("in_ptr"),
         py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),
-        py::arg("op"), py::arg("slice_elems"), py::arg("timeout"));
+        py::arg("op"), py::arg("slice_elems"), py::arg("timeout"), py::arg("seed") = 0,
+        py::arg("step") = 0);
 }
 
 }  // namespace ccompress::py_bindings

@@ -42,10 +42,13 @@ class Communicator:
         :class:`CollectiveTimeout`.
       slice_elems: elements per pipelined slice (default ``_core.DEFAULT_SLICE_ELEMS``,
         rounded up to the codec's scale group).
+      seed: seed of stochastic rounding (codecs with ``:sr``); the noise of an element is a
+        hash of (seed, step, rank, element index), where step counts this communicator's
+        collectives unless a call passes its own ``step``.
     """
 
     def __init__(self, transport: "_core.Transport", *, timeout: float = 300.0,
-                 slice_elems: Optional[int] = None, _keepalive: Any = None):
+                 slice_elems: Optional[int] = None, seed: int = 0, _keepalive: Any = None):
         if timeout <= 0:
             raise InvalidArgument(f"timeout {timeout} s must be positive")
         if slice_elems is not None and slice_elems <= 0:
@@ -53,6 +56,8 @@ class Communicator:
         self._t = transport
         self._timeout = float(timeout)
         self._slice = int(slice_elems or 0)
+        self._seed = int(seed)
+        self._step = 0
         self._keepalive = _keepalive
         self._lock = threading.Lock()
         self._pool: Optional[cf.ThreadPoolExecutor] = None
@@ -108,7 +113,8 @@ class Communicator:
 
     # ---- collectives ----
     def allreduce(self, x: Any, codec: Any = "none", algo: str = "auto", op: str = "sum",
-                  out: Any = None, async_op: bool = False, stream: Any = None) -> Any:
+                  out: Any = None, async_op: bool = False, stream: Any = None,
+                  step: Optional[int] = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets bit-identical results.
 
         ``codec`` is a spec string or :class:`Codec`; ``algo`` one of ring, two_shot, tree,
@@ -119,10 +125,11 @@ class Communicator:
         codec, algo, op = self._check_args(codec, algo, op, stream)
         xv = _arrays.view(x, "x")
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
-        return self._launch(_core.allreduce, xv, ov, codec, algo, op, x, out, async_op)
+        return self._launch(_core.allreduce, xv, ov, codec, algo, op, x, out, async_op, step)
 
     def reduce_scatter(self, x: Any, codec: Any = "none", op: str = "sum", out: Any = None,
-                       async_op: bool = False, stream: Any = None) -> Any:
+                       async_op: bool = False, stream: Any = None,
+                       step: Optional[int] = None) -> Any:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
         ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks."""
         codec, _, op = self._check_args(codec, "two_shot", op, stream)
@@ -130,10 +137,10 @@ class Communicator:
         lo, hi = _core.chunk_range(xv.n, self.size, self.rank)
         out, ov = self._output(x, xv, out, (hi - lo,), hi - lo, "reduce_scatter")
         return self._launch(_core.reduce_scatter, xv, ov, codec, "two_shot", op, x, out,
-                            async_op)
+                            async_op, step)
 
     def allgather(self, x: Any, codec: Any = "none", out: Any = None, async_op: bool = False,
-                  stream: Any = None) -> Any:
+                  stream: Any = None, step: Optional[int] = None) -> Any:
         """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
         decode(encode(x of that rank)), the caller's own part too."""
         codec, _, _ = self._check_args(codec, "one_shot", "sum", stream)
@@ -142,7 +149,8 @@ class Communicator:
                                "allgather")
         if xv.n and ov.ptr == xv.ptr:
             raise InvalidArgument("allgather cannot write its output over its input")
-        return self._launch(_core.allgather, xv, ov, codec, "one_shot", "sum", x, out, async_op)
+        return self._launch(_core.allgather, xv, ov, codec, "one_shot", "sum", x, out, async_op,
+                            step)
 
     # ---- internals ----
     def _check_args(self, codec: Any, algo: str, op: str, stream: Any):
@@ -171,11 +179,16 @@ class Communicator:
         return out, ov
 
     def _launch(self, fn: Callable, xv, ov, codec: Codec, algo: str, op: str, x: Any, out: Any,
-                async_op: bool) -> Any:
+                async_op: bool, step: Optional[int]) -> Any:
+        # Steps are taken in issue order, so every rank numbers its calls alike.
+        if step is None:
+            step = self._step
+        self._step += 1
+
         def run() -> Any:
             with self._lock:
                 self.last_stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
-                                     self._slice, self._timeout)
+                                     self._slice, self._timeout, self._seed, int(step))
             return _arrays.like_input(x, out)
 
         if async_op:

@@ -41,6 +41,12 @@ enum class CodecKind : uint8_t {
   Raw = 0,      ///< a plain dtype on the wire: none / bf16 / fp16
   Fp8E4M3 = 1,  ///< FP8 E4M3 (max 448), per-group fp32 scale
   Fp8E5M2 = 2,  ///< FP8 E5M2 (max 57344), per-group fp32 scale
+  // Families registered by their own files (cuda/src/codecs/registry.h); each documents its
+  // format at its registration.
+  Taco = 3,     ///< RMS pre-scale, Walsh-Hadamard, absmax scale, FP8 (`taco`, `taco_e5m2`)
+  HInt8 = 4,    ///< Hadamard rotation, symmetric int8 (`hint8` and variants)
+  Nvfp4 = 5,    ///< E2M1 in 16-element blocks with E4M3 block scales (`nvfp4`, `hnvfp4`)
+  Int4 = 6,     ///< symmetric int4 after a Hadamard rotation (`hint4`)
 };
 
 /// A parsed codec spec. Trivially copyable so it can be passed to CUDA kernels by value.
@@ -52,6 +58,17 @@ struct CC_API Codec {
   bool unbound = true;
   /// Elements per scale group for scaled codecs; 0 for raw codecs.
   int32_t group = 0;
+  /// Walsh-Hadamard block size applied before quantizing (0: no rotation).
+  int32_t rotation = 0;
+  /// FP8 element format where a family offers both: 0 = E4M3, 1 = E5M2.
+  uint8_t fp8_format = 0;
+  /// Bits per stored group scale: 32 (fp32), 16 (fp16) or 8 (8-bit under one fp32 scale
+  /// per encoded run: the two-level scale).
+  uint8_t scale_bits = 32;
+  /// Random +-1 signs (from a fixed seed) applied before the rotation.
+  bool random_signs = false;
+  /// Stochastic rounding (":sr"): unbiased, deterministic from (seed, step, rank, index).
+  bool stochastic = false;
 
   /// Parses a spec string such as "none", "bf16", "fp8_e4m3:g128". Throws InvalidArgument
   /// with the list of valid specs when the string is not one of them.

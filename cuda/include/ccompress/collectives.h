@@ -24,6 +24,9 @@ struct CollectiveOptions {
   int64_t slice_elems = 0;
   /// Seconds without progress before a collective gives up with TimeoutError.
   double timeout_s = 300.0;
+  /// Stochastic rounding: noise is a hash of (seed, step, rank, element index).
+  uint64_t seed = 0;
+  uint64_t step = 0;
 };
 
 constexpr int64_t kDefaultSliceElems = 1 << 16;

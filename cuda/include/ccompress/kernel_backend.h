@@ -14,6 +14,16 @@
 
 namespace ccompress {
 
+/// Where a run of elements sits in its collective. Codecs with stochastic rounding draw the
+/// noise of element i of the run from a hash of (seed, step, rank, index + i), so a result
+/// is reproducible whatever the slicing; other codecs ignore it.
+struct EncodeContext {
+  uint64_t seed = 0;   ///< the communicator's seed
+  uint64_t step = 0;   ///< the collective's sequence number (or the caller's step)
+  int32_t rank = 0;    ///< the encoding rank
+  int64_t index = 0;   ///< global element index of the run's first element
+};
+
 class CC_API KernelBackend {
  public:
   virtual ~KernelBackend() = default;
@@ -21,7 +31,7 @@ class CC_API KernelBackend {
   /// dst <- encode(src / divisor). @p src holds n elements of @p src_dtype.
   /// divisor is 1 except where an average is taken before the last quantization.
   virtual void encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                      float divisor, void* dst) = 0;
+                      float divisor, const EncodeContext& ctx, void* dst) = 0;
 
   /// acc <- decode(src) when @p assign, else acc += decode(src).
   virtual void decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
@@ -38,7 +48,8 @@ class CC_API KernelBackend {
   /// One ring hop fused: t = decode(src) + float(x); dst <- encode(t / divisor).
   /// The sum is formed as decode(src) + x, in that order.
   virtual void decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
-                                    const Codec& codec, float divisor, void* dst) = 0;
+                                    const Codec& codec, float divisor, const EncodeContext& ctx,
+                                    void* dst) = 0;
 
   /// out <- cast(acc / divisor) to @p out_dtype.
   virtual void finalize(const float* acc, int64_t n, float divisor, void* out,

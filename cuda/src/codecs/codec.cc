@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "ccompress/error.h"
+#include "codecs/registry.h"
 
 namespace ccompress {
 namespace {
@@ -11,42 +12,94 @@ constexpr int32_t kDefaultGroup = 128;
 constexpr int32_t kMinGroup = 16;
 constexpr int32_t kMaxGroup = 1024;
 
-const char* kValidSpecs =
-    "valid codec specs: none, bf16, fp16, fp8_e4m3[:gG], fp8_e5m2[:gG] "
-    "(G an integer in 16..1024, default 128; e.g. fp8_e4m3:g128)";
+std::string valid_specs() {
+  std::string s =
+      "valid codec specs: none, bf16, fp16, fp8_e4m3[:gG], fp8_e5m2[:gG] (G an integer in "
+      "16..1024, default 128; e.g. fp8_e4m3:g128)";
+  for (const std::string& h : codec_family_help()) s += ", " + h;
+  return s;
+}
 
-// Parses the "gG" suffix; returns 0 when it is not a well-formed group in range.
-int32_t parse_group(const std::string& s) {
-  if (s.size() < 2 || s.size() > 5 || s[0] != 'g' || s[1] == '0') return 0;
-  int32_t g = 0;
-  for (size_t i = 1; i < s.size(); ++i) {
+// Parses the digits of an option such as "g128" (after its letter); 0 when malformed.
+int32_t parse_number(const std::string& s, size_t from) {
+  if (s.size() <= from || s.size() > from + 5 || s[from] == '0') return 0;
+  int32_t v = 0;
+  for (size_t i = from; i < s.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(s[i]))) return 0;
-    g = g * 10 + (s[i] - '0');
+    v = v * 10 + (s[i] - '0');
   }
-  return (g >= kMinGroup && g <= kMaxGroup) ? g : 0;
+  return v;
+}
+
+// Splits "base:opt:opt" into the base and the options; throws on unknown or repeated ones.
+std::string split_spec(const std::string& spec, CodecOptions& o, std::string& given) {
+  size_t colon = spec.find(':');
+  std::string base = spec.substr(0, colon);
+  while (colon != std::string::npos) {
+    size_t next = spec.find(':', colon + 1);
+    std::string tok = spec.substr(colon + 1, next == std::string::npos ? next : next - colon - 1);
+    colon = next;
+    // One letter per option kind: 'S' for sr and 'R' for rs, else the option's first letter.
+    char key = tok == "sr" ? 'S' : tok == "rs" ? 'R' : tok.empty() ? '?' : tok[0];
+    CC_CHECK(given.find(key) == std::string::npos,
+             "option '" << tok << "' repeated in codec spec '" << spec << "'");
+    given += key;
+    if (key == 'S') {
+      o.stochastic = true;
+    } else if (key == 'R') {
+      o.random_signs = true;
+    } else if (key == 'g' && parse_number(tok, 1)) {
+      o.group = parse_number(tok, 1);
+    } else if (key == 'h' && parse_number(tok, 1)) {
+      o.rotation = parse_number(tok, 1);
+    } else if (key == 's' && (tok == "s8" || tok == "s16" || tok == "s32")) {
+      o.scale_bits = parse_number(tok, 1);
+    } else {
+      CC_CHECK(false, "bad option '" << tok << "' in codec spec '" << spec
+                                     << "' (options: gN group, hN rotation, s8/s16/s32 scale "
+                                        "bits, rs random signs, sr stochastic rounding); "
+                                     << valid_specs());
+    }
+  }
+  return base;
+}
+
+const CodecFamily& family(CodecKind kind) {
+  const CodecFamily* f = find_codec_family(kind);
+  CC_CHECK_AS(Unsupported, f != nullptr,
+              "codec kind " << int(kind) << " is not registered in this build");
+  return *f;
 }
 
 }  // namespace
 
 Codec Codec::parse(const std::string& spec) {
-  size_t colon = spec.find(':');
-  std::string base = spec.substr(0, colon);
+  CodecOptions o;
+  std::string given;
+  std::string base = split_spec(spec, o, given);
   Codec c;
   if (base == "fp8_e4m3" || base == "fp8_e5m2") {
+    CC_CHECK(given.find_first_not_of("g") == std::string::npos,
+             "codec '" << base << "' takes only a group option (got '" << spec << "'); "
+                       << valid_specs());
     c.kind = base == "fp8_e4m3" ? CodecKind::Fp8E4M3 : CodecKind::Fp8E5M2;
     c.unbound = false;
-    c.group = kDefaultGroup;
-    if (colon != std::string::npos) {
-      c.group = parse_group(spec.substr(colon + 1));
-      CC_CHECK(c.group != 0, "bad group in codec spec '" << spec << "'; " << kValidSpecs);
-    }
+    c.group = o.group ? o.group : kDefaultGroup;
+    CC_CHECK(c.group >= kMinGroup && c.group <= kMaxGroup,
+             "bad group in codec spec '" << spec << "'; " << valid_specs());
     return c;
   }
-  CC_CHECK(colon == std::string::npos,
-           "codec '" << base << "' takes no options (got '" << spec << "'); " << kValidSpecs);
+  if (const CodecFamily* f = find_codec_family(base)) {
+    c.kind = f->kind;
+    c.unbound = false;
+    f->configure(c, o, spec);
+    return c;
+  }
+  CC_CHECK(given.empty(),
+           "codec '" << base << "' takes no options (got '" << spec << "'); " << valid_specs());
   if (base == "none") return c;
   CC_CHECK(base == "bf16" || base == "fp16",
-           "unknown codec spec '" << spec << "'; " << kValidSpecs);
+           "unknown codec spec '" << spec << "'; " << valid_specs());
   c.unbound = false;
   c.raw_dtype = base == "bf16" ? DType::BFloat16 : DType::Float16;
   return c;
@@ -57,6 +110,7 @@ std::string Codec::name() const {
     case CodecKind::Fp8E4M3: return "fp8_e4m3:g" + std::to_string(group);
     case CodecKind::Fp8E5M2: return "fp8_e5m2:g" + std::to_string(group);
     case CodecKind::Raw: break;
+    default: return family(kind).name(*this);
   }
   // `none` bound to bfloat16 / float16 is the same wire format as bf16 / fp16, so it takes
   // that name; bound to float32 it stays `none`.
@@ -77,7 +131,9 @@ int64_t Codec::wire_bytes(int64_t n) const {
   CC_CHECK(!unbound, "codec 'none' is unbound: bind it to a dtype first (Codec.bind(dtype))");
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   if (kind == CodecKind::Raw) return n * static_cast<int64_t>(dtype_size(raw_dtype));
-  return align_up(n, 4) + 4 * ceil_div(n, group);
+  if (kind == CodecKind::Fp8E4M3 || kind == CodecKind::Fp8E5M2)
+    return align_up(n, 4) + 4 * ceil_div(n, group);
+  return family(kind).wire_bytes(*this, n);
 }
 
 bool Codec::lossy(DType input) const {
@@ -88,11 +144,11 @@ bool Codec::lossy(DType input) const {
 }
 
 uint32_t Codec::id() const {
-  // Injective over valid codecs: kind (2 bits), bound flag, wire dtype, group (<= 1024).
-  uint32_t dtype_bits =
-      (unbound || kind != CodecKind::Raw) ? 0u : static_cast<uint32_t>(raw_dtype);
-  return static_cast<uint32_t>(kind) | (unbound ? 1u << 4 : 0u) | (dtype_bits << 8) |
-         (static_cast<uint32_t>(group) << 16);
+  // FNV-1a of the canonical name, which determines the wire format exactly; the unbound
+  // `none` (never on the wire) gets its own bit.
+  uint32_t h = 2166136261u;
+  for (char ch : name()) h = (h ^ static_cast<uint8_t>(ch)) * 16777619u;
+  return unbound ? (h | 1u) : (h & ~1u);
 }
 
 }  // namespace ccompress

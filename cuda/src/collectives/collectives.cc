@@ -79,7 +79,7 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   }
   stats.quantizations = plan.quantizations;
   ExecBuffers bufs{in, out, dtype};
-  stats.payload_bytes = execute(plan, ctx.codec, bufs, t, k, opt.timeout_s);
+  stats.payload_bytes = execute(plan, ctx.codec, bufs, t, k, opt);
   return stats;
 }
 

@@ -16,8 +16,8 @@ bool is_transfer(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
 class Runner {
  public:
   Runner(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
-         KernelBackend& k)
-      : plan_(plan), codec_(codec), bufs_(bufs), t_(t), k_(k) {
+         KernelBackend& k, const CollectiveOptions& opt)
+      : plan_(plan), codec_(codec), bufs_(bufs), t_(t), k_(k), opt_(opt) {
     acc_.reset(new float[std::max<int64_t>(plan.acc_elems, 1)]);
     wire_.reset(new uint64_t[std::max<int64_t>(plan.wire_bytes / 8 + 1, 1)]);
   }
@@ -113,13 +113,17 @@ class Runner {
     return nullptr;
   }
 
+  EncodeContext context(const Op& op) const {
+    return EncodeContext{opt_.seed, opt_.step, t_.rank(), op.index};
+  }
+
   void compute(const Op& op) {
     float* acc_dst = op.dst.kind == BufKind::Acc ? static_cast<float*>(ptr(op.dst)) : nullptr;
     switch (op.kind) {
       case OpKind::Encode: {
         bool from_acc = op.src.kind == BufKind::Acc;
         k_.encode(ptr(op.src), from_acc ? DType::Float32 : bufs_.dtype, op.n, codec_, op.divisor,
-                  ptr(op.dst));
+                  context(op), ptr(op.dst));
         break;
       }
       case OpKind::DecodeAcc:
@@ -130,7 +134,7 @@ class Runner {
         break;
       case OpKind::DecodeReduceEncode:
         k_.decode_reduce_encode(ptr(op.src), ptr(op.x), bufs_.dtype, op.n, codec_, op.divisor,
-                                ptr(op.dst));
+                                context(op), ptr(op.dst));
         break;
       case OpKind::Finalize:
         k_.finalize(static_cast<const float*>(ptr(op.src)), op.n, op.divisor, ptr(op.dst),
@@ -150,6 +154,7 @@ class Runner {
   const ExecBuffers& bufs_;
   Transport& t_;
   KernelBackend& k_;
+  const CollectiveOptions& opt_;
   std::unique_ptr<float[]> acc_;
   std::unique_ptr<uint64_t[]> wire_;
   std::vector<int> pending_;
@@ -163,9 +168,9 @@ class Runner {
 }  // namespace
 
 int64_t execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
-                KernelBackend& k, double timeout_s) {
-  Runner runner(plan, codec, bufs, t, k);
-  return runner.run(timeout_s);
+                KernelBackend& k, const CollectiveOptions& opt) {
+  Runner runner(plan, codec, bufs, t, k, opt);
+  return runner.run(opt.timeout_s);
 }
 
 }  // namespace ccompress

@@ -18,6 +18,6 @@ struct ExecBuffers {
 /// between transfers, runs the ready compute step with the lowest index, so encoding of
 /// later slices overlaps the transfer of earlier ones. Returns the payload bytes sent.
 int64_t execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
-                KernelBackend& k, double timeout_s);
+                KernelBackend& k, const CollectiveOptions& opt);
 
 }  // namespace ccompress

@@ -68,14 +68,14 @@ void PlanBuilder::order_after_input_reads(Op& op, int64_t off, int64_t elems) {
 
 int PlanBuilder::send(int peer, int64_t wire_off, int64_t elems, int tag,
                       std::vector<int32_t> deps) {
-  Op op{OpKind::Send, elems, {BufKind::Wire, wire_off}, {}, {}, peer, tag, false, 1.f,
+  Op op{OpKind::Send, elems, {BufKind::Wire, wire_off}, {}, {}, peer, tag, 0, false, 1.f,
         std::move(deps)};
   return add(std::move(op));
 }
 
 int PlanBuilder::recv(int peer, int64_t wire_off, int64_t elems, int tag,
                       std::vector<int32_t> deps) {
-  Op op{OpKind::Recv, elems, {}, {BufKind::Wire, wire_off}, {}, peer, tag, false, 1.f,
+  Op op{OpKind::Recv, elems, {}, {BufKind::Wire, wire_off}, {}, peer, tag, 0, false, 1.f,
         std::move(deps)};
   return add(std::move(op));
 }
@@ -83,29 +83,29 @@ int PlanBuilder::recv(int peer, int64_t wire_off, int64_t elems, int tag,
 int PlanBuilder::encode_input(int64_t in_off, int64_t elems, int64_t wire_off, float divisor,
                               std::vector<int32_t> deps) {
   Op op{OpKind::Encode, elems, {BufKind::Input, in_off}, {BufKind::Wire, wire_off}, {}, -1, 0,
-        false, divisor, std::move(deps)};
+        in_off, false, divisor, std::move(deps)};
   int id = add(std::move(op));
   note_input_read(id, in_off, elems);
   return id;
 }
 
-int PlanBuilder::encode_acc(int64_t acc_off, int64_t elems, int64_t wire_off, float divisor,
-                            std::vector<int32_t> deps) {
+int PlanBuilder::encode_acc(int64_t acc_off, int64_t elems, int64_t elem_index,
+                            int64_t wire_off, float divisor, std::vector<int32_t> deps) {
   Op op{OpKind::Encode, elems, {BufKind::Acc, acc_off}, {BufKind::Wire, wire_off}, {}, -1, 0,
-        false, divisor, std::move(deps)};
+        elem_index, false, divisor, std::move(deps)};
   return add(std::move(op));
 }
 
 int PlanBuilder::decode_acc(int64_t wire_off, int64_t elems, int64_t acc_off, bool assign,
                             std::vector<int32_t> deps) {
-  Op op{OpKind::DecodeAcc, elems, {BufKind::Wire, wire_off}, {BufKind::Acc, acc_off}, {}, -1, 0,
+  Op op{OpKind::DecodeAcc, elems, {BufKind::Wire, wire_off}, {BufKind::Acc, acc_off}, {}, -1, 0, 0,
         assign, 1.f, std::move(deps)};
   return add(std::move(op));
 }
 
 int PlanBuilder::load_acc(int64_t in_off, int64_t elems, int64_t acc_off, bool assign,
                           std::vector<int32_t> deps) {
-  Op op{OpKind::LoadAcc, elems, {BufKind::Input, in_off}, {BufKind::Acc, acc_off}, {}, -1, 0,
+  Op op{OpKind::LoadAcc, elems, {BufKind::Input, in_off}, {BufKind::Acc, acc_off}, {}, -1, 0, 0,
         assign, 1.f, std::move(deps)};
   int id = add(std::move(op));
   note_input_read(id, in_off, elems);
@@ -116,7 +116,7 @@ int PlanBuilder::decode_reduce_encode(int64_t wire_in, int64_t in_off, int64_t e
                                       int64_t wire_out, float divisor,
                                       std::vector<int32_t> deps) {
   Op op{OpKind::DecodeReduceEncode, elems, {BufKind::Wire, wire_in}, {BufKind::Wire, wire_out},
-        {BufKind::Input, in_off}, -1, 0, false, divisor, std::move(deps)};
+        {BufKind::Input, in_off}, -1, 0, in_off, false, divisor, std::move(deps)};
   int id = add(std::move(op));
   note_input_read(id, in_off, elems);
   return id;
@@ -124,7 +124,7 @@ int PlanBuilder::decode_reduce_encode(int64_t wire_in, int64_t in_off, int64_t e
 
 int PlanBuilder::finalize(int64_t acc_off, int64_t elems, int64_t out_off, float divisor,
                           std::vector<int32_t> deps) {
-  Op op{OpKind::Finalize, elems, {BufKind::Acc, acc_off}, {BufKind::Output, out_off}, {}, -1, 0,
+  Op op{OpKind::Finalize, elems, {BufKind::Acc, acc_off}, {BufKind::Output, out_off}, {}, -1, 0, 0,
         false, divisor, std::move(deps)};
   order_after_input_reads(op, out_off, elems);
   return add(std::move(op));
@@ -133,7 +133,7 @@ int PlanBuilder::finalize(int64_t acc_off, int64_t elems, int64_t out_off, float
 int PlanBuilder::decode_out(int64_t wire_off, int64_t elems, int64_t out_off,
                             std::vector<int32_t> deps) {
   Op op{OpKind::DecodeOut, elems, {BufKind::Wire, wire_off}, {BufKind::Output, out_off}, {}, -1,
-        0, false, 1.f, std::move(deps)};
+        0, 0, false, 1.f, std::move(deps)};
   order_after_input_reads(op, out_off, elems);
   return add(std::move(op));
 }

@@ -39,6 +39,7 @@ struct Op {
   BufRef src, dst, x;
   int peer = -1;
   int tag = 0;
+  int64_t index = 0;  ///< encodes: global element index of the run (stochastic rounding)
   bool assign = false;
   float divisor = 1.f;
   std::vector<int32_t> deps;  ///< ops that must complete first (always earlier indices)
@@ -82,8 +83,8 @@ class PlanBuilder {
   int recv(int peer, int64_t wire_off, int64_t elems, int tag, std::vector<int32_t> deps = {});
   int encode_input(int64_t in_off, int64_t elems, int64_t wire_off, float divisor,
                    std::vector<int32_t> deps = {});
-  int encode_acc(int64_t acc_off, int64_t elems, int64_t wire_off, float divisor,
-                 std::vector<int32_t> deps);
+  int encode_acc(int64_t acc_off, int64_t elems, int64_t elem_index, int64_t wire_off,
+                 float divisor, std::vector<int32_t> deps);
   int decode_acc(int64_t wire_off, int64_t elems, int64_t acc_off, bool assign,
                  std::vector<int32_t> deps);
   int load_acc(int64_t in_off, int64_t elems, int64_t acc_off, bool assign,

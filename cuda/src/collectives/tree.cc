@@ -46,7 +46,7 @@ Plan build_tree(const PlanContext& ctx) {
       int prev = b.load_acc(lo, len, acc, true);
       for (size_t i = 0; i < children.size(); ++i)
         prev = b.decode_acc(w_child[i], len, acc, false, {rv_child[i], prev});
-      up = b.encode_acc(acc, len, w_up, div, {prev});
+      up = b.encode_acc(acc, len, lo, w_up, div, {prev});
     }
     int have_final = up;
     int64_t w_final = w_up;

@@ -72,7 +72,7 @@ Plan build_two_shot(const PlanContext& ctx, bool reduce_scatter_only) {
         b.finalize(acc, len, lo - own_begin, b.avg_divisor(), {prev});
       } else {
         int64_t w = b.alloc_wire(len);
-        int e = b.encode_acc(acc, len, w, b.avg_divisor(), {prev});
+        int e = b.encode_acc(acc, len, lo, w, b.avg_divisor(), {prev});
         for (int k = 1; k < P; ++k) b.send((r + k) % P, w, len, b.tag(kStepGather, r, s), {e});
         b.decode_out(w, len, lo, {e});
       }

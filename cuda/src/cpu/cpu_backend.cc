@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <vector>
 
 #include "ccompress/error.h"
 #include "codecs/float_convert.h"
 #include "codecs/fp8.h"
 #include "codecs/group_codec.h"
+#include "codecs/registry.h"
 
 namespace ccompress {
 namespace {
@@ -125,10 +127,34 @@ void dequantize_group(const void* wire, int64_t n, int64_t g, int64_t off, int64
   for (int64_t i = 0; i < len; ++i) out[i] = codecs::mul_rn(lut[q[i]], s);
 }
 
+// Families registered in codecs/registry.h work on whole runs of fp32 values: one scratch
+// buffer per thread, grown to the largest run seen (a slice, normally).
+const CodecFamily* registered_family(const Codec& codec) {
+  if (codec.kind == CodecKind::Raw || codec.kind == CodecKind::Fp8E4M3 ||
+      codec.kind == CodecKind::Fp8E5M2)
+    return nullptr;
+  const CodecFamily* f = find_codec_family(codec.kind);
+  CC_CHECK_AS(Unsupported, f != nullptr,
+              "codec " << int(codec.kind) << " is not registered in this build");
+  return f;
+}
+
+float* run_scratch(int64_t n) {
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
 }  // namespace
 
 void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                        float divisor, void* dst) {
+                        float divisor, const EncodeContext& ctx, void* dst) {
+  if (const CodecFamily* f = registered_family(codec)) {
+    float* run = run_scratch(n);
+    load_block(src, src_dtype, 0, n, divisor, run);
+    f->encode(run, n, codec, ctx, static_cast<uint8_t*>(dst));
+    return;
+  }
   check_args(codec, n);
   float buf[kBlock];
   if (codec.kind == CodecKind::Raw) {
@@ -159,6 +185,12 @@ void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec
 
 void CpuBackend::decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
                                    bool assign) {
+  if (const CodecFamily* f = registered_family(codec)) {
+    float* run = run_scratch(n);
+    f->decode(static_cast<const uint8_t*>(src), n, codec, run);
+    load_accumulate(run, DType::Float32, n, acc, assign);
+    return;
+  }
   check_args(codec, n);
   if (codec.kind == CodecKind::Raw) {
     load_accumulate(src, codec.raw_dtype, n, acc, assign);
@@ -183,6 +215,12 @@ void CpuBackend::decode_accumulate(const void* src, int64_t n, const Codec& code
 
 void CpuBackend::decode(const void* src, int64_t n, const Codec& codec, void* out,
                         DType out_dtype) {
+  if (const CodecFamily* f = registered_family(codec)) {
+    float* run = run_scratch(n);
+    f->decode(static_cast<const uint8_t*>(src), n, codec, run);
+    store_block(run, n, out, out_dtype, 0);
+    return;
+  }
   check_args(codec, n);
   float buf[kBlock];
   if (codec.kind == CodecKind::Raw) {
@@ -217,7 +255,15 @@ void CpuBackend::load_accumulate(const void* src, DType src_dtype, int64_t n, fl
 }
 
 void CpuBackend::decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
-                                      const Codec& codec, float divisor, void* dst) {
+                                      const Codec& codec, float divisor,
+                                      const EncodeContext& ctx, void* dst) {
+  if (const CodecFamily* f = registered_family(codec)) {
+    float* run = run_scratch(n);
+    f->decode(static_cast<const uint8_t*>(src), n, codec, run);
+    add_block(x, x_dtype, 0, n, divisor, run);
+    f->encode(run, n, codec, ctx, static_cast<uint8_t*>(dst));
+    return;
+  }
   check_args(codec, n);
   float buf[kBlock];
   if (codec.kind == CodecKind::Raw) {

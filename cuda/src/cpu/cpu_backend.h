@@ -12,7 +12,7 @@ namespace ccompress {
 class CC_API CpuBackend : public KernelBackend {
  public:
   void encode(const void* src, DType src_dtype, int64_t n, const Codec& codec, float divisor,
-              void* dst) override;
+              const EncodeContext& ctx, void* dst) override;
   void decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
                          bool assign) override;
   void decode(const void* src, int64_t n, const Codec& codec, void* out,
@@ -21,7 +21,8 @@ class CC_API CpuBackend : public KernelBackend {
                        bool assign) override;
   // src and dst may be the same buffer: each group is read whole before it is written.
   void decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
-                            const Codec& codec, float divisor, void* dst) override;
+                            const Codec& codec, float divisor, const EncodeContext& ctx,
+                            void* dst) override;
   void finalize(const float* acc, int64_t n, float divisor, void* out,
                 DType out_dtype) override;
 };

@@ -1,0 +1,58 @@
+#include "codecs/registry.h"
+
+#include <deque>
+#include <mutex>
+
+#include "ccompress/error.h"
+
+namespace ccompress {
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::deque<CodecFamily> families;  // stable addresses for find_codec_family
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+bool register_codec_family(const CodecFamily& family) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const CodecFamily& f : r.families)
+    CC_CHECK_AS(Error, std::string(f.base) != family.base,
+                "codec family '" << family.base << "' registered twice");
+  r.families.push_back(family);
+  return true;
+}
+
+const CodecFamily* find_codec_family(const std::string& base) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const CodecFamily& f : r.families)
+    if (base == f.base) return &f;
+  return nullptr;
+}
+
+const CodecFamily* find_codec_family(CodecKind kind) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const CodecFamily& f : r.families)
+    if (f.kind == kind) return &f;
+  return nullptr;
+}
+
+std::vector<std::string> codec_family_help() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out;
+  for (const CodecFamily& f : r.families) out.emplace_back(f.help);
+  return out;
+}
+
+}  // namespace ccompress

@@ -1,0 +1,53 @@
+// Codec families beyond the built-in raw casts and per-group FP8. Each family lives in its own
+// files — cuda/src/codecs/<family>.h (the CC_HOST_DEVICE math), cuda/src/cpu/<family>_cpu.cc
+// (host loops, and the registration below), cuda/src/kernels/<family>_kernels.cu — and
+// registers itself at load time, so adding one touches no shared switch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ccompress/codec.h"
+#include "ccompress/kernel_backend.h"
+
+namespace ccompress {
+
+/// Options of a spec string "base[:opt]*"; each field is set only when given.
+struct CodecOptions {
+  int32_t group = 0;        ///< ":gN"
+  int32_t rotation = 0;     ///< ":hN"
+  int32_t scale_bits = 0;   ///< ":s8", ":s16", ":s32"
+  bool random_signs = false;  ///< ":rs"
+  bool stochastic = false;    ///< ":sr"
+};
+
+struct CodecFamily {
+  const char* base;  ///< spec base name ("taco"); a family may register several bases
+  CodecKind kind;
+  /// Fills a Codec (kind set, unbound false) from the options: defaults, then validation
+  /// (throw InvalidArgument naming the spec and what is allowed).
+  void (*configure)(Codec& c, const CodecOptions& o, const std::string& spec);
+  /// Canonical spec string; parse(name(c)) == c.
+  std::string (*name)(const Codec& c);
+  /// Exact encoded size of n elements.
+  int64_t (*wire_bytes)(const Codec& c, int64_t n);
+  /// Host encode of one run of n fp32 values (already divided by the divisor).
+  void (*encode)(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
+                 uint8_t* dst);
+  /// Host decode of one run into n fp32 values.
+  void (*decode)(const uint8_t* src, int64_t n, const Codec& c, float* out);
+  /// One line for the list of valid specs, e.g. "taco[:gG] (G a power of two, 32..512)".
+  const char* help;
+};
+
+/// Adds a family; returns true so it can initialise a static. Throws on a duplicate base.
+bool register_codec_family(const CodecFamily& family);
+/// The family of a spec base name, or nullptr.
+const CodecFamily* find_codec_family(const std::string& base);
+/// The family that owns a kind (the first registered for it), or nullptr.
+const CodecFamily* find_codec_family(CodecKind kind);
+/// Help lines of every registered family.
+std::vector<std::string> codec_family_help();
+
+}  // namespace ccompress
