@@ -158,6 +158,15 @@ def view(x: Any, what: str = "x", writable: bool = False) -> ArrayView:
     return v
 
 
+def as_numpy(v: ArrayView) -> np.ndarray:
+    """A NumPy array over the memory of ``v`` (no copy), shaped like the caller's array."""
+    dt = numpy_dtype(v.dtype)
+    if v.n == 0:
+        return np.zeros(v.shape, dt)
+    buf = (ctypes.c_char * (v.n * dt.itemsize)).from_address(v.ptr)
+    return np.frombuffer(buf, dtype=dt, count=v.n).reshape(v.shape)
+
+
 def empty_like(x: Any, shape: Tuple[int, ...], dtype: str) -> Any:
     """A new array of ``shape`` and ``dtype`` from the same library as ``x`` (NumPy when
     that library cannot hand out writable host memory)."""

@@ -5,7 +5,9 @@ import concurrent.futures as cf
 import threading
 from typing import Any, Callable, List, Optional
 
-from . import _arrays, _core
+import numpy as np
+
+from . import _arrays, _core, autocodec
 from ._errors import InvalidArgument, Unsupported
 from .codec import Codec
 
@@ -117,15 +119,23 @@ class Communicator:
                   step: Optional[int] = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets bit-identical results.
 
-        ``codec`` is a spec string or :class:`Codec`; ``algo`` one of ring, two_shot, tree,
-        one_shot, auto; ``op`` sum or avg. Writes into ``out`` when given (``out=x`` for in
-        place) and returns it, else returns a new array like ``x``. With ``async_op`` returns
-        a :class:`Work` whose ``wait()`` gives the result.
+        ``codec`` is a spec string or :class:`Codec`, or ``"auto8"`` / ``"auto4"`` to let
+        the ranks pick a codec and scale-group layout per call from the data (see
+        :mod:`ccompress.autocodec`; the choice is in ``last_stats``); ``algo`` one of ring,
+        two_shot, tree, one_shot, auto; ``op`` sum or avg. Writes into ``out`` when given
+        (``out=x`` for in place) and returns it, else returns a new array like ``x``. With
+        ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
         """
-        codec, algo, op = self._check_args(codec, algo, op, stream)
+        auto = codec if autocodec.is_auto(codec) else None
+        codec, algo, op = self._check_args("none" if auto else codec, algo, op, stream)
         xv = _arrays.view(x, "x")
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
-        return self._launch(_core.allreduce, xv, ov, codec, algo, op, x, out, async_op, step)
+        step = self._next_step(step)
+        if auto:
+            body = lambda: self._auto_allreduce(auto, xv, ov, algo, op, step)  # noqa: E731
+        else:
+            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op, step)  # noqa: E731
+        return self._launch(body, x, out, async_op)
 
     def reduce_scatter(self, x: Any, codec: Any = "none", op: str = "sum", out: Any = None,
                        async_op: bool = False, stream: Any = None,
@@ -136,8 +146,10 @@ class Communicator:
         xv = _arrays.view(x, "x")
         lo, hi = _core.chunk_range(xv.n, self.size, self.rank)
         out, ov = self._output(x, xv, out, (hi - lo,), hi - lo, "reduce_scatter")
-        return self._launch(_core.reduce_scatter, xv, ov, codec, "two_shot", op, x, out,
-                            async_op, step)
+        step = self._next_step(step)
+        return self._launch(
+            lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op, step),
+            x, out, async_op)
 
     def allgather(self, x: Any, codec: Any = "none", out: Any = None, async_op: bool = False,
                   stream: Any = None, step: Optional[int] = None) -> Any:
@@ -149,8 +161,10 @@ class Communicator:
                                "allgather")
         if xv.n and ov.ptr == xv.ptr:
             raise InvalidArgument("allgather cannot write its output over its input")
-        return self._launch(_core.allgather, xv, ov, codec, "one_shot", "sum", x, out, async_op,
-                            step)
+        step = self._next_step(step)
+        return self._launch(
+            lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step),
+            x, out, async_op)
 
     # ---- internals ----
     def _check_args(self, codec: Any, algo: str, op: str, stream: Any):
@@ -178,17 +192,46 @@ class Communicator:
             raise InvalidArgument("out partly overlaps x; pass out=x (in place) or a separate array")
         return out, ov
 
-    def _launch(self, fn: Callable, xv, ov, codec: Codec, algo: str, op: str, x: Any, out: Any,
-                async_op: bool, step: Optional[int]) -> Any:
+    def _next_step(self, step: Optional[int]) -> int:
         # Steps are taken in issue order, so every rank numbers its calls alike.
-        if step is None:
-            step = self._step
         self._step += 1
+        return self._step - 1 if step is None else int(step)
 
+    def _collective(self, fn: Callable, xv, ov, codec: Codec, algo: str, op: str,
+                    step: int) -> dict:
+        """Runs one collective now (the caller keeps the issue order)."""
+        with self._lock:
+            stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
+                       self._slice, self._timeout, self._seed, step)
+        stats["codec"] = codec.name
+        self.last_stats = stats
+        return stats
+
+    def _auto_allreduce(self, name: str, xv, ov, algo: str, op: str, step: int) -> dict:
+        a = _arrays.as_numpy(xv)
+
+        def exact_sum(v: np.ndarray) -> np.ndarray:
+            sv = _arrays.view(v)
+            out = np.empty_like(v)
+            self._collective(_core.allreduce, sv, _arrays.view(out), Codec.parse("none"),
+                             "two_shot", "sum", 0)
+            return out
+
+        choice = autocodec.choose(name, a, exact_sum)
+        if choice.layout == "rows":
+            stats = self._collective(_core.allreduce, xv, ov, choice.codec, algo, op, step)
+        else:
+            flat = autocodec.arrange(a, "cols")
+            res = np.empty_like(flat)
+            stats = self._collective(_core.allreduce, _arrays.view(flat), _arrays.view(res),
+                                     choice.codec, algo, op, step)
+            _arrays.as_numpy(ov)[...] = autocodec.restore(res, xv.shape, "cols")
+        stats.update(auto=name, layout=choice.layout, candidates=choice.table)
+        return stats
+
+    def _launch(self, body: Callable[[], Any], x: Any, out: Any, async_op: bool) -> Any:
         def run() -> Any:
-            with self._lock:
-                self.last_stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
-                                     self._slice, self._timeout, self._seed, int(step))
+            body()
             return _arrays.like_input(x, out)
 
         if async_op:
