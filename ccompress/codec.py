@@ -30,6 +30,9 @@ class Codec:
             return spec
         if not isinstance(spec, str):
             raise InvalidArgument(f"codec must be a spec string or Codec, got {type(spec).__name__}")
+        if spec in ("auto8", "auto4"):
+            raise InvalidArgument(f"{spec} is chosen per call from the data by a communicator: "
+                                  f"pass codec={spec!r} to allreduce (or simulate.allreduce)")
         return Codec(_core.Codec.parse(spec))
 
     @property

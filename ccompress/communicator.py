@@ -8,7 +8,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 
 from . import _arrays, _core, autocodec
-from ._errors import InvalidArgument, Unsupported
+from ._errors import CCompressError, InvalidArgument, MismatchError, Unsupported
 from .codec import Codec
 
 ALGOS = ("auto", "ring", "two_shot", "tree", "one_shot")
@@ -65,6 +65,7 @@ class Communicator:
         self._pool: Optional[cf.ThreadPoolExecutor] = None
         self._last: Optional[cf.Future] = None
         self.last_stats: Optional[dict] = None
+        self._broken: Optional[str] = None
 
     # ---- construction ----
     @classmethod
@@ -201,8 +202,19 @@ class Communicator:
                     step: int) -> dict:
         """Runs one collective now (the caller keeps the issue order)."""
         with self._lock:
-            stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
-                       self._slice, self._timeout, self._seed, step)
+            if self._broken:
+                raise CCompressError(f"this communicator is unusable: {self._broken}; "
+                                     "create a new one (all ranks)")
+            try:
+                stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
+                           self._slice, self._timeout, self._seed, step)
+            except MismatchError:
+                raise  # every rank stopped at the same point: the group is still in step
+            except CCompressError as e:
+                # A peer may still deliver messages of the failed call, which the next call
+                # could take for its own: refuse to compute on.
+                self._broken = f"{type(e).__name__} in an earlier collective ({e})"
+                raise
         stats["codec"] = codec.name
         self.last_stats = stats
         return stats

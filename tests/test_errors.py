@@ -165,3 +165,16 @@ def test_error_types_survive_loading_every_module():
             c.allreduce(np.ones(3 + c.rank, np.float32))
 
     cc.run_inproc(2, body)
+
+
+def test_communicator_unusable_after_a_timeout():
+    def body(c):
+        if c.rank == 1:
+            return None
+        with pytest.raises(cc.CollectiveTimeout):
+            c.allreduce(np.ones(10, np.float32))
+        with pytest.raises(cc.CCompressError, match="unusable"):
+            c.allreduce(np.ones(10, np.float32))
+        return True
+
+    assert cc.run_inproc(3, body, timeout=0.3) == [True, None, True]
