@@ -1,0 +1,174 @@
+"""Emulated bandwidth-limited networks: one MPI rank per network namespace.
+
+    sudo .venv/bin/python perf/emulated_net.py [--ranks 4] [--rates 0.5,1,2.5] \
+        [-- ccompress-perf options]
+
+Creates N namespaces joined by veth pairs into a bridge, each veth rate-limited with `tbf` on
+both ends (a full-duplex NIC per node), runs `ccompress-perf allreduce` under MPICH's hydra
+with one rank per namespace over TCP, reads the veth byte counters to prove the traffic
+crossed the links, and prints the speedup of every codec over `MPI_Allreduce` measured in the
+same run. Always removes what it created, and only ever addresses its own namespaces.
+Needs root, iproute2 (ip, tc) and the .venv from scripts/setup.sh.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+SUBNET = "10.213.77"  # only ever used between the namespaces created here
+TAG = f"cc{os.getpid() % 10000}"
+
+
+def sh(*cmd: str, check: bool = True) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    return r.stdout
+
+
+class Network:
+    """N namespaces `<tag>n<i>`, each with `eth0` (SUBNET.<i+1>) on a veth pair whose other end
+    `<tag>v<i>` sits in bridge `<tag>br` (SUBNET.254, so hydra's proxies reach mpiexec)."""
+
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+        self.ns = [f"{TAG}n{i}" for i in range(ranks)]
+        self.veth = [f"{TAG}v{i}" for i in range(ranks)]
+        self.bridge = f"{TAG}br"
+        self.created: List[List[str]] = []  # undo commands, run in reverse
+        atexit.register(self.destroy)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: sys.exit(130))
+
+    def create(self) -> None:
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        self.created.append(["ip", "link", "del", self.bridge])
+        sh("ip", "addr", "add", f"{SUBNET}.254/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        for i, (ns, veth) in enumerate(zip(self.ns, self.veth)):
+            sh("ip", "netns", "add", ns)
+            self.created.append(["ip", "netns", "del", ns])
+            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self.created.append(["ip", "link", "del", veth])
+            sh("ip", "link", "set", veth, "master", self.bridge)
+            sh("ip", "link", "set", veth, "up")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{SUBNET}.{i + 1}/24", "dev", "eth0")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+
+    def limit(self, gbit: float) -> None:
+        """tbf at `gbit` on both ends of every veth; burst >= rate/HZ (BENCHMARKING.md)."""
+        burst = max(256 * 1024, int(gbit * 1e9 / 8 / 250) * 2)
+        for ns, veth in zip(self.ns, self.veth):
+            for prefix, dev in (([], veth), (["ip", "netns", "exec", ns], "eth0")):
+                sh(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+                   "rate", f"{gbit}gbit", "burst", str(burst), "latency", "100ms")
+
+    def counters(self) -> Dict[str, int]:
+        total = {"tx": 0, "rx": 0}
+        for veth in self.veth:
+            base = Path("/sys/class/net") / veth / "statistics"
+            total["tx"] += int((base / "tx_bytes").read_text())
+            total["rx"] += int((base / "rx_bytes").read_text())
+        return total
+
+    def destroy(self) -> None:
+        while self.created:
+            subprocess.run(self.created.pop(), capture_output=True)
+
+
+def run_perf(net: Network, perf_args: List[str], json_path: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    # MPICH would otherwise use shared memory between the namespaces (BENCHMARKING.md).
+    env.update(MPIR_CVAR_NOLOCAL="1", MPICH_CH4_NETMOD="ofi", FI_PROVIDER="tcp",
+               FI_TCP_IFACE="eth0", PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+    cmd = [str(VENV_BIN / "mpiexec"), "-launcher", "ssh", "-launcher-exec",
+           str(ROOT / "perf" / "netns_exec.sh"), "-iface", net.bridge, "-hosts", ",".join(net.ns),
+           "-n", str(net.ranks), "-genvall", str(VENV_BIN / "ccompress-perf"), "allreduce",
+           "--json", json_path] + perf_args
+    print("+", " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, env=env, text=True, capture_output=True)
+
+
+def speedup_table(rows: List[dict], gbit: float) -> List[str]:
+    base = {r["size"]: r["time_us"] for r in rows if r["codec"] == "MPI_Allreduce"}
+    out = []
+    for r in rows:
+        if r["codec"] == "MPI_Allreduce" or r["size"] not in base:
+            continue
+        out.append(f"{gbit:6.2f} {r['size']:>11} {r['codec']:>16} {r['algo']:>9} "
+                   f"{base[r['size']] / 1e3:10.1f} {r['time_us'] / 1e3:10.1f} "
+                   f"{base[r['size']] / r['time_us']:7.2f}x {r['ratio']:6.2f} {r['relerr']:9.2e} "
+                   f"{r['wrong']:>6}")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--rates", default="0.5,1,2.5", help="Gbit/s per link, comma separated")
+    ap.add_argument("--json", help="write every row, with rate and link counters, here")
+    ap.add_argument("perf_args", nargs=argparse.REMAINDER,
+                    help="after --: ccompress-perf options (default: 1M..64M, none, bf16, "
+                         "fp8_e4m3:g128, two_shot)")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("emulated_net.py needs root (network namespaces and tc)", file=sys.stderr)
+        return 2
+    perf_args = [a for a in args.perf_args if a != "--"] or [
+        "-b", "1M", "-e", "64M", "-f", "4", "-n", "3", "-w", "1",
+        "--codec", "none", "--codec", "bf16", "--codec", "fp8_e4m3:g128", "--algo", "two_shot"]
+    net = Network(args.ranks)
+    net.create()
+    header = (f"{'Gbit/s':>6} {'size':>11} {'codec':>16} {'algo':>9} {'MPI(ms)':>10} "
+              f"{'ours(ms)':>10} {'speedup':>8} {'ratio':>6} {'relerr':>9} {'#wrong':>6}")
+    lines, all_rows = [header], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for gbit in [float(r) for r in args.rates.split(",")]:
+            net.limit(gbit)
+            before = net.counters()
+            start = time.monotonic()
+            jpath = os.path.join(tmp, f"rate{gbit}.json")
+            proc = run_perf(net, perf_args, jpath)
+            if proc.returncode:
+                print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
+                return proc.returncode
+            after = net.counters()
+            run = json.load(open(jpath))
+            rows = run["rows"]
+            # A frame between two namespaces leaves one veth and enters another: the host-side
+            # counters see it twice. The run sent, per row and call, wire(B) from every rank.
+            moved = (after["tx"] - before["tx"] + after["rx"] - before["rx"]) / 2
+            calls = run["iters"] + run["warmup"] + (1 if "-c" not in perf_args else 0)
+            reported = sum(r["wire_bytes"] for r in rows) * net.ranks * calls
+            print(proc.stdout, flush=True)
+            print(f"# {gbit} Gbit/s: the links carried {moved / 1e6:.1f} MB for the "
+                  f"{reported / 1e6:.1f} MB of payload the run reports ({moved / reported:.3f}x: "
+                  f"TCP/IP headers, barriers, result checks) in {time.monotonic() - start:.0f} s",
+                  flush=True)
+            lines += speedup_table(rows, gbit)
+            for r in rows:
+                r["rate_gbit"] = gbit
+            all_rows.append({"rate_gbit": gbit, "link_bytes": moved, "reported_bytes": reported,
+                             "rows": rows})
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(all_rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
