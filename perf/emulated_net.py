@@ -161,7 +161,7 @@ def main(argv=None) -> int:
             lines += speedup_table(rows, gbit)
             for r in rows:
                 r["rate_gbit"] = gbit
-            all_rows.append({"rate_gbit": gbit, "link_bytes": moved, "reported_bytes": reported,
+            all_rows.append({"rate_gbit": gbit, "ranks": net.ranks, "link_bytes": moved, "reported_bytes": reported,
                              "rows": rows})
     print("\n".join(lines))
     if args.json:

@@ -1,0 +1,191 @@
+"""An alpha-beta model of ccompress's collectives, for choosing an algorithm and codec and for
+projecting to machines we cannot measure.
+
+Per rank, a collective moves W wire bytes over its link and spends C seconds in codec
+kernels. Transfers and kernels overlap slice by slice, so
+
+    time = max(W / bandwidth, C) + fill + latency
+
+where ``fill`` is one slice's kernel plus one slice's transfer (the pipeline's first and last
+stages cannot overlap) and ``latency`` counts the dependent message rounds times ``alpha``.
+A node of ``ranks_per_node`` ranks has its own (faster) link between its ranks; on a
+two-level system the inter-node link is shared by the node's ranks. Codec costs come from
+measured element rates (``encode``, ``decode`` in elements/s per rank), divided by the
+share of a core each rank gets when ranks outnumber cores.
+
+All formulas are per rank and follow the schedules in cuda/src/collectives/.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Dict, Iterable, List, Optional, Tuple
+
+ALGOS = ("ring", "two_shot", "tree", "one_shot")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a full-duplex link."""
+
+    bandwidth: float  # bytes/s
+    alpha: float      # s per dependent message round
+    per_message: float = 1e-6  # s of software overhead per message a rank posts
+
+
+@dataclass(frozen=True)
+class CodecCost:
+    """What a codec costs: wire bytes per element and kernel rates per rank."""
+
+    name: str
+    wire_per_element: float       # bytes, scales and padding included
+    encode: float                 # elements/s
+    decode: float                 # elements/s (decode-accumulate)
+    source: str = "measured"      # or "datasheet assumption: ..."
+
+
+@dataclass(frozen=True)
+class System:
+    """Ranks, their links and how much compute a rank gets."""
+
+    name: str
+    ranks: int
+    link: Link                      # between nodes (or between all ranks on one level)
+    ranks_per_node: int = 1
+    intra: Optional[Link] = None    # between the ranks of a node
+    cores_per_rank: float = 1.0     # CPU runs with more ranks than cores get less than one
+    reduce_rate: float = 2e9        # elements/s of the engine's own uncompressed reduction
+    slice_elems: int = 1 << 16
+    notes: str = ""
+
+    def compute_share(self) -> float:
+        """Fraction of a (codec-rate) core each rank gets."""
+        return min(1.0, self.cores_per_rank)
+
+
+def _bandwidth(system: System) -> float:
+    """Effective per-rank bandwidth of the bottleneck level for an all-to-all-like pattern:
+    on two levels, the (P - g) / P of the traffic that leaves a node shares its link among
+    the node's g ranks."""
+    p, g = system.ranks, system.ranks_per_node
+    if g <= 1 or system.intra is None:
+        return system.link.bandwidth
+    inter_share = (p - g) / max(p - 1, 1)
+    t_inter = inter_share * g / system.link.bandwidth
+    t_intra = (1 - inter_share) / system.intra.bandwidth
+    return 1.0 / max(t_inter + t_intra, 1e-30)
+
+
+def _alpha(system: System) -> float:
+    return system.link.alpha if system.ranks > system.ranks_per_node else (
+        system.intra.alpha if system.intra else system.link.alpha)
+
+
+def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, algo: str) -> float:
+    """Predicted seconds of one all-reduce of ``n`` elements (``codec`` applied, ``algo``)."""
+    p = system.ranks
+    w = codec.wire_per_element
+    bw = _bandwidth(system)
+    share = system.compute_share()
+    enc, dec = codec.encode * share, codec.decode * share
+    if p == 1:
+        return n / enc + n / dec
+    chunk = n / p
+    if algo == "two_shot":
+        sent = 2 * (p - 1) * chunk * w          # all-to-all out, then the owner's copies
+        kernels = n / enc + n / dec + chunk / enc + n / dec
+        rounds = 2
+        messages = 4 * (p - 1)
+    elif algo == "ring":
+        sent = 2 * (p - 1) * chunk * w
+        kernels = chunk / enc + (p - 1) * chunk * (1 / enc + 1 / dec) + (p - 1) * chunk / dec \
+            + chunk / dec
+        rounds = 2 * (p - 1)
+        messages = 4 * (p - 1)
+    elif algo == "one_shot":
+        sent = (p - 1) * n * w
+        kernels = n / enc + p * n / dec
+        rounds = 1
+        messages = 2 * (p - 1)
+    elif algo == "tree":
+        depth = max(1, math.ceil(math.log2(p + 1)) - 1)
+        sent = 3 * n * w                        # an inner node: up once, down to two children
+        kernels = n / enc + 2 * n / dec + n / enc + n / dec
+        rounds = 2 * depth
+        messages = 6
+    else:
+        raise ValueError(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
+    transfer = sent / bw
+    slice_n = min(system.slice_elems, max(chunk, 1))
+    fill = slice_n / enc + slice_n * w / bw
+    return max(transfer, kernels) + fill + rounds * _alpha(system) \
+        + messages * system.link.per_message
+
+
+def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
+    """The engine's uncompressed all-reduce, as NCCL picks it: the faster of a bandwidth-optimal
+    ring (2(p-1)/p of the data each way, 2(p-1) latency rounds) and a pipelined binary tree
+    (twice the data, 2 log2(p) rounds), with its reduction at ``reduce_rate``."""
+    p = system.ranks
+    if p == 1:
+        return 0.0
+    bw = _bandwidth(system)
+    add = (p - 1) / p * n / (system.reduce_rate * system.compute_share())
+    ring = 2 * (p - 1) / p * n * dtype_bytes / bw + 2 * (p - 1) * _alpha(system)
+    tree = 2 * n * dtype_bytes / bw + 2 * math.ceil(math.log2(p)) * _alpha(system)
+    return min(ring, tree) + add
+
+
+def best(system: System, n: int, dtype_bytes: int, codecs: Iterable[CodecCost],
+         errors: Optional[Dict[Tuple[str, str], float]] = None,
+         budget: Optional[float] = None) -> Tuple[float, str, str]:
+    """(time, codec, algo) of the fastest combination whose error (``errors[(codec, algo)]``,
+    e.g. measured relative L2) is within ``budget``; combinations without an error figure are
+    skipped when a budget is given."""
+    options = []
+    for c in codecs:
+        for a in ALGOS:
+            if budget is not None:
+                e = (errors or {}).get((c.name, a))
+                if e is None or e > budget:
+                    continue
+            options.append((collective_time(system, n, dtype_bytes, c, a), c.name, a))
+    if not options:
+        raise ValueError("no codec and algorithm meets the error budget")
+    return min(options)
+
+
+def gbit(x: float) -> float:
+    """Gbit/s -> bytes/s."""
+    return x * 1e9 / 8
+
+
+# Systems we project to. Link figures are vendor line rates; alphas are typical measured
+# one-way latencies; NCCL's fused reduction runs near HBM bandwidth (bf16 in and out, fp32
+# math: ~6 bytes per element at ~2.7 TB/s). All are assumptions, stated with the projection.
+_NVLINK = Link(450e9, 3e-6)
+_GPU_REDUCE = 2680e9 / 6
+SYSTEMS: Dict[str, System] = {
+    "8xH100 NVLink": System("8xH100 NVLink", 8, _NVLINK, reduce_rate=_GPU_REDUCE,
+                            notes="NVLink 4: 900 GB/s bidirectional per GPU (450 GB/s each way)"),
+    "64 nodes x 400G IB": System("64 nodes x 400G IB", 512, Link(gbit(400), 5e-6), 8, _NVLINK,
+                                 reduce_rate=_GPU_REDUCE,
+                                 notes="8 GPUs per node on NVLink, one 400 Gbit/s NIC per node"),
+    "100GbE cluster": System("100GbE cluster", 64, Link(gbit(100), 15e-6), 8, _NVLINK,
+                             reduce_rate=_GPU_REDUCE,
+                             notes="8 nodes x 8 GPUs, one 100 GbE NIC per node"),
+    "25GbE cluster": System("25GbE cluster", 64, Link(gbit(25), 25e-6), 8, _NVLINK,
+                            reduce_rate=_GPU_REDUCE,
+                            notes="8 nodes x 8 GPUs, one 25 GbE NIC per node"),
+}
+
+
+def gpu_codec(name: str, wire_per_element: float, copy_gbs: float = 3350 * 0.8,
+              efficiency: float = 0.7, in_bytes: int = 2) -> CodecCost:
+    """Datasheet-based GPU codec rates: kernels at ``efficiency`` of copy bandwidth
+    (H100 HBM3 3.35 TB/s, ~80% reachable by a copy), counting bytes read plus written."""
+    per_elem_enc = in_bytes + wire_per_element
+    per_elem_dec = wire_per_element + 8  # fp32 accumulator read and written
+    bw = copy_gbs * 1e9 * efficiency
+    return CodecCost(name, wire_per_element, bw / per_elem_enc, bw / per_elem_dec,
+                     source=f"datasheet assumption: {efficiency:.0%} of {copy_gbs:.0f} GB/s copy")
