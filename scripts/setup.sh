@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv in the repository root and installs ccompress into it (editable, with the
-# test extras: pytest, mpi4py, and the mpich wheel that provides libmpi and mpiexec), plus
+# test extras: pytest, mpi4py, the mpich wheel that provides libmpi and mpiexec, and the
+# fidelity extras safetensors and matplotlib), plus
 # CPU torch for the DLPack tests when it can. Quick on a re-run: the C++/CUDA build is redone
 # only when a file under cuda/ or bindings/, CMakeLists.txt or pyproject.toml has changed
 # (Python files need no reinstall: the install is editable).
@@ -43,7 +44,7 @@ build_key() {
 
 KEY="$(build_key)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ] \
-   && "$PY" -c "import ccompress._core, mpi4py, pytest" 2>/dev/null; then
+   && "$PY" -c "import ccompress._core, mpi4py, pytest, matplotlib, safetensors" 2>/dev/null; then
   say "ccompress is up to date in $VENV (no C++/CUDA change since the last build)"
 else
   say "installing build tools"
@@ -61,7 +62,7 @@ else
   fi
   install() {
     "$PY" -m pip install -v --no-build-isolation -C "build-dir=$BUILD_DIR" ${EXTRA[@]+"${EXTRA[@]}"} \
-      -e ".[test]"
+      -e ".[test,fidelity]"
   }
   say "building and installing ccompress (the first build takes a few minutes; log: build/setup.log)"
   mkdir -p build

@@ -69,19 +69,6 @@ def test_column_layout_matches_an_explicit_transposed_run(rng, monkeypatch):
     np.testing.assert_array_equal(y, ref.T)
 
 
-def test_columns_chosen_for_int8_when_columns_carry_the_scale(rng):
-    """A uniform grid errs by its group's amax: with outlier columns, groups along columns
-    (one scale each) beat groups along rows (each mixing an outlier with small values)."""
-    if not any(c.name.startswith("hint8") for c in autocodec.candidates("auto8")):
-        pytest.skip("no hint8 codec registered in this build")
-    parts = column_scaled(rng, 3)
-    _, s = run_auto(parts, "auto8")[0]
-    table = {(c, lay): e for c, lay, e in s["candidates"]}
-    for c, lay in table:
-        if c.startswith("hint8") and lay == "rows":
-            assert table[(c, "cols")] < table[(c, "rows")]
-
-
 @pytest.mark.parametrize("name", ["auto8", "auto4"])
 def test_one_dimensional_and_in_place(rng, name):
     if not autocodec.candidates(name):

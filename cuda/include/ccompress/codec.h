@@ -23,6 +23,9 @@
 ///    fp32 rounding; the factor (1 + 2^-16) covers the roundings of s, x / s and q * s.
 ///    (amax * u alone does not bound a floored group: there |x'-x| can reach ~amax / 17.)
 ///    wire_bytes(n) = align4(n) + 4 * ceil(n / G); the padding bytes are zero.
+///    `:sr` (stochastic rounding): x / s goes to one of its two neighbouring FP8 values, the
+///    upper with probability proportional to the distance from the lower (unbiased; noise
+///    sr_uniform(seed, step, rank, index) of element index); the bound doubles (a whole step).
 ///
 /// Non-finite policy: NaN stays NaN and +-Inf stays +-Inf in its own element (E4M3 has no
 /// Inf, so there +-Inf becomes NaN); the scale is computed over the finite elements only,
@@ -82,8 +85,12 @@ struct CC_API Codec {
   int64_t wire_bytes(int64_t n) const;
   /// Whether decode(encode(x)) can differ from x for inputs of dtype @p input.
   bool lossy(DType input) const;
-  /// Slice sizes must be a multiple of this (the scale group, or 1).
-  int64_t align() const { return group > 0 ? group : 1; }
+  /// Slice sizes must be a multiple of this (the scale group or rotation block, or 1), so
+  /// the same elements meet the same groups and rotation blocks whatever the slice size.
+  int64_t align() const {
+    int32_t a = group > rotation ? group : rotation;
+    return a > 0 ? a : 1;
+  }
   /// A 32-bit id that is equal on two ranks exactly when the codecs are equal.
   uint32_t id() const;
 };

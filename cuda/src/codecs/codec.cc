@@ -14,8 +14,8 @@ constexpr int32_t kMaxGroup = 1024;
 
 std::string valid_specs() {
   std::string s =
-      "valid codec specs: none, bf16, fp16, fp8_e4m3[:gG], fp8_e5m2[:gG] (G an integer in "
-      "16..1024, default 128; e.g. fp8_e4m3:g128)";
+      "valid codec specs: none, bf16, fp16, fp8_e4m3[:gG][:sr], fp8_e5m2[:gG][:sr] (G an "
+      "integer in 16..1024, default 128; sr: stochastic rounding; e.g. fp8_e4m3:g128)";
   for (const std::string& h : codec_family_help()) s += ", " + h;
   return s;
 }
@@ -79,11 +79,12 @@ Codec Codec::parse(const std::string& spec) {
   std::string base = split_spec(spec, o, given);
   Codec c;
   if (base == "fp8_e4m3" || base == "fp8_e5m2") {
-    CC_CHECK(given.find_first_not_of("g") == std::string::npos,
-             "codec '" << base << "' takes only a group option (got '" << spec << "'); "
+    CC_CHECK(given.find_first_not_of("gS") == std::string::npos,
+             "codec '" << base << "' takes only a group option and :sr (got '" << spec << "'); "
                        << valid_specs());
     c.kind = base == "fp8_e4m3" ? CodecKind::Fp8E4M3 : CodecKind::Fp8E5M2;
     c.unbound = false;
+    c.stochastic = o.stochastic;
     c.group = o.group ? o.group : kDefaultGroup;
     CC_CHECK(c.group >= kMinGroup && c.group <= kMaxGroup,
              "bad group in codec spec '" << spec << "'; " << valid_specs());
@@ -107,8 +108,10 @@ Codec Codec::parse(const std::string& spec) {
 
 std::string Codec::name() const {
   switch (kind) {
-    case CodecKind::Fp8E4M3: return "fp8_e4m3:g" + std::to_string(group);
-    case CodecKind::Fp8E5M2: return "fp8_e5m2:g" + std::to_string(group);
+    case CodecKind::Fp8E4M3:
+      return "fp8_e4m3:g" + std::to_string(group) + (stochastic ? ":sr" : "");
+    case CodecKind::Fp8E5M2:
+      return "fp8_e5m2:g" + std::to_string(group) + (stochastic ? ":sr" : "");
     case CodecKind::Raw: break;
     default: return family(kind).name(*this);
   }

@@ -10,6 +10,7 @@
 #include "codecs/fp8.h"
 #include "codecs/group_codec.h"
 #include "codecs/registry.h"
+#include "codecs/stochastic.h"
 
 namespace ccompress {
 namespace {
@@ -102,13 +103,21 @@ float load_scale(const void* wire, int64_t n, int64_t g) {
   return s;
 }
 
+// With `:sr` the noise of the run's element off + i is drawn at index ctx.index + off + i.
 template <class F>
-void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t g, int64_t off) {
+void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t g, int64_t off,
+                    const Codec& codec, const EncodeContext& ctx) {
   int32_t amax = 0;
   for (int64_t i = 0; i < len; ++i) amax = std::max(amax, codecs::finite_abs_bits(x[i]));
   float s = codecs::group_scale<F>(amax);
   uint8_t* q = static_cast<uint8_t*>(wire) + off;
-  for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize<F>(x[i], s);
+  if (codec.stochastic) {
+    for (int64_t i = 0; i < len; ++i)
+      q[i] = codecs::group_quantize_sr<F>(
+          x[i], s, codecs::sr_uniform(ctx.seed, ctx.step, ctx.rank, ctx.index + off + i));
+  } else {
+    for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize<F>(x[i], s);
+  }
   std::memcpy(static_cast<uint8_t*>(wire) + codecs::fp8_scales_offset(n) + 4 * g, &s, 4);
 }
 
@@ -178,7 +187,7 @@ void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec
         load_block(src, src_dtype, off, len, divisor, buf);
         x = buf;
       }
-      quantize_group<F>(x, len, dst, n, g, off);
+      quantize_group<F>(x, len, dst, n, g, off, codec, ctx);
     });
   });
 }
@@ -279,7 +288,7 @@ void CpuBackend::decode_reduce_encode(const void* src, const void* x, DType x_dt
     for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
       dequantize_group<F>(src, n, g, off, len, buf);
       add_block(x, x_dtype, off, len, divisor, buf);
-      quantize_group<F>(buf, len, dst, n, g, off);
+      quantize_group<F>(buf, len, dst, n, g, off, codec, ctx);
     });
   });
   zero_fp8_padding(dst, n);

@@ -8,6 +8,7 @@
 #include "codecs/float_convert.h"
 #include "codecs/fp8.h"
 #include "codecs/group_codec.h"
+#include "codecs/stochastic.h"
 
 namespace ccompress::cuda {
 namespace {
@@ -27,7 +28,8 @@ constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 template <class F>
 __global__ void __launch_bounds__(kEncodeThreads)
     fp8_encode_kernel(const void* __restrict__ src, DType src_dtype, int64_t n, int group,
-                      float divisor, uint8_t* __restrict__ dst, float* __restrict__ scales) {
+                      float divisor, uint8_t* __restrict__ dst, float* __restrict__ scales,
+                      bool stochastic, EncodeContext ctx) {
   __shared__ int32_t warp_amax[kWarps];
   const int tid = threadIdx.x;
   if (blockIdx.x == 0 && n + tid < codecs::fp8_scales_offset(n)) dst[n + tid] = 0;
@@ -56,7 +58,13 @@ __global__ void __launch_bounds__(kEncodeThreads)
 #pragma unroll
     for (int k = 0; k < kMaxPerThread; ++k) {
       int i = tid + k * kEncodeThreads;
-      if (i < len) dst[off + i] = codecs::group_quantize<F>(v[k], s);
+      if (i >= len) continue;
+      if (stochastic) {  // noise of the run's element off + i, as on the CPU
+        float u = codecs::sr_uniform(ctx.seed, ctx.step, ctx.rank, ctx.index + off + i);
+        dst[off + i] = codecs::group_quantize_sr<F>(v[k], s, u);
+      } else {
+        dst[off + i] = codecs::group_quantize<F>(v[k], s);
+      }
     }
     if (tid == 0) scales[g] = s;
     __syncthreads();  // warp_amax is reused by the next group
@@ -106,7 +114,8 @@ int device_count() noexcept {
 }
 
 void launch_fp8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                       float divisor, void* dst, cudaStream_t stream) {
+                       float divisor, void* dst, cudaStream_t stream,
+                       const EncodeContext& ctx) {
   check_fp8(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0, "wire buffer must be 4-byte aligned");
@@ -114,11 +123,11 @@ void launch_fp8_encode(const void* src, DType src_dtype, int64_t n, const Codec&
   float* scales = reinterpret_cast<float*>(wire + codecs::fp8_scales_offset(n));
   int grid = grid_for(ceil_div(n, codec.group), 1);
   if (codec.kind == CodecKind::Fp8E4M3) {
-    fp8_encode_kernel<Fp8E4M3><<<grid, kEncodeThreads, 0, stream>>>(src, src_dtype, n, codec.group,
-                                                                    divisor, wire, scales);
+    fp8_encode_kernel<Fp8E4M3><<<grid, kEncodeThreads, 0, stream>>>(
+        src, src_dtype, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
   } else {
-    fp8_encode_kernel<Fp8E5M2><<<grid, kEncodeThreads, 0, stream>>>(src, src_dtype, n, codec.group,
-                                                                    divisor, wire, scales);
+    fp8_encode_kernel<Fp8E5M2><<<grid, kEncodeThreads, 0, stream>>>(
+        src, src_dtype, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
   }
   check_launch("fp8 encode");
 }

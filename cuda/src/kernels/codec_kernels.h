@@ -7,6 +7,7 @@
 
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
+#include "ccompress/kernel_backend.h"
 
 // The CUDA runtime's own definition (driver_types.h); repeating an identical typedef is legal.
 typedef struct CUstream_st* cudaStream_t;
@@ -19,9 +20,11 @@ int device_count() noexcept;
 // dst <- encode(src / divisor) for an FP8 codec. src: n elements of src_dtype on the device;
 // dst: codec.wire_bytes(n) bytes on the device, 4-byte aligned (the scales are fp32).
 // Asynchronous on @p stream; throws CudaError if the launch fails, InvalidArgument on bad
-// arguments.
+// arguments. @p ctx places the run for stochastic rounding (codec.stochastic): element i
+// draws its noise at ctx.index + i, exactly like the CPU backend.
 void launch_fp8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                       float divisor, void* dst, cudaStream_t stream);
+                       float divisor, void* dst, cudaStream_t stream,
+                       const EncodeContext& ctx = EncodeContext{});
 
 // acc <- decode(src) when assign, else acc += decode(src), for an FP8 codec; acc is fp32.
 void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,

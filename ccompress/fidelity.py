@@ -1,0 +1,494 @@
+"""ccompress-fidelity: the error of every codec and schedule on your own tensors.
+
+    ccompress-fidelity build/tensors/*.npz --summary
+    ccompress-fidelity grads.safetensors --codec hint8:g32 --ranks 2,4,8 --json out.json
+
+Inputs: .npy, .npz and .safetensors files. An array named ``parts`` (the .npz/.safetensors
+key) is a stack of per-rank inputs whose leading dimension is the rank count (``--layout
+stacked`` reads every array so, ``--layout single`` none); any other array is one tensor,
+measured as a one-rank round trip. A .npz with a ``parts`` array is read for that array only.
+float64 is read as float32; a 2-byte void dtype (how ``numpy.save`` stores ml_dtypes.bfloat16)
+as bfloat16; other dtypes are an error (skipped, with a note, in a file of several arrays).
+
+Each (codec, algo, rank count) row runs the library's own all-reduce on in-process ranks
+(``ccompress.run_inproc``) and compares rank 0's result with the exact sum in fp64 (every
+rank's result must be bit-identical to rank 0's). A stack of R parts is measured at k <= R
+ranks by summing contiguous groups of parts in fp64 (``numpy.array_split``), so the exact
+result is the same for every k; k = 1 is one round trip of the summed tensor.
+
+Columns: ``bits`` = 8 * Codec.wire_bytes(n) / n, the encoded size per element (payload and
+scales); ``B/elem`` = bytes each rank sent in this all-reduce (payload, scales and headers as
+counted by the transport, ``last_stats``; mean over ranks) per element of the tensor, for
+comparison 2(k-1)/k * 4 for float32 uncompressed over ring or two_shot, 0 at one rank;
+``relerr`` = ||y - ref|| / ||ref||;
+``cosine`` between y and ref; ``maxabs`` = max |y - ref|; ``snr`` = 10 log10(||ref||^2 /
+||y - ref||^2) dB. Exit status: 0, 1 when a run failed or ranks disagreed, 2 for bad
+arguments or files.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+import ccompress as cc
+from . import _arrays
+
+DEFAULT_CODECS = ("none", "bf16", "fp8_e4m3:g128", "fp8_e5m2:g128")
+ALGOS = ("ring", "two_shot", "tree", "one_shot")
+COLUMNS = [("tensor", 26), ("ranks", 5), ("codec", 20), ("algo", 8), ("bits", 6), ("B/elem", 6),
+           ("relerr", 9), ("cosine", 10), ("maxabs", 9), ("snr(dB)", 7)]
+
+
+class FidelityError(Exception):
+    """A bad argument or input file: reported as one line, exit status 2."""
+
+
+@dataclass
+class Tensor:
+    """One measured tensor: ``parts`` has the rank count as its leading dimension."""
+
+    file: str
+    name: str
+    parts: np.ndarray
+    stacked: bool
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def group(self) -> str:
+        """Kind of tensor, from the file name's prefix (``tp_...`` -> tp), for the summary."""
+        stem = os.path.basename(self.name)
+        return stem.split("_", 1)[0] if "_" in stem else "all"
+
+
+# ---------------------------------------------------------------- reading
+def _is_bf16_void(dt: np.dtype) -> bool:
+    """NumPy saves ml_dtypes.bfloat16 arrays as 2-byte void ('<V2'): read those as bfloat16."""
+    return dt.kind == "V" and dt.itemsize == 2 and dt.fields is None
+
+
+def _float_array(a: Any, where: str) -> np.ndarray:
+    a = np.asarray(a)
+    if _is_bf16_void(a.dtype):
+        return a.view(_arrays.numpy_dtype("bfloat16"))
+    name = _arrays.dtype_name(a.dtype)
+    if name in _arrays.SUPPORTED:
+        return a
+    if a.dtype == np.float64:
+        return a.astype(np.float32)
+    raise FidelityError(f"{where} has dtype {a.dtype}; ccompress-fidelity measures float32, "
+                        "bfloat16, float16 (or float64, read as float32) tensors")
+
+
+def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise FidelityError(f"{path}: reading .safetensors needs the safetensors package: pip "
+                            "install 'ccompress[fidelity]' (or pip install safetensors)") from None
+    out: Dict[str, np.ndarray] = {}
+    try:
+        with safe_open(path, framework="numpy") as f:
+            for k in f.keys():
+                try:
+                    out[k] = f.get_tensor(k)
+                except (TypeError, ValueError):  # bfloat16: NumPy has none; go through torch
+                    out[k] = _safetensors_via_torch(path, k)
+    except FidelityError:
+        raise
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise FidelityError(f"{path}: not a readable .safetensors file ({e})") from None
+    return out
+
+
+def _safetensors_via_torch(path: str, key: str) -> np.ndarray:
+    try:
+        import torch
+        from safetensors import safe_open
+    except ImportError:
+        raise FidelityError(f"{path}: tensor {key!r} is bfloat16, which NumPy reads only "
+                            "through torch: pip install torch") from None
+    with safe_open(path, framework="pt") as f:
+        t = f.get_tensor(key)
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_arrays.numpy_dtype("bfloat16"))
+    return t.numpy()
+
+
+def load(path: str, layout: str = "auto") -> List[Tensor]:
+    """The tensors of one file (see the module doc for how stacks are recognised)."""
+    if not os.path.exists(path):
+        raise FidelityError(f"{path}: no such file")
+    ext = os.path.splitext(path)[1].lower()
+    stem = os.path.splitext(os.path.basename(path))[0]
+    magic = {".npy": b"\x93NUMPY", ".npz": b"PK"}.get(ext)
+    if magic is not None:
+        with open(path, "rb") as fh:
+            if fh.read(len(magic)) != magic:
+                raise FidelityError(f"{path}: not a {ext} file (it does not start like one)")
+    try:
+        if ext == ".npy":
+            arrays = {"": np.load(path, allow_pickle=False)}
+        elif ext == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                keys = ["parts"] if "parts" in z.files else list(z.files)
+                arrays = {k: z[k] for k in keys}
+        elif ext == ".safetensors":
+            arrays = _read_safetensors(path)
+            if "parts" in arrays:
+                arrays = {"parts": arrays["parts"]}
+        else:
+            raise FidelityError(f"{path}: unsupported file type {ext or '(none)'!r}; "
+                                "give .npy, .npz or .safetensors files")
+    except FidelityError:
+        raise
+    except Exception as e:  # noqa: BLE001 - NumPy raises many kinds for a corrupt file
+        raise FidelityError(f"{path}: cannot read it as {ext} ({type(e).__name__}: {e})") from None
+    if not arrays:
+        raise FidelityError(f"{path}: holds no arrays")
+    out: List[Tensor] = []
+    skipped = []
+    for key, a in arrays.items():
+        where = f"{path}" + (f" array {key!r}" if key else "")
+        stacked = layout == "stacked" or (layout == "auto" and key == "parts")
+        a = np.asarray(a)
+        is_float = (_arrays.dtype_name(a.dtype) in _arrays.SUPPORTED or a.dtype == np.float64
+                    or _is_bf16_void(a.dtype))
+        if len(arrays) > 1 and (not is_float or a.size == 0 or a.ndim == 0):
+            skipped.append(key)  # step counters and the like in a checkpoint
+            continue
+        a = _float_array(a, where)
+        if a.size == 0:
+            raise FidelityError(f"{where} is empty")
+        if stacked and a.ndim < 2:
+            raise FidelityError(f"{where} has shape {a.shape}; a stack of per-rank parts needs "
+                                "shape (ranks, ...) with at least 2 dimensions")
+        parts = np.ascontiguousarray(a.reshape(a.shape[0], -1) if stacked else a.reshape(1, -1))
+        name = stem if key in ("", "parts") else f"{stem}:{key}"
+        t = Tensor(path, name, parts, stacked)
+        if skipped:
+            t.notes.append(f"skipped non-float or empty arrays {skipped}")
+        out.append(t)
+    if not out:
+        raise FidelityError(f"{path}: no float arrays in it (found {skipped})")
+    return out
+
+
+def merge(parts: np.ndarray, k: int) -> np.ndarray:
+    """k per-rank inputs from R >= k parts: contiguous groups summed in fp64."""
+    if k == parts.shape[0]:
+        return parts
+    groups = np.array_split(np.arange(parts.shape[0]), k)
+    return np.stack([parts[g].astype(np.float64).sum(axis=0) for g in groups]).astype(parts.dtype)
+
+
+# ---------------------------------------------------------------- measuring
+def metrics(y: np.ndarray, ref: np.ndarray) -> Dict[str, float]:
+    """relerr, cosine, maxabs and SNR of y against the fp64 reference (both flat)."""
+    y = y.astype(np.float64).ravel()
+    err = y - ref
+    e2, r2, y2 = float(err @ err), float(ref @ ref), float(y @ y)
+    if r2 > 0:
+        relerr = math.sqrt(e2 / r2)
+    else:
+        relerr = 0.0 if e2 == 0 else math.inf
+    cosine = float(y @ ref) / math.sqrt(y2 * r2) if y2 > 0 and r2 > 0 else \
+        (1.0 if y2 == r2 == 0 else 0.0)
+    snr = math.inf if e2 == 0 else (10 * math.log10(r2 / e2) if r2 > 0 else -math.inf)
+    return {"relerr": relerr, "cosine": cosine, "maxabs": float(np.max(np.abs(err))),
+            "snr_db": snr}
+
+
+def measure(t: Tensor, k: int, codec: cc.Codec, algo: str) -> Dict[str, Any]:
+    """One all-reduce of ``t`` over k in-process ranks: a result row."""
+    parts = merge(t.parts, k)
+    ref = parts.astype(np.float64).sum(axis=0)
+    n = parts.shape[1]
+
+    def body(comm: cc.Communicator):
+        y = comm.allreduce(parts[comm.rank], codec=codec, algo=algo)
+        return y, dict(comm.last_stats)
+
+    res = cc.run_inproc(k, body)
+    y0 = res[0][0]
+    identical = all(np.array_equal(y0.view(np.uint8), y.view(np.uint8)) for y, _ in res[1:])
+    sent = [st["payload_bytes"] + st["header_bytes"] for _, st in res]
+    dtype = _arrays.dtype_name(parts.dtype)
+    row = {"file": t.file, "tensor": t.name, "group": t.group, "ranks": k, "count": n,
+           "dtype": dtype, "codec": codec.name, "algo": algo,
+           "resolved_algo": res[0][1]["algo"], "quantizations": res[0][1]["quantizations"],
+           "bits": 8.0 * codec.wire_bytes(n, dtype) / n,
+           "payload_bytes": [st["payload_bytes"] for _, st in res],
+           "header_bytes": [st["header_bytes"] for _, st in res],
+           "sent_bytes_per_elem": statistics.fmean(sent) / n,
+           "ranks_identical": identical}
+    row.update(metrics(y0, ref))
+    return row
+
+
+def _fmt(v: float, spec: str) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return format(v, spec)
+
+
+def fmt_row(r: Dict[str, Any]) -> str:
+    """One printed line of a result row."""
+    vals = [r["tensor"], r["ranks"], r["codec"], r["algo"], _fmt(r["bits"], ".2f"),
+            _fmt(r["sent_bytes_per_elem"], ".3f"), _fmt(r["relerr"], ".3e"),
+            _fmt(r["cosine"], ".7f"), _fmt(r["maxabs"], ".2e"), _fmt(r["snr_db"], ".1f")]
+    return _line(vals)
+
+
+def _line(vals: Sequence[Any]) -> str:
+    return "  " + " ".join(str(v).ljust(w) if i in (0, 2, 3) else str(v).rjust(w)
+                           for i, (v, (_, w)) in enumerate(zip(vals, COLUMNS)))
+
+
+def summarize(rows: List[Dict[str, Any]], algo: str, ranks: int) -> Dict[str, Any]:
+    """Per codec, medians over the tensors at one algo and rank count (by file group too)."""
+    sel = [r for r in rows if r["algo"] == algo and r["ranks"] == ranks and "error" not in r]
+    groups = sorted({r["group"] for r in sel})
+    codecs = list(dict.fromkeys(r["codec"] for r in sel))
+    table = []
+    for c in codecs:
+        rs = [r for r in sel if r["codec"] == c]
+        entry = {"codec": c, "tensors": len(rs),
+                 "bits": statistics.median(r["bits"] for r in rs),
+                 "sent_bytes_per_elem": statistics.median(r["sent_bytes_per_elem"] for r in rs),
+                 "relerr_median": statistics.median(r["relerr"] for r in rs),
+                 "relerr_max": max(r["relerr"] for r in rs),
+                 "cosine_median": statistics.median(r["cosine"] for r in rs),
+                 "snr_db_median": statistics.median(r["snr_db"] for r in rs)}
+        if len(groups) > 1:
+            entry["relerr_median_by_group"] = {
+                g: statistics.median(r["relerr"] for r in rs if r["group"] == g)
+                for g in groups if any(r["group"] == g for r in rs)}
+        table.append(entry)
+    return {"algo": algo, "ranks": ranks, "groups": groups if len(groups) > 1 else [],
+            "codecs": table}
+
+
+def print_summary(s: Dict[str, Any], nfiles: int) -> None:
+    groups = s["groups"]
+    print(f"\n# summary: {s['algo']} at {s['ranks']} ranks, medians over {nfiles} tensors"
+          + (f" (and over each group: {', '.join(groups)})" if groups else ""))
+    head = (f"{'codec':20s} {'bits':>6} {'B/elem':>6} {'relerr':>9} "
+            + " ".join(f"{'relerr ' + g:>10}" for g in groups)
+            + f" {'max relerr':>10} {'cosine':>10} {'snr(dB)':>7}")
+    print("# " + head)
+    for e in s["codecs"]:
+        by = e.get("relerr_median_by_group", {})
+        print("  " + f"{e['codec']:20s} {e['bits']:6.2f} {e['sent_bytes_per_elem']:6.3f} "
+              f"{_fmt(e['relerr_median'], '9.3e')} "
+              + " ".join(f"{_fmt(by[g], '10.3e') if g in by else '-':>10}" for g in groups)
+              + f" {_fmt(e['relerr_max'], '10.3e')} {_fmt(e['cosine_median'], '10.7f')}"
+              f" {_fmt(e['snr_db_median'], '7.1f')}")
+
+
+def plot(rows: List[Dict[str, Any]], ranks: int, path: str, label_algo: str) -> None:
+    """Median relerr over the tensors against bits per element, a point per codec and algo."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # "none" is lossless: its ~1e-8 (fp32 sums) would squash the axis of the lossy codecs
+    sel = [r for r in rows if r["ranks"] == ranks and "error" not in r and r["codec"] != "none"]
+    if not sel:
+        raise FidelityError(f"--plot: no lossy codec measured at {ranks} ranks")
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    markers = {"ring": "o", "two_shot": "s", "tree": "^", "one_shot": "D"}
+    for algo in dict.fromkeys(r["algo"] for r in sel):
+        xs, ys, names = [], [], []
+        for c in dict.fromkeys(r["codec"] for r in sel):
+            rs = [r for r in sel if r["algo"] == algo and r["codec"] == c]
+            med = statistics.median(r["relerr"] for r in rs) if rs else 0.0
+            if rs and med > 0 and math.isfinite(med):
+                xs.append(statistics.median(r["bits"] for r in rs))
+                ys.append(med)
+                names.append(c)
+        ax.scatter(xs, ys, marker=markers.get(algo, "x"), label=algo, s=40, alpha=0.8)
+        if algo == label_algo:  # labels of codecs of the same size stacked, not overprinted
+            seen: Dict[float, int] = {}
+            for x, y, nm in sorted(zip(xs, ys, names), key=lambda p: (p[0], -p[1])):
+                j = seen.get(round(x, 1), 0)
+                seen[round(x, 1)] = j + 1
+                ax.annotate(nm, (x, y), textcoords="offset points", xytext=(6, 2 - 9 * j),
+                            fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xlabel("bits per element on the wire (payload + scales)")
+    ax.set_ylabel("relative L2 error vs fp64 all-reduce (median over tensors)")
+    ax.set_title(f"ccompress-fidelity: {len({r['tensor'] for r in sel})} tensors, {ranks} ranks")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title="algo")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- command line
+def _ranks(text: str) -> List[int]:
+    try:
+        ks = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad rank list {text!r}; use e.g. 2,4") from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"bad rank list {text!r}; rank counts must be >= 1")
+    return sorted(set(ks))
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ccompress-fidelity",
+                                description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                                epilog="Formats, layouts and columns: python -m pydoc "
+                                       "ccompress.fidelity")
+    p.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .safetensors")
+    p.add_argument("--codec", action="append", default=[], metavar="SPEC",
+                   help=f"codec spec to measure besides the defaults ({', '.join(DEFAULT_CODECS)})"
+                        "; repeatable")
+    p.add_argument("--no-default-codecs", action="store_true",
+                   help="measure only the --codec specs")
+    p.add_argument("--algo", action="append", choices=ALGOS,
+                   help=f"schedule, repeatable (default: {' '.join(ALGOS)})")
+    p.add_argument("--ranks", type=_ranks, metavar="K,K",
+                   help="rank counts (default: 1 and each stack's size)")
+    p.add_argument("--layout", choices=("auto", "single", "stacked"), default="auto",
+                   help="auto: arrays named 'parts' are per-rank stacks, others single tensors")
+    p.add_argument("--json", metavar="PATH", help="write every row (and the summary) to PATH")
+    p.add_argument("--plot", metavar="PNG", help="relerr vs bits per element (needs matplotlib)")
+    p.add_argument("--summary", action="store_true",
+                   help="print per codec the median relerr over the tensors")
+    p.add_argument("--summary-algo", action="append", choices=ALGOS,
+                   help="schedule of the summary, repeatable (default two_shot)")
+    p.add_argument("--summary-ranks", type=int, default=4, metavar="K",
+                   help="rank count of the summary and the plot (default 4, else the largest)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    specs = ([] if args.no_default_codecs else list(DEFAULT_CODECS)) + args.codec
+    if not specs:
+        raise FidelityError("no codecs: give --codec SPEC or drop --no-default-codecs")
+    codecs: Dict[str, cc.Codec] = {}
+    for s in specs:
+        try:
+            c = cc.Codec.parse(s)
+        except cc.CCompressError as e:
+            raise FidelityError(f"codec {s!r}: {e}") from None
+        codecs.setdefault(c.name, c)
+    algos = list(dict.fromkeys(args.algo or ALGOS))
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (checked before hours of work, used in plot())
+        except ImportError:
+            raise FidelityError("--plot needs matplotlib: pip install 'ccompress[fidelity]' "
+                                "(or pip install matplotlib)") from None
+    tensors = [t for f in args.files for t in load(f, args.layout)]
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"[fidelity] {msg}", file=sys.stderr, flush=True)
+
+    for t in tensors:
+        for note in t.notes:
+            say(f"{t.file}: {note}")
+    print(f"# ccompress-fidelity {' '.join(shlex.quote(a) for a in args.argv)}")
+    print(f"# ccompress {cc.__version__}  {datetime.datetime.now().isoformat(timespec='seconds')}"
+          f"  ref: fp64 sum of the parts; y: rank 0's result (all ranks bit-identical);"
+          f" bits: encoded bits per element; B/elem: bytes each rank sent per element")
+    print("#" + _line([name for name, _ in COLUMNS])[1:])
+    rows: List[Dict[str, Any]] = []
+    failed = 0
+    t0 = time.time()
+    for i, t in enumerate(tensors):
+        R = t.parts.shape[0]
+        ks = [k for k in (args.ranks or sorted({1, R})) if k <= R]
+        if args.ranks and len(ks) < len(args.ranks):
+            say(f"{t.name}: {R} part(s): skipping rank counts above {R} "
+                f"({', '.join(str(k) for k in args.ranks if k > R)})")
+        runs = len(ks) * len(codecs) * len(algos)
+        say(f"({i + 1}/{len(tensors)}) {t.name}: {R} x {t.parts.shape[1]} "
+            f"{_arrays.dtype_name(t.parts.dtype)}, ranks {','.join(map(str, ks))}: {runs} runs"
+            f" [{time.time() - t0:.0f} s]")
+        for k in ks:
+            for c in codecs.values():
+                for algo in algos:
+                    try:
+                        row = measure(t, k, c, algo)
+                    except cc.CCompressError as e:
+                        failed += 1
+                        msg = f"{type(e).__name__}: {e}"
+                        print(f"ccompress-fidelity: {t.name} ranks {k} {c.name} {algo}: {msg}",
+                              file=sys.stderr)
+                        rows.append({"file": t.file, "tensor": t.name, "group": t.group,
+                                     "ranks": k, "codec": c.name, "algo": algo, "error": msg})
+                        continue
+                    if not row["ranks_identical"]:
+                        failed += 1
+                        print(f"ccompress-fidelity: {t.name} ranks {k} {c.name} {algo}: ranks "
+                              "hold different results (a library bug: please report it)",
+                              file=sys.stderr)
+                    rows.append(row)
+                    print(fmt_row(row), flush=True)
+    if not rows:
+        raise FidelityError(f"nothing to measure: no tensor has the {args.ranks} parts that "
+                            "--ranks asks for (a single tensor is measured at 1 rank only)")
+    say(f"{len(rows)} runs in {time.time() - t0:.0f} s")
+    good = [r for r in rows if "error" not in r]
+    at = args.summary_ranks
+    if good and not any(r["ranks"] == at for r in good):
+        at = max(r["ranks"] for r in good)
+        if args.summary or args.plot:
+            say(f"no tensor has {args.summary_ranks} ranks: summary and plot at {at} ranks")
+    summary_algos = list(dict.fromkeys(args.summary_algo or ["two_shot"]))
+    summaries = [summarize(rows, a, at) for a in summary_algos] if args.summary else []
+    for a, summary in zip(summary_algos, summaries):
+        if a not in algos:
+            say(f"--summary-algo {a} was not run (--algo): its summary is empty")
+        print_summary(summary, len({r['tensor'] for r in good if r['ranks'] == at}))
+    if args.json:
+        clean = json.loads(json.dumps(rows), parse_constant=lambda c: None)
+        with open(args.json, "w") as f:
+            json.dump({"tool": "ccompress-fidelity", "version": cc.__version__,
+                       "command": ["ccompress-fidelity"] + args.argv,
+                       "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                       "codecs": list(codecs), "algos": algos,
+                       "files": [{"file": t.file, "tensor": t.name, "ranks": t.parts.shape[0],
+                                  "count": t.parts.shape[1],
+                                  "dtype": _arrays.dtype_name(t.parts.dtype)} for t in tensors],
+                       "rows": clean,
+                       "summary": json.loads(json.dumps(summaries),
+                                             parse_constant=lambda c: None)},
+                      f, indent=1)
+    if args.plot:
+        plot(rows, at, args.plot,
+             summary_algos[0] if summary_algos[0] in algos else algos[0])
+        say(f"wrote {args.plot}")
+    return 1 if failed else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except FidelityError as e:
+        print(f"ccompress-fidelity: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

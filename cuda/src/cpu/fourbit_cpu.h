@@ -1,0 +1,163 @@
+// Host loops of the 4-bit codecs (nvfp4_cpu.cc, int4_cpu.cc) over the math of
+// codecs/fourbit.h: one run of n fp32 values in, wire bytes out, and back.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "ccompress/codec.h"
+#include "ccompress/kernel_backend.h"
+#include "codecs/fourbit.h"
+#include "codecs/group_codec.h"
+#include "codecs/stochastic.h"
+
+namespace ccompress::cpu4 {
+
+// Rotated coefficients of the run being encoded: the caller's run buffer is const and may be
+// the backend's own scratch, so this one is separate. One per thread, grown to the largest run.
+inline float* coef_scratch(int64_t n) {
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
+// Calls fn(first, length) for each rotation block of a run (rotation_blocks.h).
+template <class Fn>
+inline void for_each_rotation_block(int64_t n, int32_t h, Fn fn) {
+  for (int64_t b = 0, nb = codecs::rot_block_count(n, h); b < nb; ++b) {
+    codecs::RotBlock blk = codecs::rot_block(n, h, b);
+    fn(blk.off, blk.len);
+  }
+}
+
+inline int32_t scale_bytes(const Codec& c) { return c.scale_bits == 16 ? 2 : 1; }
+
+// hadamard.h's butterflies, stage by stage over a batch of whole blocks of H (len a multiple
+// of H) with the stage length known at compile time, so the compiler vectorizes them. Every
+// butterfly has the same operands as in fwht(), hence the same bits.
+template <int H, int Len>
+inline void fwht_stages(float* v, int64_t len) {
+  for (int64_t i = 0; i < len; i += 2 * Len)
+    for (int j = 0; j < Len; ++j) {
+      float a = v[i + j], b = v[i + j + Len];
+      v[i + j] = codecs::add_rn(a, b);
+      v[i + j + Len] = codecs::add_rn(a, -b);
+    }
+  if constexpr (2 * Len < H) fwht_stages<H, 2 * Len>(v, len);
+}
+
+template <int H>
+inline void rotate_full_blocks(float* v, int64_t full, bool rs, bool inverse) {
+  constexpr int64_t kBatch = 1024;  // 4 KiB: the stages of a batch stay in L1
+  float sign[H];
+  for (int j = 0; j < H; ++j) sign[j] = rs ? codecs::random_sign(static_cast<uint32_t>(j)) : 1.0f;
+  const float norm = codecs::wht_norm(H);
+  auto apply_signs = [&](float* b, int64_t len) {
+    for (int64_t off = 0; off < len; off += H)
+      for (int j = 0; j < H; ++j) b[off + j] = codecs::mul_rn(b[off + j], sign[j]);
+  };
+  for (int64_t off = 0; off < full; off += kBatch) {
+    float* b = v + off;
+    const int64_t len = std::min(kBatch, full - off);
+    if (rs && !inverse) apply_signs(b, len);
+    fwht_stages<H, 1>(b, len);
+    for (int64_t i = 0; i < len; ++i) b[i] = codecs::mul_rn(b[i], norm);
+    if (rs && inverse) apply_signs(b, len);
+  }
+}
+
+// Rotates (or, with @p inverse, un-rotates) every rotation block of a run in place: the
+// common sizes through fwht_fixed, the rest (and the run's tail blocks) through hadamard.h.
+inline void rotate_run(float* v, int64_t n, int32_t h, bool rs, bool inverse) {
+  int64_t full = 0;
+  switch (h) {
+    case 16: rotate_full_blocks<16>(v, full = n - n % h, rs, inverse); break;
+    case 32: rotate_full_blocks<32>(v, full = n - n % h, rs, inverse); break;
+    case 64: rotate_full_blocks<64>(v, full = n - n % h, rs, inverse); break;
+    case 128: rotate_full_blocks<128>(v, full = n - n % h, rs, inverse); break;
+    default: break;
+  }
+  for_each_rotation_block(n, h, [&](int64_t off, int32_t len) {
+    if (off < full) return;
+    if (inverse) {
+      codecs::unrotate_block(v + off, len, rs);
+    } else {
+      codecs::rotate_block(v + off, len, rs);
+    }
+  });
+}
+
+/// Encodes one run of n fp32 values into fourbit_layout(n, ...).total bytes.
+template <class Q>
+void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
+                uint8_t* dst) {
+  if (n == 0) return;
+  const int32_t g = c.group, sbits = c.scale_bits, sb = scale_bytes(c);
+  const bool sr = c.stochastic;
+  const float* y = x;
+  if (c.rotation > 0) {
+    float* buf = coef_scratch(n);
+    std::memcpy(buf, x, static_cast<size_t>(n) * sizeof(float));
+    rotate_run(buf, n, c.rotation, c.random_signs, false);
+    y = buf;
+  }
+  int32_t amax = 0;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, codecs::finite_abs_bits(y[i]));
+  const float s = codecs::fourbit_run_scale(amax, Q::kQMax, sbits);
+  const codecs::FourBitLayout lay = codecs::fourbit_layout(n, g, sb);
+  uint8_t nib[1024];  // one group's nibbles (g <= 256 for these codecs)
+  for (int64_t k = 0, off = 0; off < n; ++k, off += g) {
+    const int64_t len = std::min<int64_t>(g, n - off);
+    const float* v = y + off;
+    int32_t ga = 0;
+    for (int64_t i = 0; i < len; ++i) ga = std::max(ga, codecs::finite_abs_bits(v[i]));
+    uint32_t code = codecs::encode_group_scale(ga, Q::kQMax, s, sbits, sr);
+    const float d = codecs::group_step(code, s, sbits);
+    for (int64_t i = 0; i < sb; ++i) dst[lay.scales + k * sb + i] = uint8_t(code >> (8 * i));
+    if (sr) {
+      for (int64_t i = 0; i < len; ++i) {
+        float u = codecs::sr_uniform(ctx.seed, ctx.step, ctx.rank, ctx.index + off + i);
+        nib[i] = codecs::fourbit_quantize<Q>(v[i], d, true, u);
+      }
+    } else {
+      for (int64_t i = 0; i < len; ++i) nib[i] = codecs::fourbit_quantize<Q>(v[i], d, false, 0.f);
+    }
+    uint8_t* out = dst + off / 2;
+    for (int64_t i = 0; i < len / 2; ++i) out[i] = uint8_t(nib[2 * i] | (nib[2 * i + 1] << 4));
+    if (len & 1) out[len / 2] = nib[len - 1];  // an odd run's last high nibble is 0
+  }
+  const int64_t scales_end = lay.scales + (n + g - 1) / g * sb;
+  for (int64_t i = scales_end; i < lay.run_scale; ++i) dst[i] = 0;
+  std::memcpy(dst + lay.run_scale, &s, 4);
+}
+
+/// Decodes one run into n fp32 values.
+template <class Q>
+void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+  if (n == 0) return;
+  const int32_t g = c.group, sbits = c.scale_bits, sb = scale_bytes(c);
+  const codecs::FourBitLayout lay = codecs::fourbit_layout(n, g, sb);
+  float s;
+  std::memcpy(&s, src + lay.run_scale, 4);
+  // Dequantized nibble values, tabulated from Q::dequantize itself.
+  float lut[16];
+  for (int i = 0; i < 16; ++i) lut[i] = Q::dequantize(static_cast<uint8_t>(i));
+  for (int64_t k = 0, off = 0; off < n; ++k, off += g) {
+    const int64_t len = std::min<int64_t>(g, n - off);
+    uint32_t code = 0;
+    for (int64_t i = 0; i < sb; ++i) code |= uint32_t(src[lay.scales + k * sb + i]) << (8 * i);
+    const float d = codecs::group_step(code, s, sbits);
+    const uint8_t* in = src + off / 2;
+    float* o = out + off;
+    for (int64_t i = 0; i + 1 < len; i += 2) {
+      o[i] = codecs::mul_rn(lut[in[i / 2] & 15u], d);
+      o[i + 1] = codecs::mul_rn(lut[in[i / 2] >> 4], d);
+    }
+    if (len & 1) o[len - 1] = codecs::mul_rn(lut[in[len / 2] & 15u], d);
+  }
+  if (c.rotation > 0) rotate_run(out, n, c.rotation, c.random_signs, true);
+}
+
+}  // namespace ccompress::cpu4

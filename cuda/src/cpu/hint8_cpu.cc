@@ -1,0 +1,147 @@
+// Host loops of the hint8 family (format and policies: codecs/hint8.h) and its registration.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "ccompress/error.h"
+#include "codecs/hadamard.h"
+#include "codecs/hint8.h"
+#include "codecs/registry.h"
+#include "codecs/rotation_blocks.h"
+#include "codecs/stochastic.h"
+#include "cpu/fast_wht.h"
+
+namespace ccompress {
+namespace {
+
+constexpr int32_t kDefaultGroup = 16;
+constexpr int32_t kDefaultRotation = 128;
+constexpr int32_t kDefaultScaleBits = 8;
+constexpr int32_t kMinGroup = 8, kMinRotation = 16, kMaxRotation = 1024;
+
+void configure(Codec& c, const CodecOptions& o, const std::string& spec) {
+  c.group = o.group ? o.group : kDefaultGroup;
+  // An explicit group above the default rotation brings the rotation up with it.
+  c.rotation = o.rotation ? o.rotation : std::max(kDefaultRotation, c.group);
+  c.scale_bits = static_cast<uint8_t>(o.scale_bits ? o.scale_bits : kDefaultScaleBits);
+  c.random_signs = o.random_signs;
+  c.stochastic = o.stochastic;
+  CC_CHECK(codecs::is_pow2(c.rotation) && c.rotation >= kMinRotation &&
+               c.rotation <= kMaxRotation,
+           "codec spec '" << spec << "': hint8 rotation :hH must be a power of two in "
+                          << kMinRotation << ".." << kMaxRotation << " (e.g. hint8:g16:h128)");
+  CC_CHECK(codecs::is_pow2(c.group) && c.group >= kMinGroup && c.group <= c.rotation,
+           "codec spec '" << spec << "': hint8 group :gG must be a power of two in " << kMinGroup
+                          << ".." << c.rotation << " (at most the rotation size, so every scale "
+                          << "group lies in one rotation block)");
+}
+
+std::string name(const Codec& c) {
+  std::string s = "hint8:g" + std::to_string(c.group) + ":h" + std::to_string(c.rotation);
+  if (c.random_signs) s += ":rs";
+  s += ":s" + std::to_string(c.scale_bits);
+  if (c.stochastic) s += ":sr";
+  return s;
+}
+
+int64_t wire_bytes(const Codec& c, int64_t n) {
+  return codecs::rot_scales_offset(n) +
+         codecs::hint8_scale_bytes_before(c.scale_bits, n, c.group, c.rotation);
+}
+
+// Stores group gi's scale (i-th of its block) in the scale section.
+void store_scale(const Codec& c, uint8_t* sc, int64_t gi, int32_t i, const codecs::S8Layout& l,
+                 uint32_t e, uint32_t stored) {
+  if (c.scale_bits == 8) {
+    sc[l.base + (l.e_byte ? 1 : 0) + i] =
+        static_cast<uint8_t>(stored | codecs::s8_exp_bit(l, e, i));
+  } else if (c.scale_bits == 16) {
+    uint16_t b = static_cast<uint16_t>(stored);
+    std::memcpy(sc + 2 * gi, &b, 2);
+  } else {
+    std::memcpy(sc + 4 * gi, &stored, 4);
+  }
+}
+
+// Block by block: rotate, group amaxes, (s8) the block exponent, scales, codes.
+void encode(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx, uint8_t* dst) {
+  float y[kMaxRotation];
+  int32_t amax[kMaxRotation / kMinGroup];
+  uint8_t* sc = dst + codecs::rot_scales_offset(n);
+  for (int64_t i = n; i < codecs::rot_scales_offset(n); ++i) dst[i] = 0;
+  int8_t* q = reinterpret_cast<int8_t*>(dst);
+  const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
+  const int64_t blocks = codecs::rot_block_count(n, c.rotation);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const codecs::RotBlock blk = codecs::rot_block(n, c.rotation, b);
+    if (c.random_signs) {
+      for (int32_t j = 0; j < blk.len; ++j)
+        y[j] = codecs::mul_rn(x[blk.off + j], codecs::random_sign(j));
+    } else {
+      std::memcpy(y, x + blk.off, static_cast<size_t>(blk.len) * 4);
+    }
+    cpu::wht_normalized_fast(y, blk.len);
+    const int32_t gl = std::min(c.group, blk.len), k = blk.len / gl;
+    // Raw |y| bits: a NaN or Inf coefficient exceeds every finite one (and Inf's bits).
+    int32_t block_amax = 0;
+    for (int32_t i = 0; i < k; ++i) {
+      int32_t m = 0;
+      for (int32_t j = i * gl; j < (i + 1) * gl; ++j)
+        m = std::max(m, static_cast<int32_t>(codecs::f32_bits(y[j]) & codecs::kF32AbsMask));
+      amax[i] = m;
+      if (m < static_cast<int32_t>(codecs::kF32InfBits)) block_amax = std::max(block_amax, m);
+    }
+    const uint32_t e = c.scale_bits == 8 ? codecs::s8_block_exp(block_amax) : 0;
+    const codecs::S8Layout l = codecs::s8_layout(blk, c.group, c.rotation);
+    if (c.scale_bits == 8 && l.e_byte) sc[l.base] = static_cast<uint8_t>(e);
+    const int64_t g0 = codecs::scale_groups_before(blk.off, c.group);
+    for (int32_t i = 0; i < k; ++i) {
+      const codecs::Hint8Scale s = codecs::hint8_make_scale(c.scale_bits, amax[i], e);
+      store_scale(c, sc, g0 + i, i, l, e, s.stored);
+      const int64_t off = blk.off + int64_t(i) * gl;
+      const float* yg = y + i * gl;
+      if (!codecs::f32_is_finite(s.s)) {
+        std::memset(q + off, 0, static_cast<size_t>(gl));
+      } else if (c.stochastic) {
+        for (int32_t j = 0; j < gl; ++j) {
+          const float u = codecs::sr_uniform_at(prefix, ctx.index + off + j);
+          q[off + j] = codecs::hint8_quantize_sr(yg[j], s.s, u);
+        }
+      } else {
+        for (int32_t j = 0; j < gl; ++j) q[off + j] = codecs::hint8_quantize(yg[j], s.s);
+      }
+    }
+  }
+}
+
+void decode(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+  const uint8_t* sc = src + codecs::rot_scales_offset(n);
+  const int8_t* q = reinterpret_cast<const int8_t*>(src);
+  const int64_t blocks = codecs::rot_block_count(n, c.rotation);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const codecs::RotBlock blk = codecs::rot_block(n, c.rotation, b);
+    const int32_t gl = std::min(c.group, blk.len), k = blk.len / gl;
+    const int64_t g0 = codecs::scale_groups_before(blk.off, c.group);
+    const codecs::S8Layout l = codecs::s8_layout(blk, c.group, c.rotation);
+    const uint32_t e = c.scale_bits == 8 ? codecs::s8_read_exp(l, sc + l.base) : 0;
+    float* v = out + blk.off;
+    for (int32_t i = 0; i < k; ++i) {
+      const float s = c.scale_bits == 8
+                          ? codecs::s8_read(e, sc[l.base + (l.e_byte ? 1 : 0) + i])
+                          : codecs::hint8_read_scale(c.scale_bits, sc, g0 + i);
+      for (int32_t j = i * gl; j < (i + 1) * gl; ++j)
+        v[j] = codecs::hint8_dequantize(q[blk.off + j], s);
+    }
+    cpu::wht_normalized_fast(v, blk.len);
+    if (c.random_signs)
+      for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(v[j], codecs::random_sign(j));
+  }
+}
+
+[[maybe_unused]] const bool kRegistered = register_codec_family(
+    {"hint8", CodecKind::HInt8, configure, name, wire_bytes, encode, decode,
+     "hint8[:gG][:hH][:rs][:s32|:s16|:s8][:sr] (Hadamard rotation of H, symmetric int8 per G; "
+     "G, H powers of two, 8 <= G <= H <= 1024, H >= 16; default hint8:g16:h128:s8, 8.5 bits)"});
+
+}  // namespace
+}  // namespace ccompress

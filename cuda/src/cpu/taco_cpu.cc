@@ -1,0 +1,141 @@
+// Host loops of the TACO family (format and policies: codecs/taco.h) and its registration.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "ccompress/error.h"
+#include "codecs/fp8.h"
+#include "codecs/hadamard.h"
+#include "codecs/registry.h"
+#include "codecs/rotation_blocks.h"
+#include "codecs/stochastic.h"
+#include "codecs/taco.h"
+#include "cpu/fast_wht.h"
+
+namespace ccompress {
+namespace {
+
+using codecs::Fp8E4M3;
+using codecs::Fp8E5M2;
+
+constexpr int32_t kDefaultGroup = 128;
+constexpr int32_t kMinGroup = 32;
+constexpr int32_t kMaxGroup = 512;
+
+const char* base_name(const Codec& c) { return c.fp8_format == 0 ? "taco" : "taco_e5m2"; }
+
+void configure(Codec& c, const CodecOptions& o, const std::string& spec, uint8_t format) {
+  CC_CHECK(!o.rotation && !o.scale_bits && !o.random_signs,
+           "codec spec '" << spec << "': taco takes only :gG (its rotation is its group, its "
+                          << "scales are fp32, it has no random signs) and :sr");
+  c.group = o.group ? o.group : kDefaultGroup;
+  CC_CHECK(codecs::is_pow2(c.group) && c.group >= kMinGroup && c.group <= kMaxGroup,
+           "codec spec '" << spec << "': taco group must be a power of two in " << kMinGroup
+                          << ".." << kMaxGroup << " (e.g. taco:g128)");
+  c.rotation = c.group;
+  c.fp8_format = format;
+  c.scale_bits = 32;
+  c.random_signs = false;
+  c.stochastic = o.stochastic;
+}
+
+void configure_e4m3(Codec& c, const CodecOptions& o, const std::string& spec) {
+  configure(c, o, spec, 0);
+}
+void configure_e5m2(Codec& c, const CodecOptions& o, const std::string& spec) {
+  configure(c, o, spec, 1);
+}
+
+std::string name(const Codec& c) {
+  return std::string(base_name(c)) + ":g" + std::to_string(c.group) + (c.stochastic ? ":sr" : "");
+}
+
+int64_t wire_bytes(const Codec& c, int64_t n) {
+  return codecs::rot_scales_offset(n) + 8 * codecs::scale_groups_before(n, c.group);
+}
+
+template <class F>
+void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
+                uint8_t* dst) {
+  float* pairs = reinterpret_cast<float*>(dst + codecs::rot_scales_offset(n));
+  for (int64_t i = n; i < codecs::rot_scales_offset(n); ++i) dst[i] = 0;
+  float y[kMaxGroup];
+  const int64_t blocks = codecs::rot_block_count(n, c.group);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const codecs::RotBlock blk = codecs::rot_block(n, c.group, b);
+    const int32_t len = blk.len;
+    const float a = codecs::taco_prescale<F>(codecs::taco_sum_sq(x + blk.off, len), len);
+    for (int32_t j = 0; j < len; ++j) y[j] = codecs::mul_rn(a, x[blk.off + j]);
+    cpu::wht_normalized_fast(y, len);
+    // Raw |y| bits: a NaN or Inf coefficient (non-finite input, or overflow) exceeds Inf's.
+    int32_t amax = 0;
+    for (int32_t j = 0; j < len; ++j)
+      amax = std::max(amax, static_cast<int32_t>(codecs::f32_bits(y[j]) & codecs::kF32AbsMask));
+    uint8_t* q = dst + blk.off;
+    float pair[2];
+    if (amax >= static_cast<int32_t>(codecs::kF32InfBits)) {
+      std::memset(q, 0, static_cast<size_t>(len));
+      pair[0] = pair[1] = codecs::taco_nan();
+    } else {
+      const float s = codecs::taco_scale<F>(amax);
+      if (c.stochastic) {
+        const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
+        const int64_t base = ctx.index + blk.off;
+        for (int32_t j = 0; j < len; ++j)
+          q[j] = codecs::fp8_from_float_sr<F>(codecs::div_rn(y[j], s),
+                                              codecs::sr_uniform_at(prefix, base + j));
+      } else {
+        for (int32_t j = 0; j < len; ++j) q[j] = codecs::fp8_from_float<F>(codecs::div_rn(y[j], s));
+      }
+      pair[0] = a;
+      pair[1] = s;
+    }
+    // Blocks are visited in order, so block b's group index is scale_groups_before(off).
+    std::memcpy(pairs + 2 * codecs::scale_groups_before(blk.off, c.group), pair, 8);
+  }
+}
+
+template <class F>
+void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+  const uint8_t* pairs = src + codecs::rot_scales_offset(n);
+  // Every FP8 value is an fp32: a table of fp8_to_float itself.
+  float lut[256];
+  for (int i = 0; i < 256; ++i) lut[i] = codecs::fp8_to_float<F>(static_cast<uint8_t>(i));
+  const int64_t blocks = codecs::rot_block_count(n, c.group);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const codecs::RotBlock blk = codecs::rot_block(n, c.group, b);
+    float pair[2];
+    std::memcpy(pair, pairs + 8 * codecs::scale_groups_before(blk.off, c.group), 8);
+    float* v = out + blk.off;
+    const uint8_t* q = src + blk.off;
+    for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(lut[q[j]], pair[1]);
+    cpu::wht_normalized_fast(v, blk.len);
+    for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::div_rn(v[j], pair[0]);
+  }
+}
+
+void encode(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx, uint8_t* dst) {
+  if (c.fp8_format == 0) {
+    encode_run<Fp8E4M3>(x, n, c, ctx, dst);
+  } else {
+    encode_run<Fp8E5M2>(x, n, c, ctx, dst);
+  }
+}
+
+void decode(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+  if (c.fp8_format == 0) {
+    decode_run<Fp8E4M3>(src, n, c, out);
+  } else {
+    decode_run<Fp8E5M2>(src, n, c, out);
+  }
+}
+
+[[maybe_unused]] const bool kRegistered =
+    register_codec_family({"taco", CodecKind::Taco, configure_e4m3, name, wire_bytes, encode,
+                           decode, "taco[:gG][:sr] (TACO: RMS pre-scale, Hadamard, FP8 E4M3; G a "
+                           "power of two in 32..512, default 128)"}) &&
+    register_codec_family({"taco_e5m2", CodecKind::Taco, configure_e5m2, name, wire_bytes,
+                           encode, decode, "taco_e5m2[:gG][:sr] (TACO with FP8 E5M2)"});
+
+}  // namespace
+}  // namespace ccompress

@@ -1,0 +1,249 @@
+// CUDA kernels of the 4-bit codecs (nvfp4_kernels.cu, int4_kernels.cu), templated on the
+// grid policy Q of codecs/fourbit.h. They compute exactly what cpu/fourbit_cpu.h computes:
+// every value goes through the same fp32 operations, and the rotation evaluates the same
+// butterfly network (each butterfly's operands are fixed by the network, whatever order the
+// threads run them in), so wire bytes and decoded values are bit-identical to the CPU's.
+//
+// A run is processed in tiles of kTile elements from the run start: kTile is a multiple of
+// every group and rotation size, so no group or rotation block straddles two tiles. Encoding
+// needs the run's amax before any group scale, so it takes three launches: amax (atomicMax
+// of |y| bits, which order like the values, into the run-scale slot of the wire buffer),
+// quantize (reads that amax; every block derives the same s from it), then finalize (turns
+// the slot into s and zeroes the pad).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ccompress/codec.h"
+#include "ccompress/error.h"
+#include "ccompress/kernel_backend.h"
+#include "codecs/float_convert.h"
+#include "codecs/fourbit.h"
+#include "codecs/group_codec.h"
+#include "codecs/stochastic.h"
+
+namespace ccompress::cuda::fourbit {
+
+constexpr int kTile = 1024;          // >= and a multiple of every G (<= 256) and H (<= 256)
+constexpr int kThreads = kTile / 2;  // one output byte (two elements) per thread
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kMaxGrid = 4096;   // grid-stride loops cover any run
+
+struct Params {
+  int64_t n;
+  int32_t group, rotation, scale_bits;
+  bool random_signs, stochastic;
+  float divisor;
+  EncodeContext ctx;
+};
+
+inline Params make_params(int64_t n, const Codec& c, float divisor, const EncodeContext& ctx) {
+  return Params{n, c.group, c.rotation, c.scale_bits, c.random_signs, c.stochastic, divisor, ctx};
+}
+
+// Forward (v <- WHT(sign * v) / sqrt(p)) or inverse (v <- sign * WHT(v) / sqrt(p)) rotation of
+// the tile [base, base + len) of a run, in shared memory; each element's rotation block comes
+// from rotation_block_of, so the run's tail blocks work like the CPU's.
+__device__ inline void rotate_tile(float* v, const Params& p, int64_t base, int len, bool inverse) {
+  const int h = p.rotation;
+  auto signs = [&]() {
+    if (!p.random_signs) return;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
+      int64_t start;
+      codecs::rotation_block_of(base + i, p.n, h, &start);
+      v[i] = codecs::mul_rn(v[i], codecs::random_sign(static_cast<uint32_t>(base + i - start)));
+    }
+    __syncthreads();
+  };
+  if (!inverse) signs();
+  for (int stride = 1; stride < h; stride <<= 1) {
+    for (int b = threadIdx.x; b < kTile / 2; b += blockDim.x) {
+      int lo = (b / stride) * 2 * stride + b % stride;
+      int64_t start;
+      if (lo >= len || codecs::rotation_block_of(base + lo, p.n, h, &start) <= stride) continue;
+      float a = v[lo], c = v[lo + stride];
+      v[lo] = codecs::add_rn(a, c);
+      v[lo + stride] = codecs::add_rn(a, -c);
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < len; i += blockDim.x) {
+    int64_t start;
+    v[i] = codecs::mul_rn(v[i], codecs::wht_norm(codecs::rotation_block_of(base + i, p.n, h, &start)));
+  }
+  __syncthreads();
+  if (inverse) signs();
+}
+
+// v[0..kTile) <- rotated float(src[base + i]) / divisor, zeros past the run's end.
+__device__ inline void load_tile(const void* src, DType t, const Params& p, int64_t base, int len,
+                                 float* v) {
+  for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+    float x = 0.0f;
+    if (i < len) {
+      x = codecs::load_as_float(src, t, base + i);
+      if (p.divisor != 1.0f) x = codecs::div_rn(x, p.divisor);
+    }
+    v[i] = x;
+  }
+  __syncthreads();
+  if (p.rotation > 0) rotate_tile(v, p, base, len, false);
+}
+
+template <class Q>
+__global__ void __launch_bounds__(kThreads)
+    amax_kernel(const void* __restrict__ src, DType t, Params p, int32_t* amax_slot) {
+  __shared__ float v[kTile];
+  __shared__ int32_t warp_max[kWarps];
+  for (int64_t base = int64_t(blockIdx.x) * kTile; base < p.n; base += int64_t(gridDim.x) * kTile) {
+    const int len = static_cast<int>(min(int64_t(kTile), p.n - base));
+    load_tile(src, t, p, base, len, v);
+    int32_t m = 0;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) m = max(m, codecs::finite_abs_bits(v[i]));
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 0; w < kWarps; ++w) m = max(m, warp_max[w]);
+      atomicMax(amax_slot, m);
+    }
+    __syncthreads();  // v and warp_max are reused by the next tile
+  }
+}
+
+template <class Q>
+__global__ void __launch_bounds__(kThreads)
+    encode_kernel(const void* __restrict__ src, DType t, Params p, const int32_t* amax_slot,
+                  uint8_t* __restrict__ dst) {
+  __shared__ float v[kTile];
+  __shared__ int32_t warp_max[kWarps];
+  const int sb = p.scale_bits / 8, pairs = p.group / 2, lane = threadIdx.x & 31;
+  const float s = codecs::fourbit_run_scale(*amax_slot, Q::kQMax, p.scale_bits);
+  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
+  for (int64_t base = int64_t(blockIdx.x) * kTile; base < p.n; base += int64_t(gridDim.x) * kTile) {
+    const int len = static_cast<int>(min(int64_t(kTile), p.n - base));
+    load_tile(src, t, p, base, len, v);
+    const int i0 = 2 * threadIdx.x;
+    // Group amax over the group's pairs: a butterfly within the warp, then across warps.
+    int32_t a = max(i0 < len ? codecs::finite_abs_bits(v[i0]) : 0,
+                    i0 + 1 < len ? codecs::finite_abs_bits(v[i0 + 1]) : 0);
+    for (int o = 1; o < min(pairs, 32); o <<= 1) a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
+    if (pairs > 32) {
+      if (lane == 0) warp_max[threadIdx.x >> 5] = a;
+      __syncthreads();
+      const int per = pairs / 32, w0 = (threadIdx.x >> 5) / per * per;
+      for (int k = 0; k < per; ++k) a = max(a, warp_max[w0 + k]);
+    }
+    if (i0 < len) {
+      const int64_t j = base + i0;
+      const uint32_t code = codecs::encode_group_scale(a, Q::kQMax, s, p.scale_bits, p.stochastic);
+      const float d = codecs::group_step(code, s, p.scale_bits);
+      if (j % p.group == 0)
+        for (int k = 0; k < sb; ++k) dst[lay.scales + j / p.group * sb + k] = uint8_t(code >> (8 * k));
+      float u0 = 0.0f, u1 = 0.0f;
+      if (p.stochastic) {
+        u0 = codecs::sr_uniform(p.ctx.seed, p.ctx.step, p.ctx.rank, p.ctx.index + j);
+        u1 = codecs::sr_uniform(p.ctx.seed, p.ctx.step, p.ctx.rank, p.ctx.index + j + 1);
+      }
+      uint8_t q0 = codecs::fourbit_quantize<Q>(v[i0], d, p.stochastic, u0);
+      uint8_t q1 = i0 + 1 < len ? codecs::fourbit_quantize<Q>(v[i0 + 1], d, p.stochastic, u1) : 0;
+      dst[j / 2] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+    __syncthreads();
+  }
+}
+
+// The slot holds the run's amax bits: replace them by s, and zero the pad before it.
+template <class Q>
+__global__ void finalize_kernel(Params p, uint8_t* dst) {
+  const int sb = p.scale_bits / 8;
+  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
+  const int64_t scales_end = lay.scales + (p.n + p.group - 1) / p.group * sb;
+  if (scales_end + threadIdx.x < lay.run_scale) dst[scales_end + threadIdx.x] = 0;
+  if (threadIdx.x == 0) {
+    int32_t* slot = reinterpret_cast<int32_t*>(dst + lay.run_scale);
+    *reinterpret_cast<float*>(slot) = codecs::fourbit_run_scale(*slot, Q::kQMax, p.scale_bits);
+  }
+}
+
+template <class Q>
+__global__ void __launch_bounds__(kThreads)
+    decode_accumulate_kernel(const uint8_t* __restrict__ src, Params p, float* __restrict__ acc,
+                             bool assign) {
+  __shared__ float v[kTile];
+  const int sb = p.scale_bits / 8;
+  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
+  const float s = *reinterpret_cast<const float*>(src + lay.run_scale);
+  for (int64_t base = int64_t(blockIdx.x) * kTile; base < p.n; base += int64_t(gridDim.x) * kTile) {
+    const int len = static_cast<int>(min(int64_t(kTile), p.n - base));
+    const int i0 = 2 * threadIdx.x;
+    if (i0 < len) {
+      const int64_t j = base + i0;
+      uint32_t code = 0;
+      for (int k = 0; k < sb; ++k) code |= uint32_t(src[lay.scales + j / p.group * sb + k]) << (8 * k);
+      const float d = codecs::group_step(code, s, p.scale_bits);
+      const uint8_t byte = src[j / 2];
+      v[i0] = codecs::fourbit_dequantize<Q>(byte & 15u, d);
+      if (i0 + 1 < len) v[i0 + 1] = codecs::fourbit_dequantize<Q>(byte >> 4, d);
+    }
+    __syncthreads();
+    if (p.rotation > 0) rotate_tile(v, p, base, len, true);
+    for (int i = threadIdx.x; i < len; i += blockDim.x)
+      acc[base + i] = assign ? v[i] : codecs::add_rn(acc[base + i], v[i]);
+    __syncthreads();
+  }
+}
+
+inline void check_launch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  CC_CHECK_AS(CudaError, err == cudaSuccess, what << " launch failed: " << cudaGetErrorString(err));
+}
+
+inline int grid_for(int64_t n) {
+  return static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + kTile - 1) / kTile, 1), kMaxGrid));
+}
+
+inline void check_args(const Codec& c, int64_t n, const void* wire) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  CC_CHECK(c.group >= 2 && c.group <= 256 && kTile % c.group == 0,
+           "4-bit codec group " << c.group << " must be a power of two up to 256");
+  CC_CHECK(c.rotation >= 0 && c.rotation <= 256 && (c.rotation == 0 || kTile % c.rotation == 0),
+           "4-bit codec rotation " << c.rotation << " must be a power of two up to 256");
+  CC_CHECK(c.scale_bits == 8 || c.scale_bits == 16, "4-bit codec scales are 8 or 16 bits");
+  CC_CHECK(reinterpret_cast<uintptr_t>(wire) % 4 == 0, "wire buffer must be 4-byte aligned");
+}
+
+template <class Q>
+void launch_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec, float divisor,
+                   const EncodeContext& ctx, void* dst, cudaStream_t stream, const char* what) {
+  check_args(codec, n, dst);
+  if (n == 0) return;
+  const Params p = make_params(n, codec, divisor, ctx);
+  uint8_t* wire = static_cast<uint8_t*>(dst);
+  const codecs::FourBitLayout lay = codecs::fourbit_layout(n, codec.group, codec.scale_bits / 8);
+  int32_t* slot = reinterpret_cast<int32_t*>(wire + lay.run_scale);
+  CC_CHECK_AS(CudaError, cudaMemsetAsync(slot, 0, 4, stream) == cudaSuccess,
+              what << ": cudaMemsetAsync failed");
+  amax_kernel<Q><<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, p, slot);
+  check_launch(what);
+  encode_kernel<Q><<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, p, slot, wire);
+  check_launch(what);
+  finalize_kernel<Q><<<1, 32, 0, stream>>>(p, wire);
+  check_launch(what);
+}
+
+template <class Q>
+void launch_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                              bool assign, cudaStream_t stream, const char* what) {
+  check_args(codec, n, src);
+  if (n == 0) return;
+  const Params p = make_params(n, codec, 1.0f, EncodeContext{});
+  decode_accumulate_kernel<Q><<<grid_for(n), kThreads, 0, stream>>>(
+      static_cast<const uint8_t*>(src), p, acc, assign);
+  check_launch(what);
+}
+
+}  // namespace ccompress::cuda::fourbit

@@ -1,0 +1,26 @@
+// Host launchers of the hint8 codec kernels (format: codecs/hint8.h). Plain C++, like
+// codec_kernels.h, so host-compiled code can call them; bit-identical with the CPU backend.
+#pragma once
+
+#include <cstdint>
+
+#include "ccompress/codec.h"
+#include "ccompress/common.h"
+#include "ccompress/kernel_backend.h"
+
+// The CUDA runtime's own definition (driver_types.h); repeating an identical typedef is legal.
+typedef struct CUstream_st* cudaStream_t;
+
+namespace ccompress::cuda {
+
+// dst <- encode(src / divisor) for a hint8 codec. src: n elements of src_dtype on the device;
+// dst: codec.wire_bytes(n) device bytes, 4-byte aligned. ctx places the run for `:sr`.
+// Asynchronous on @p stream; throws CudaError if the launch fails.
+void launch_hint8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                         float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream);
+
+// acc <- decode(src) when assign, else acc += decode(src); acc is fp32 on the device.
+void launch_hint8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                    bool assign, cudaStream_t stream);
+
+}  // namespace ccompress::cuda

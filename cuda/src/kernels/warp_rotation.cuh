@@ -1,0 +1,122 @@
+// Warp-level pieces shared by the rotated codec kernels (taco_kernels.cu, hint8_kernels.cu):
+// one warp owns one rotation block (codecs/rotation_blocks.h) held in registers, element
+// j = lane + 32 * k in slot k (a block shorter than 32 uses lanes 0..len-1 of slot 0, the
+// other lanes hold zeros). Every operation is the one the host loop does, in the same order,
+// so the results are bit-identical with the CPU backend.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "ccompress/error.h"
+#include "codecs/float_convert.h"
+#include "codecs/hadamard.h"
+#include "codecs/rotation_blocks.h"
+
+namespace ccompress::cuda::rot {
+
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+constexpr int kThreads = 128;  // four warps per CUDA block, one rotation block each
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kMaxGrid = int64_t(1) << 20;  // warp-stride loops cover any count
+
+/// Slots in use for a block of len elements.
+__device__ __forceinline__ int slots_of(int len) { return len < 32 ? 1 : len >> 5; }
+
+/// Element index of slot k in this lane.
+__device__ __forceinline__ int elem_of(int k) { return (threadIdx.x & 31) + 32 * k; }
+
+/// v <- WHT(v) / sqrt(len), the butterflies of codecs::fwht in its order (len = 1, 2, 4, ...):
+/// partners closer than 32 sit in other lanes (shuffle), farther ones in other slots.
+/// The lower element of a pair becomes a + b, the upper a + (-b), exactly as on the host.
+template <int kSlots>
+__device__ __forceinline__ void wht_normalized(float (&v)[kSlots], int len) {
+  const int lane = threadIdx.x & 31;
+  const int span = len < 32 ? len : 32;
+  const int slots = slots_of(len);
+  for (int s = 1; s < span; s <<= 1) {
+    const bool upper = (lane & s) != 0;
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      if (k < slots) {  // warp-uniform: every lane takes part in the shuffle
+        float o = __shfl_xor_sync(kFullMask, v[k], s);
+        v[k] = upper ? __fadd_rn(o, -v[k]) : __fadd_rn(v[k], o);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 1; m < kSlots; m <<= 1) {
+    if (m < slots) {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        if (!(k & m)) {
+          float a = v[k], b = v[k | m];
+          v[k] = __fadd_rn(a, b);
+          v[k | m] = __fadd_rn(a, -b);
+        }
+      }
+    }
+  }
+  const float norm = codecs::wht_norm(len);
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], norm);
+}
+
+/// v[k] <- float(src[off + j]) / divisor for j < len, 0 beyond (the CPU backend's load_block).
+template <int kSlots>
+__device__ __forceinline__ void load_block(const void* src, DType t, int64_t off, int len,
+                                           float divisor, float (&v)[kSlots]) {
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int j = elem_of(k);
+    float x = j < len ? codecs::load_as_float(src, t, off + j) : 0.0f;
+    v[k] = divisor != 1.0f ? codecs::div_rn(x, divisor) : x;
+  }
+}
+
+/// acc[off + j] <- v (assign) or acc[off + j] + v, for j < len.
+template <int kSlots>
+__device__ __forceinline__ void store_acc(float* acc, int64_t off, int len, bool assign,
+                                          const float (&v)[kSlots]) {
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int j = elem_of(k);
+    if (j < len) acc[off + j] = assign ? v[k] : codecs::add_rn(acc[off + j], v[k]);
+  }
+}
+
+/// Warp index over the whole grid, and the grid's warp count.
+__device__ __forceinline__ int64_t global_warp() {
+  return int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+}
+__device__ __forceinline__ int64_t grid_warps() { return int64_t(gridDim.x) * kWarps; }
+
+/// CUDA blocks for @p rot_blocks rotation blocks (at least 1, at most kMaxGrid).
+inline int grid_for_blocks(int64_t rot_blocks) {
+  int64_t g = (rot_blocks + kWarps - 1) / kWarps;
+  return static_cast<int>(std::min(std::max<int64_t>(g, 1), kMaxGrid));
+}
+
+inline void check_launch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  CC_CHECK_AS(CudaError, err == cudaSuccess, what << " launch failed: " << cudaGetErrorString(err));
+}
+
+/// Runs fn(std::integral_constant<int, kSlots>) with the register slots a block of h needs.
+template <class Fn>
+void with_slots(int32_t h, Fn fn) {
+  if (h <= 32) {
+    fn(std::integral_constant<int, 1>{});
+  } else if (h <= 128) {
+    fn(std::integral_constant<int, 4>{});
+  } else if (h <= 512) {
+    fn(std::integral_constant<int, 16>{});
+  } else {
+    fn(std::integral_constant<int, 32>{});
+  }
+}
+
+}  // namespace ccompress::cuda::rot
