@@ -1,37 +1,33 @@
 """Per-element error bounds of compressed collectives, for checking results against an
 fp64 reference (tests, ccompress-perf's #wrong column).
 
-A codec quantization of a value v in a scale group whose largest |value| is M errs by at
-most ``u * M`` (scaled codecs: ``u`` = half the top spacing of the format over its max,
-1/28 for E4M3 and 1/14 for E5M2, times 1 + 2^-16 for the rounding of the scale, plus
-FLT_MIN times that half spacing for groups whose scale is clamped) or ``u * |v|`` (plain
-casts: 2^-8 for bf16, 2^-11 for fp16, 2^-24 for float32). A collective quantizes each element
-``q`` times (one_shot 1, two_shot 2, tree depth+1, ring n) and every partial sum it
-quantizes is bounded by ``S = sum over ranks of each rank's M`` inflated by earlier errors,
-so the result errs by at most::
+One quantization errs, per coefficient (the element itself, or its Walsh-Hadamard coefficient
+for rotated codecs), by at most ``u * M + v * R`` where M is the largest |coefficient| of its
+scale group and R that of its run piece (two-level scales), or ``u * |x|`` for plain casts
+(2^-8 bf16, 2^-11 fp16, 2^-24 float32). The constants are the ones each codec states where it
+is registered (cuda/include/ccompress/codec.h, cuda/src/cpu/*_cpu.cc); stochastic rounding
+doubles them. A collective quantizes each element ``q`` times (one_shot 1, two_shot 2, tree
+depth+1, ring n); every partial sum it quantizes has group maxima at most ``S`` = the sum
+over ranks of each rank's maxima (rotations are linear), inflated by the earlier errors, so a
+coefficient errs by at most::
 
-    q * u * (1 + u)^q * S  +  (n + 4) * 2^-23 * S          (fp32 sums and divisions)
-    + u_out * (|ref| + that)                                 (cast to a 16-bit output)
-    + q * (half the subnormal spacing of a plain cast's format, or the clamped-scale floor)
+    q * (u * S + v * S_run) * (1 + u)^q  +  floors  +  2^-16 * S   (fp32 rotations)
 
-
-divided by n for ``avg``. Groups are laid out as the schedule lays them out: from each
-rank's chunk start for ring, two_shot and reduce_scatter, from element 0 otherwise.
+A rotated block of p coefficients maps back with p^-1/2 times their sum. Then come the fp32
+sums, ``(n + 4) * 2^-23 * sum |x|``, the division for ``avg``, and the cast to a 16-bit output.
+Groups, blocks and run pieces are laid out as the schedule lays them out: from each rank's
+chunk start for ring, two_shot and reduce_scatter, from element 0 otherwise.
 """
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
 from . import _core
 from .codec import Codec
 
-# u = H / FP8_MAX with H half the top spacing of the format; a scale is never below FLT_MIN,
-# so a quantization also errs by up to FLT_MIN * H in groups of tiny values (codec.h).
-_FP8 = {"fp8_e4m3": (16 / 448, 16.0), "fp8_e5m2": (4096 / 57344, 4096.0)}
 _FLT_MIN = 2.0 ** -126
-_SCALE_ROUNDING = 1 + 2.0 ** -16
 _CAST = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 # Half the subnormal spacing: the absolute error floor of a cast.
 _CAST_FLOOR = {"float32": 2.0 ** -150, "bfloat16": 2.0 ** -134, "float16": 2.0 ** -25}
@@ -54,24 +50,88 @@ def quantizations(algo: str, nranks: int) -> int:
     raise ValueError(f"unknown algo {algo!r} (pass the resolved schedule, not 'auto')")
 
 
-def _group_starts(n: int, nranks: int, algo: str, group: int) -> np.ndarray:
-    bounds: Tuple[Tuple[int, int], ...]
+def _constants(c: "_core.Codec") -> Tuple[float, float, float]:
+    """(u, v, floor) of one quantization of a scaled codec (see the module comment)."""
+    kind, sr = c.kind, 2.0 if c.stochastic else 1.0
+    if kind in ("fp8_e4m3", "fp8_e5m2", "taco"):
+        e5m2 = kind == "fp8_e5m2" or (kind == "taco" and c.name.startswith("taco_e5m2"))
+        top = 4096.0 if e5m2 else 16.0  # half the top spacing; max 57344 / 448
+        u = top / (57344.0 if e5m2 else 448.0)
+        return sr * u * (1 + 2.0 ** -16), 0.0, sr * (_FLT_MIN if kind != "taco" else 1e-12) * top
+    if kind == "hint8":
+        slack = {32: 1 + 1e-6, 16: 1 + 2.0 ** -7, 8: 2 ** (1 / 16) * (1 + 1e-6)}[c.scale_bits]
+        return sr * slack / 254, 0.0, sr * _FLT_MIN
+    if kind == "nvfp4":
+        return sr * 17 / 96 * (1 + 2.0 ** -20), sr / (2688 * 128), sr * _FLT_MIN
+    if kind == "hint4":
+        u = {8: 17 / 224, 16: (1 + 2.0 ** -11) / 14}[c.scale_bits]
+        if c.stochastic:
+            u = {8: 9 / 56, 16: (1 + 2.0 ** -10) / 7}[c.scale_bits]
+        m = 448 if c.scale_bits == 8 else 32768
+        return u * (1 + 2.0 ** -20), sr / (7 * m * 128), sr * _FLT_MIN
+    raise ValueError(f"no error bound known for codec {c.name}")
+
+
+def _chunks(n: int, nranks: int, algo: str) -> List[Tuple[int, int]]:
     if algo in _CHUNKED and nranks > 1:
-        bounds = tuple(_core.chunk_range(n, nranks, c) for c in range(nranks))
-    else:
-        bounds = ((0, n),)
-    starts = [np.arange(lo, hi, group) for lo, hi in bounds if hi > lo]
-    return np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
+        return [tuple(_core.chunk_range(n, nranks, r)) for r in range(nranks)]
+    return [(0, n)]
 
 
-def _group_amax(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Per element, the largest finite |a| of its scale group (rows: ranks)."""
-    finite = np.where(np.isfinite(a), np.abs(a), 0.0)
-    if a.shape[1] == 0:
-        return finite
-    per_group = np.maximum.reduceat(finite, starts, axis=1)
-    sizes = np.diff(np.append(starts, a.shape[1]))
-    return np.repeat(per_group, sizes, axis=1)
+def _rot_blocks(m: int, h: int) -> List[Tuple[int, int]]:
+    """Rotation blocks of a run of m elements: full blocks of h, then the tail by its binary
+    expansion, largest first (cuda/src/codecs/rotation_blocks.h)."""
+    out = [(o, h) for o in range(0, m - m % h, h)]
+    off, tail, p = m - m % h, m % h, h >> 1
+    while p:
+        if tail & p:
+            out.append((off, p))
+            off += p
+        p >>= 1
+    return out
+
+
+def _wht(a: np.ndarray) -> np.ndarray:
+    """Normalised Walsh-Hadamard transform along the last axis (a power of two long)."""
+    n = a.shape[-1]
+    h = 1
+    while h < n:
+        a = a.reshape(a.shape[:-1] + (n // (2 * h), 2, h))
+        a = np.stack([a[..., 0, :] + a[..., 1, :], a[..., 0, :] - a[..., 1, :]], axis=-2)
+        a = a.reshape(a.shape[:-3] + (n,))
+        h *= 2
+    return a / np.sqrt(n)
+
+
+def _scaled_bound(x: np.ndarray, c: "_core.Codec", q: int) -> np.ndarray:
+    """Per element, the quantization part of the bound for one chunk (rows: ranks)."""
+    u, v, floor = _constants(c)
+    grow = (1 + u) ** q
+    nranks, m = x.shape
+    h, g = c.rotation, c.group
+    piece = c.align if c.kind in ("nvfp4", "hint4") else m  # run pieces: Codec::run_block
+    out = np.zeros(m)
+    for p0 in range(0, m, max(piece, 1)):
+        xs = x[:, p0:p0 + piece]
+        blocks = _rot_blocks(xs.shape[1], h) if h else [(0, xs.shape[1])]
+        coef = np.abs(np.concatenate([_wht(xs[:, o:o + p]) if h else xs[:, o:o + p]
+                                      for o, p in blocks], axis=1))
+        run_amax = float(coef.max(axis=1).sum()) if coef.size else 0.0
+        # Scale groups: nvfp4 and hint4 lay groups of g from the piece start over the
+        # coefficients; taco and hint8 tile each rotation block (a short block is one group).
+        spans = [(0, coef.shape[1])] if c.kind in ("nvfp4", "hint4") else blocks
+        coef_err = np.zeros(coef.shape[1])
+        for o, p in spans:
+            gg = min(g, p)
+            a = np.pad(coef[:, o:o + p], ((0, 0), (0, -p % gg))).reshape(nranks, -1, gg)
+            s = np.repeat(a.max(axis=2).sum(axis=0), gg)[:p]
+            coef_err[o:o + p] = q * (u * s + v * run_amax) * grow + q * floor + 2.0 ** -16 * s
+        if h:
+            for o, p in blocks:
+                out[p0 + o:p0 + o + p] = coef_err[o:o + p].sum() / np.sqrt(p)
+        else:
+            out[p0:p0 + xs.shape[1]] = coef_err
+    return out
 
 
 def allreduce_error_bound(parts: Any, codec: Any, algo: str, op: str = "sum",
@@ -80,24 +140,24 @@ def allreduce_error_bound(parts: Any, codec: Any, algo: str, op: str = "sum",
     (shape (nranks, n), any real dtype) with ``codec`` and the resolved ``algo``; the
     output has dtype ``dtype``. Also valid for reduce_scatter (algo "reduce_scatter",
     then index the result's chunk) and one-rank calls."""
-    c = Codec.parse(codec)
+    c = Codec.parse(codec)._c
     x = np.asarray(parts, dtype=np.float64)
     if x.ndim != 2:
         x = x.reshape(x.shape[0], -1)
     nranks, n = x.shape
     q = quantizations(algo, nranks)
-    kind = c._c.kind
-    floor = 0.0
-    if kind in _FP8:
-        u, top = _FP8[kind]
-        m = _group_amax(x, _group_starts(n, nranks, algo, c.group))
-        u, floor = u * _SCALE_ROUNDING, q * _FLT_MIN * top * _SCALE_ROUNDING
+    absx = np.where(np.isfinite(x), np.abs(x), 0.0)
+    if c.kind == "raw":
+        wire = dtype if c.unbound else c.raw_dtype
+        u = _CAST[wire]
+        s = absx.sum(axis=0)
+        bound = q * u * (1 + u) ** q * s + q * _CAST_FLOOR[wire]
     else:
-        wire = dtype if c._c.unbound else c._c.raw_dtype
-        u, floor = _CAST[wire], q * _CAST_FLOOR[wire]
-        m = np.abs(x)
-    s = m.sum(axis=0)
-    bound = q * u * (1 + u) ** q * s + (nranks + 4) * 2.0 ** -23 * s + floor
+        bound = np.zeros(n)
+        for lo, hi in _chunks(n, nranks, algo):
+            bound[lo:hi] = _scaled_bound(np.where(np.isfinite(x[:, lo:hi]), x[:, lo:hi], 0.0),
+                                         c, q)
+    bound = bound + (nranks + 4) * 2.0 ** -23 * absx.sum(axis=0)
     ref = x.sum(axis=0)
     if op == "avg":
         bound, ref = bound / nranks, ref / nranks

@@ -123,10 +123,14 @@ def test_16bit_inputs(rng, dtype, codec, algo):
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_deterministic_and_independent_of_slice_size(rng, algo):
-    parts = gaussian_parts(rng, 5, 20011)
-    runs = [cc.simulate.allreduce(list(parts), codec="fp8_e4m3:g64", algo=algo, slice_elems=s)
-            for s in (64, 640, 64, None)]
+@pytest.mark.parametrize("codec", ["fp8_e4m3:g64", "fp8_e4m3:g128:sr", "taco:g128", "hint8",
+                                   "hint8:g32:s16:sr", "nvfp4", "hnvfp4:g16", "hint4"])
+def test_deterministic_and_independent_of_slice_size(rng, algo, codec):
+    """Slices are multiples of every scale group, rotation block and run scale, and rounding
+    noise follows the global element index: any slice size gives the same bits."""
+    parts = gaussian_parts(rng, 3, 140_011)
+    runs = [cc.simulate.allreduce(list(parts), codec=codec, algo=algo, slice_elems=s)
+            for s in (1, 5000, 1, None)]
     assert same_bits([r[0] for r in runs] + runs[0])
 
 
@@ -226,3 +230,20 @@ def test_stats_count_bytes(rng):
         others = sum(codec.wire_bytes(b - a) for a, b in
                      (cc.chunk_range(n, 4, c) for c in range(4) if c != r))
         assert stats["payload_bytes"] == others + 3 * own
+
+
+@pytest.mark.parametrize("codec", ["fp8_e5m2:g32", "fp8_e4m3:g128:sr", "taco:g128",
+                                   "taco_e5m2:g64", "hint8", "hint8:g32:s16", "hint8:g64:s32:sr",
+                                   "nvfp4", "hnvfp4:g16", "hint4", "hint4:g32:s16:sr"])
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_codec_within_its_bound(rng, codec, algo):
+    """Outlier columns every 97 elements, odd sizes, one to five ranks: the bound of
+    ccompress.bounds (per-codec constants, rotations mapped back) holds and ranks agree."""
+    for nranks, n in ((1, 777), (3, 5003), (5, 1001)):
+        parts = gaussian_parts(rng, nranks, n)
+        parts[:, ::97] *= 30
+        res = cc.simulate.allreduce(list(parts), codec=codec, algo=algo)
+        assert same_bits(res)
+        err = np.abs(res[0].astype(np.float64) - parts.astype(np.float64).sum(axis=0))
+        bound = allreduce_error_bound(parts, codec, algo)
+        assert np.all(err <= bound), (nranks, n, float((err / bound).max()))

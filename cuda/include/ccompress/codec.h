@@ -72,6 +72,10 @@ struct CC_API Codec {
   bool random_signs = false;
   /// Stochastic rounding (":sr"): unbiased, deterministic from (seed, step, rank, index).
   bool stochastic = false;
+  /// Families with one scale per encoded run (nvfp4, hint4) see a run as pieces of this many
+  /// elements, each encoded on its own and concatenated; 0: the run is one piece. Set by the
+  /// family, never by the spec, so the scales do not depend on how a collective slices.
+  int32_t run_block = 0;
 
   /// Parses a spec string such as "none", "bf16", "fp8_e4m3:g128". Throws InvalidArgument
   /// with the list of valid specs when the string is not one of them.
@@ -89,6 +93,7 @@ struct CC_API Codec {
   /// the same elements meet the same groups and rotation blocks whatever the slice size.
   int64_t align() const {
     int32_t a = group > rotation ? group : rotation;
+    a = a > run_block ? a : run_block;
     return a > 0 ? a : 1;
   }
   /// A 32-bit id that is equal on two ranks exactly when the codecs are equal.

@@ -136,7 +136,7 @@ int64_t Codec::wire_bytes(int64_t n) const {
   if (kind == CodecKind::Raw) return n * static_cast<int64_t>(dtype_size(raw_dtype));
   if (kind == CodecKind::Fp8E4M3 || kind == CodecKind::Fp8E5M2)
     return align_up(n, 4) + 4 * ceil_div(n, group);
-  return family(kind).wire_bytes(*this, n);
+  return family_wire_bytes(family(kind), *this, n);
 }
 
 bool Codec::lossy(DType input) const {

@@ -21,6 +21,9 @@ namespace ccompress::codecs {
 /// (zeros are always written as +0) and int4's -8 (the symmetric grid stops at -7). It decodes
 /// to NaN, so NaN stays NaN and +-Inf becomes NaN, in its own element only.
 constexpr uint8_t kNibbleNaN = 0x8;
+/// Elements under one fp32 run scale (Codec::run_block): a collective's slices are multiples
+/// of it, so the run scales do not depend on the slice size (32 bits per 65536 elements).
+constexpr int32_t kFourbitRunBlock = 1 << 16;
 
 /// Byte offsets of a run of n elements: [codes | group scales | zero pad to 4 | fp32 run scale].
 /// Element 2k is the low nibble of byte k, element 2k+1 the high one (NVIDIA's packed fp4x2

@@ -47,6 +47,14 @@ const CodecFamily* find_codec_family(CodecKind kind) {
   return nullptr;
 }
 
+int64_t family_wire_bytes(const CodecFamily& f, const Codec& c, int64_t n) {
+  if (c.run_block <= 0 || n <= c.run_block) return f.wire_bytes(c, n);
+  const int64_t full = n / c.run_block, rest = n % c.run_block;
+  const int64_t per_piece = f.wire_bytes(c, c.run_block);
+  CC_CHECK_AS(Error, per_piece % 4 == 0, "codec piece of " << per_piece << " bytes is unaligned");
+  return full * per_piece + (rest ? f.wire_bytes(c, rest) : 0);
+}
+
 std::vector<std::string> codec_family_help() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);

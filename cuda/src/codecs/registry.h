@@ -30,7 +30,8 @@ struct CodecFamily {
   void (*configure)(Codec& c, const CodecOptions& o, const std::string& spec);
   /// Canonical spec string; parse(name(c)) == c.
   std::string (*name)(const Codec& c);
-  /// Exact encoded size of n elements.
+  /// Exact encoded size of n elements (of one piece, when the family sets Codec::run_block;
+  /// a multiple of 4 bytes then, so that pieces concatenate aligned).
   int64_t (*wire_bytes)(const Codec& c, int64_t n);
   /// Host encode of one run of n fp32 values (already divided by the divisor).
   void (*encode)(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
@@ -49,5 +50,15 @@ const CodecFamily* find_codec_family(const std::string& base);
 const CodecFamily* find_codec_family(CodecKind kind);
 /// Help lines of every registered family.
 std::vector<std::string> codec_family_help();
+
+/// Calls fn(first, length) for the pieces of a run of n elements (see Codec::run_block).
+template <class Fn>
+void for_each_piece(const Codec& c, int64_t n, Fn fn) {
+  const int64_t piece = c.run_block > 0 ? c.run_block : (n > 0 ? n : 1);
+  for (int64_t off = 0; off < n; off += piece) fn(off, n - off < piece ? n - off : piece);
+}
+
+/// Wire bytes of a run of a registered family: the sum over its pieces.
+int64_t family_wire_bytes(const CodecFamily& f, const Codec& c, int64_t n);
 
 }  // namespace ccompress

@@ -154,6 +154,25 @@ float* run_scratch(int64_t n) {
   return buf.data();
 }
 
+// A run of a family is its pieces (Codec::run_block) encoded one after the other.
+void family_encode(const CodecFamily& f, const float* x, int64_t n, const Codec& c,
+                   const EncodeContext& ctx, uint8_t* dst) {
+  for_each_piece(c, n, [&](int64_t off, int64_t len) {
+    EncodeContext at = ctx;
+    at.index += off;
+    f.encode(x + off, len, c, at, dst);
+    dst += f.wire_bytes(c, len);
+  });
+}
+
+void family_decode(const CodecFamily& f, const uint8_t* src, int64_t n, const Codec& c,
+                   float* out) {
+  for_each_piece(c, n, [&](int64_t off, int64_t len) {
+    f.decode(src, len, c, out + off);
+    src += f.wire_bytes(c, len);
+  });
+}
+
 }  // namespace
 
 void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
@@ -161,7 +180,7 @@ void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec
   if (const CodecFamily* f = registered_family(codec)) {
     float* run = run_scratch(n);
     load_block(src, src_dtype, 0, n, divisor, run);
-    f->encode(run, n, codec, ctx, static_cast<uint8_t*>(dst));
+    family_encode(*f, run, n, codec, ctx, static_cast<uint8_t*>(dst));
     return;
   }
   check_args(codec, n);
@@ -196,7 +215,7 @@ void CpuBackend::decode_accumulate(const void* src, int64_t n, const Codec& code
                                    bool assign) {
   if (const CodecFamily* f = registered_family(codec)) {
     float* run = run_scratch(n);
-    f->decode(static_cast<const uint8_t*>(src), n, codec, run);
+    family_decode(*f, static_cast<const uint8_t*>(src), n, codec, run);
     load_accumulate(run, DType::Float32, n, acc, assign);
     return;
   }
@@ -226,7 +245,7 @@ void CpuBackend::decode(const void* src, int64_t n, const Codec& codec, void* ou
                         DType out_dtype) {
   if (const CodecFamily* f = registered_family(codec)) {
     float* run = run_scratch(n);
-    f->decode(static_cast<const uint8_t*>(src), n, codec, run);
+    family_decode(*f, static_cast<const uint8_t*>(src), n, codec, run);
     store_block(run, n, out, out_dtype, 0);
     return;
   }
@@ -268,9 +287,9 @@ void CpuBackend::decode_reduce_encode(const void* src, const void* x, DType x_dt
                                       const EncodeContext& ctx, void* dst) {
   if (const CodecFamily* f = registered_family(codec)) {
     float* run = run_scratch(n);
-    f->decode(static_cast<const uint8_t*>(src), n, codec, run);
+    family_decode(*f, static_cast<const uint8_t*>(src), n, codec, run);
     add_block(x, x_dtype, 0, n, divisor, run);
-    f->encode(run, n, codec, ctx, static_cast<uint8_t*>(dst));
+    family_encode(*f, run, n, codec, ctx, static_cast<uint8_t*>(dst));
     return;
   }
   check_args(codec, n);

@@ -71,6 +71,7 @@ void configure(Codec& c, const CodecOptions& o, const std::string& spec) {
            "codec '" << spec << "': group scales are s8 (E4M3) or s16 (fp16); " << kHelp);
   c.random_signs = o.random_signs;
   c.stochastic = o.stochastic;
+  c.run_block = codecs::kFourbitRunBlock;
 }
 
 std::string name(const Codec& c) {

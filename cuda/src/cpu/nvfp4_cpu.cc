@@ -1,7 +1,8 @@
 // nvfp4 / hnvfp4: NVIDIA's NVFP4 recipe (E2M1 values, 16-element blocks with E4M3 block
 // scales, one fp32 scale per encoded run), optionally after a normalised Walsh-Hadamard
-// rotation. A run is one pipelined slice of a collective (at most the slice size, 65536 by
-// default), or a whole tensor for Codec.encode.
+// rotation. A run is a piece of at most 65536 elements (Codec::run_block) of a collective's
+// slice or of a tensor given to Codec.encode, counted from the chunk (or tensor) start, so the
+// run scales are the same whatever the slice size.
 //
 // Specs: `nvfp4[:g16][:sr]` and `hnvfp4[:g16][:hH][:rs][:sr]` (H a power of two in 2..256,
 // default 16). Codec: kind Nvfp4, group 16, scale_bits 8, rotation 0 (nvfp4) or H (hnvfp4).
@@ -71,6 +72,7 @@ void configure(Codec& c, const CodecOptions& o, const std::string& spec) {
   CC_CHECK(rotated || (o.rotation == 0 && !o.random_signs),
            "codec '" << spec << "': nvfp4 takes no rotation options; use " << kHnvfp4Help);
   c.group = codecs::kNvfp4Block;
+  c.run_block = codecs::kFourbitRunBlock;
   c.scale_bits = 8;
   c.stochastic = o.stochastic;
   c.random_signs = o.random_signs;
