@@ -113,24 +113,39 @@ def _scaled_bound(x: np.ndarray, c: "_core.Codec", q: int) -> np.ndarray:
     out = np.zeros(m)
     for p0 in range(0, m, max(piece, 1)):
         xs = x[:, p0:p0 + piece]
-        blocks = _rot_blocks(xs.shape[1], h) if h else [(0, xs.shape[1])]
-        coef = np.abs(np.concatenate([_wht(xs[:, o:o + p]) if h else xs[:, o:o + p]
-                                      for o, p in blocks], axis=1))
+        mlen = xs.shape[1]
+        blocks = _rot_blocks(mlen, h) if h else [(0, mlen)]
+        if h:  # full blocks in one batched transform, then the few tail blocks
+            full = mlen - mlen % h
+            coef = [_wht(xs[:, :full].reshape(nranks, -1, h)).reshape(nranks, full)]
+            coef += [_wht(xs[:, o:o + p]) for o, p in blocks if o >= full]
+            coef = np.abs(np.concatenate(coef, axis=1))
+        else:
+            coef = np.abs(xs)
         run_amax = float(coef.max(axis=1).sum()) if coef.size else 0.0
         # Scale groups: nvfp4 and hint4 lay groups of g from the piece start over the
         # coefficients; taco and hint8 tile each rotation block (a short block is one group).
-        spans = [(0, coef.shape[1])] if c.kind in ("nvfp4", "hint4") else blocks
-        coef_err = np.zeros(coef.shape[1])
+        if c.kind in ("nvfp4", "hint4") or not h:
+            spans = [(0, mlen)]
+        else:
+            spans = [(0, mlen - mlen % h)] + [(o, p) for o, p in blocks if p < h]
+        coef_err = np.zeros(mlen)
         for o, p in spans:
+            if p == 0:
+                continue
             gg = min(g, p)
             a = np.pad(coef[:, o:o + p], ((0, 0), (0, -p % gg))).reshape(nranks, -1, gg)
             s = np.repeat(a.max(axis=2).sum(axis=0), gg)[:p]
             coef_err[o:o + p] = q * (u * s + v * run_amax) * grow + q * floor + 2.0 ** -16 * s
-        if h:
+        if h:  # a block of p coefficients maps back with p^-1/2 times their sum
+            full = mlen - mlen % h
+            per_block = coef_err[:full].reshape(-1, h).sum(axis=1) / np.sqrt(h)
+            out[p0:p0 + full] = np.repeat(per_block, h)
             for o, p in blocks:
-                out[p0 + o:p0 + o + p] = coef_err[o:o + p].sum() / np.sqrt(p)
+                if o >= full:
+                    out[p0 + o:p0 + o + p] = coef_err[o:o + p].sum() / np.sqrt(p)
         else:
-            out[p0:p0 + xs.shape[1]] = coef_err
+            out[p0:p0 + mlen] = coef_err
     return out
 
 
