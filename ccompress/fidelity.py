@@ -37,12 +37,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 import ccompress as cc
-from . import _arrays
+from . import _arrays, autocodec
 
 DEFAULT_CODECS = ("none", "bf16", "fp8_e4m3:g128", "fp8_e5m2:g128")
 ALGOS = ("ring", "two_shot", "tree", "one_shot")
@@ -63,6 +63,7 @@ class Tensor:
     parts: np.ndarray
     stacked: bool
     notes: List[str] = field(default_factory=list)
+    shape: Tuple[int, ...] = ()  # one part's shape (parts are stored flat)
 
     @property
     def group(self) -> str:
@@ -175,7 +176,7 @@ def load(path: str, layout: str = "auto") -> List[Tensor]:
                                 "shape (ranks, ...) with at least 2 dimensions")
         parts = np.ascontiguousarray(a.reshape(a.shape[0], -1) if stacked else a.reshape(1, -1))
         name = stem if key in ("", "parts") else f"{stem}:{key}"
-        t = Tensor(path, name, parts, stacked)
+        t = Tensor(path, name, parts, stacked, shape=tuple(a.shape[1:] if stacked else a.shape))
         if skipped:
             t.notes.append(f"skipped non-float or empty arrays {skipped}")
         out.append(t)
@@ -209,25 +210,29 @@ def metrics(y: np.ndarray, ref: np.ndarray) -> Dict[str, float]:
             "snr_db": snr}
 
 
-def measure(t: Tensor, k: int, codec: cc.Codec, algo: str) -> Dict[str, Any]:
-    """One all-reduce of ``t`` over k in-process ranks: a result row."""
+def measure(t: Tensor, k: int, codec: Union[cc.Codec, str], algo: str) -> Dict[str, Any]:
+    """One all-reduce of ``t`` over k in-process ranks: a result row. ``codec`` is a Codec
+    or "auto8" / "auto4", whose per-call choice is reported in the row."""
     parts = merge(t.parts, k)
     ref = parts.astype(np.float64).sum(axis=0)
     n = parts.shape[1]
+    shape = t.shape if t.shape and int(np.prod(t.shape)) == n else (n,)
 
     def body(comm: cc.Communicator):
-        y = comm.allreduce(parts[comm.rank], codec=codec, algo=algo)
-        return y, dict(comm.last_stats)
+        y = comm.allreduce(parts[comm.rank].reshape(shape), codec=codec, algo=algo)
+        return y.reshape(-1), dict(comm.last_stats)
 
     res = cc.run_inproc(k, body)
     y0 = res[0][0]
     identical = all(np.array_equal(y0.view(np.uint8), y.view(np.uint8)) for y, _ in res[1:])
     sent = [st["payload_bytes"] + st["header_bytes"] for _, st in res]
     dtype = _arrays.dtype_name(parts.dtype)
+    chosen = cc.Codec.parse(res[0][1]["codec"])  # the codec itself, or auto's choice
     row = {"file": t.file, "tensor": t.name, "group": t.group, "ranks": k, "count": n,
-           "dtype": dtype, "codec": codec.name, "algo": algo,
+           "dtype": dtype, "codec": codec if isinstance(codec, str) else codec.name,
+           "algo": algo, "chosen": f"{chosen.name}/{res[0][1].get('layout', 'rows')}",
            "resolved_algo": res[0][1]["algo"], "quantizations": res[0][1]["quantizations"],
-           "bits": 8.0 * codec.wire_bytes(n, dtype) / n,
+           "bits": 8.0 * chosen.wire_bytes(n, dtype) / n,
            "payload_bytes": [st["payload_bytes"] for _, st in res],
            "header_bytes": [st["header_bytes"] for _, st in res],
            "sent_bytes_per_elem": statistics.fmean(sent) / n,
@@ -382,8 +387,11 @@ def run(args: argparse.Namespace) -> int:
     specs = ([] if args.no_default_codecs else list(DEFAULT_CODECS)) + args.codec
     if not specs:
         raise FidelityError("no codecs: give --codec SPEC or drop --no-default-codecs")
-    codecs: Dict[str, cc.Codec] = {}
+    codecs: Dict[str, Union[cc.Codec, str]] = {}
     for s in specs:
+        if autocodec.is_auto(s):
+            codecs.setdefault(s, s)
+            continue
         try:
             c = cc.Codec.parse(s)
         except cc.CCompressError as e:
@@ -424,21 +432,21 @@ def run(args: argparse.Namespace) -> int:
             f"{_arrays.dtype_name(t.parts.dtype)}, ranks {','.join(map(str, ks))}: {runs} runs"
             f" [{time.time() - t0:.0f} s]")
         for k in ks:
-            for c in codecs.values():
+            for cname, c in codecs.items():
                 for algo in algos:
                     try:
                         row = measure(t, k, c, algo)
                     except cc.CCompressError as e:
                         failed += 1
                         msg = f"{type(e).__name__}: {e}"
-                        print(f"ccompress-fidelity: {t.name} ranks {k} {c.name} {algo}: {msg}",
+                        print(f"ccompress-fidelity: {t.name} ranks {k} {cname} {algo}: {msg}",
                               file=sys.stderr)
                         rows.append({"file": t.file, "tensor": t.name, "group": t.group,
-                                     "ranks": k, "codec": c.name, "algo": algo, "error": msg})
+                                     "ranks": k, "codec": cname, "algo": algo, "error": msg})
                         continue
                     if not row["ranks_identical"]:
                         failed += 1
-                        print(f"ccompress-fidelity: {t.name} ranks {k} {c.name} {algo}: ranks "
+                        print(f"ccompress-fidelity: {t.name} ranks {k} {cname} {algo}: ranks "
                               "hold different results (a library bug: please report it)",
                               file=sys.stderr)
                     rows.append(row)

@@ -18,8 +18,8 @@ All formulas are per rank and follow the schedules in cuda/src/collectives/.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Dict, Iterable, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterable, Optional, Tuple
 
 ALGOS = ("ring", "two_shot", "tree", "one_shot")
 

@@ -270,3 +270,20 @@ def test_command_line_exit_codes(tmp_path, rng):
     assert len([ln for ln in ok.stdout.splitlines() if not ln.startswith("#")]) == 8
     bad = subprocess.run(cmd + [str(tmp_path / "nope.npz")], capture_output=True, text=True)
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+def test_auto_codecs_report_their_choice(tmp_path, rng, capsys):
+    """auto8 runs through the tool; each row names the (codec, layout) the ranks chose, and
+    its bits are that codec's."""
+    col_scale = np.exp(2 * rng.standard_normal(48))
+    parts = (rng.standard_normal((2, 32, 48)) * col_scale).astype(np.float32)
+    np.savez(tmp_path / "t.npz", parts=parts)
+    rc, _, _ = run_tool([tmp_path / "t.npz", "--codec", "auto8", "--no-default-codecs",
+                         "--algo", "two_shot", "--json", tmp_path / "o.json"], capsys)
+    assert rc == 0
+    rows = [r for r in rows_of(tmp_path / "o.json")["rows"] if r["ranks"] == 2]
+    assert rows and all(r["codec"] == "auto8" for r in rows)
+    spec, layout = rows[0]["chosen"].split("/")
+    assert layout in ("rows", "cols")
+    n = parts[0].size
+    assert rows[0]["bits"] == pytest.approx(8 * cc.Codec.parse(spec).wire_bytes(n) / n)

@@ -114,20 +114,6 @@ CC_HOST_DEVICE uint8_t fp8_from_float_sr(float v, float u) {
   return fp8_from_float<F>(f32_from_bits(f32_bits(r) | (bits & 0x80000000u)));
 }
 
-/// sr_uniform (stochastic.h) split in two: its first three mixes depend only on the run, so
-/// a loop hashes them once. sr_uniform_at(sr_prefix(seed, step, rank), index) ==
-/// sr_uniform(seed, step, rank, index) bit for bit (the tests check it against a reference).
-CC_HOST_DEVICE uint64_t sr_prefix(uint64_t seed, uint64_t step, int32_t rank) {
-  uint64_t h = mix64(seed ^ 0x243F6A8885A308D3ull);
-  h = mix64(h ^ step);
-  return mix64(h ^ static_cast<uint64_t>(static_cast<uint32_t>(rank)));
-}
-
-CC_HOST_DEVICE float sr_uniform_at(uint64_t prefix, int64_t index) {
-  uint64_t h = mix64(prefix ^ static_cast<uint64_t>(index));
-  return static_cast<float>(h >> 40) * 5.9604644775390625e-8f;  // 2^-24
-}
-
 /// The (a, s) pair a non-finite group stores.
 CC_HOST_DEVICE float taco_nan() { return f32_from_bits(kF32QNaNBits); }
 

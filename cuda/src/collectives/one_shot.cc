@@ -30,12 +30,7 @@ Plan build_one_shot(const PlanContext& ctx) {
     ready[r] = b.encode_input(lo, len, w[r], 1.f);
     for (int k = 1; k < P; ++k) b.send((r + k) % P, w[r], len, b.tag(kStepAll, r, s), {ready[r]});
     int64_t acc = b.alloc_acc(len);
-    int prev = -1;
-    for (int p = 0; p < P; ++p) {
-      std::vector<int32_t> deps{ready[p]};
-      if (prev >= 0) deps.push_back(prev);
-      prev = b.decode_acc(w[p], len, acc, p == 0, deps);
-    }
+    int prev = b.sum_in_rank_order(w, ready, len, acc);
     b.finalize(acc, len, lo, b.avg_divisor(), {prev});
   }
   return b.finish(1);

@@ -24,6 +24,29 @@ std::vector<std::pair<int64_t, int64_t>> PlanBuilder::slices(int64_t begin, int6
   return out;
 }
 
+std::vector<std::vector<std::pair<int64_t, int64_t>>> PlanBuilder::chunk_slices(
+    size_t& most) const {
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> out(ctx_.size);
+  most = 0;
+  for (int c = 0; c < ctx_.size; ++c) {
+    auto [lo, hi] = chunk_range(ctx_.n, ctx_.size, c);
+    out[c] = slices(lo, hi);
+    most = std::max(most, out[c].size());
+  }
+  return out;
+}
+
+int PlanBuilder::sum_in_rank_order(const std::vector<int64_t>& wire,
+                                   const std::vector<int>& ready, int64_t elems, int64_t acc) {
+  int prev = -1;
+  for (int p = 0; p < ctx_.size; ++p) {
+    std::vector<int32_t> deps{ready[p]};
+    if (prev >= 0) deps.push_back(prev);
+    prev = decode_acc(wire[p], elems, acc, p == 0, deps);
+  }
+  return prev;
+}
+
 int PlanBuilder::tag(int step, int chunk, int64_t slice) const {
   // Tag 0 belongs to the header exchange. Transports reduce tags modulo their limit;
   // equal tags between one pair still match in posting order, and wrapping needs

@@ -73,6 +73,9 @@ class PlanBuilder {
 
   /// [begin, end) cut into slices of ctx.slice_elems elements (the last one shorter).
   std::vector<std::pair<int64_t, int64_t>> slices(int64_t begin, int64_t end) const;
+  /// The slices of each of the ctx.size chunks (chunk_range), and in @p most the largest
+  /// number of slices of any chunk.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> chunk_slices(size_t& most) const;
   /// A unique tag for (step, chunk, slice); both ends of a message compute the same one.
   int tag(int step, int chunk, int64_t slice) const;
 
@@ -94,6 +97,12 @@ class PlanBuilder {
   int finalize(int64_t acc_off, int64_t elems, int64_t out_off, float divisor,
                std::vector<int32_t> deps);
   int decode_out(int64_t wire_off, int64_t elems, int64_t out_off, std::vector<int32_t> deps);
+
+  /// acc <- the sum over ranks p = 0..size-1, in that order, of decode(wire[p]), each term
+  /// once ready[p] has run: the fixed order keeps every rank's bits equal whatever arrives
+  /// first. Returns the last op.
+  int sum_in_rank_order(const std::vector<int64_t>& wire, const std::vector<int>& ready,
+                        int64_t elems, int64_t acc);
 
   /// Divisor applied before the last quantization: the rank count for avg, else 1.
   float avg_divisor() const;

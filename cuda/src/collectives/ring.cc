@@ -16,13 +16,8 @@ Plan build_ring(const PlanContext& ctx) {
   const int r = ctx.rank, P = ctx.size;
   const int next = (r + 1) % P, prev = (r + P - 1) % P;
   auto mod = [P](int v) { return ((v % P) + P) % P; };
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> chunk_slices(P);
   size_t max_s = 0;
-  for (int c = 0; c < P; ++c) {
-    auto [lo, hi] = chunk_range(ctx.n, P, c);
-    chunk_slices[c] = b.slices(lo, hi);
-    max_s = std::max(max_s, chunk_slices[c].size());
-  }
+  const auto chunk_slices = b.chunk_slices(max_s);
   // Steps 0..P-2 reduce, steps P-1..2P-3 gather; the message of step t carries tag (t, chunk).
   for (size_t s = 0; s < max_s; ++s) {
     int c0 = r;

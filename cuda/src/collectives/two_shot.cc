@@ -20,13 +20,8 @@ constexpr int kStepGather = 1;
 Plan build_two_shot(const PlanContext& ctx, bool reduce_scatter_only) {
   PlanBuilder b(ctx);
   const int r = ctx.rank, P = ctx.size;
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> chunk_slices(P);
   size_t max_s = 0;
-  for (int c = 0; c < P; ++c) {
-    auto [lo, hi] = chunk_range(ctx.n, P, c);
-    chunk_slices[c] = b.slices(lo, hi);
-    max_s = std::max(max_s, chunk_slices[c].size());
-  }
+  const auto chunk_slices = b.chunk_slices(max_s);
   const auto& own = chunk_slices[r];
   const int64_t own_begin = chunk_range(ctx.n, P, r).first;
 
@@ -62,12 +57,7 @@ Plan build_two_shot(const PlanContext& ctx, bool reduce_scatter_only) {
       auto [lo, hi] = own[s];
       int64_t len = hi - lo;
       int64_t acc = b.alloc_acc(len);
-      int prev = -1;
-      for (int p = 0; p < P; ++p) {
-        std::vector<int32_t> deps{contrib_op[p]};
-        if (prev >= 0) deps.push_back(prev);
-        prev = b.decode_acc(contrib_off[p], len, acc, p == 0, deps);
-      }
+      int prev = b.sum_in_rank_order(contrib_off, contrib_op, len, acc);
       if (reduce_scatter_only) {
         b.finalize(acc, len, lo - own_begin, b.avg_divisor(), {prev});
       } else {
