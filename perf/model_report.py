@@ -49,8 +49,9 @@ def validate(emulated: str, rates: Dict[str, pm.CodecCost]) -> List[float]:
             dbytes = r["size"] // max(n, 1)
             if r["codec"] == "MPI_Allreduce":
                 model = pm.baseline_time(system, n, dbytes)
-            elif r["codec"] in rates:
-                model = pm.collective_time(system, n, dbytes, rates[r["codec"]], r["algo"])
+            elif Codec.parse(r["codec"]).name in rates:
+                cost = rates[Codec.parse(r["codec"]).name]
+                model = pm.collective_time(system, n, dbytes, cost, r["algo"])
             else:
                 continue
             measured = r["time_us"] / 1e6
