@@ -39,8 +39,9 @@ def decode(spec, wire, n):
 
 def ref_fp8_sr(x, fmt, g, seed, step, rank, index):
     """Per group s = max(amax / FP8_MAX, FLT_MIN); y = x / s; |y| goes to the lower or upper
-    FP8 neighbour: floor(|y| / spacing + u) * spacing, spacing that of |y|'s binade (clamped
-    to the normal range), saturating at FP8_MAX; Inf keeps its code (E5M2) or becomes NaN."""
+    FP8 neighbour: with t = min(|y|, FP8_MAX) / spacing (spacing that of |y|'s binade, clamped
+    to the normal range), up to (floor(t) + 1) * spacing when u < t - floor(t), else down;
+    Inf keeps its code (E5M2) or becomes NaN."""
     dt, fmax, m, emin, emax = FP8[fmt]
     n = x.size
     xp = np.concatenate([x, np.zeros(-n % g, F32)]).reshape(-1, g)
@@ -52,8 +53,9 @@ def ref_fp8_sr(x, fmt, g, seed, step, rank, index):
         e = np.clip(a.view(np.uint32) >> 23, emin, emax).astype(np.int64)
         spacing = np.ldexp(F32(1), e - 127 - m).astype(F32)
         u = ref.sr_uniform(seed, step, rank, index + np.arange(n))
-        r = (np.floor((a / spacing).astype(F32) + u) * spacing).astype(F32)
-        r = np.minimum(r, F32(fmax))
+        t = (np.minimum(a, F32(fmax)) / spacing).astype(F32)  # exact: spacing is 2^k
+        k = np.floor(t)
+        r = ((k + (u < (t - k))) * spacing).astype(F32)
         q = np.copysign(r, y).astype(dt).view(np.uint8).copy()
     q[np.isnan(x)] = 0x7F
     q[np.isinf(x)] = 0x7F if fmt == "fp8_e4m3" else 0x7C

@@ -42,28 +42,56 @@ CC_HOST_DEVICE uint8_t group_quantize(float x, float s) {
   return (u & kF32AbsMask) == kF32InfBits ? static_cast<uint8_t>(inf_code) : q;
 }
 
-/// Stochastic rounding (`:sr`) of x / s to one of its two neighbouring FP8 values, the upper
-/// one with probability (|y| - lo) / (hi - lo) given a uniform u in [0, 1): |y| / spacing is
-/// exact (a power-of-two multiply; the spacing is that of |y|'s binade, clamped to the
-/// format's normal range like fp8_from_float), so sr_round of it is unbiased. A carry into
-/// the next binade is exact, beyond FP8_MAX saturates (x / s <= FP8_MAX up to the rounding
-/// of s), and the result is an FP8 value, so the final conversion does not round.
-/// Non-finite x codes as in group_quantize.
+/// floor(t) for |t| <= 2^22, exact, with no branch or libm call (random data would make a
+/// branch mispredict half the time): round to nearest by adding and subtracting 1.5 * 2^23,
+/// then add -1 where that rounded up (r - t > 0; exact) and +0 elsewhere (r is never -0).
+/// The -1 / +0 is selected with an integer mask, which compilers do not turn into a jump.
+CC_HOST_DEVICE float floor_small(float t) {
+  float r = add_rn(add_rn(t, 12582912.0f), -12582912.0f);
+  int32_t d = static_cast<int32_t>(f32_bits(add_rn(r, -t)));
+  uint32_t mask = 0u - static_cast<uint32_t>(d > 0);
+  return add_rn(r, f32_from_bits(mask & 0xBF800000u));  // -1.0f or +0.0f
+}
+
+/// 1 with probability frac for a uniform u in [0, 1) and 0 <= frac < 1 (u < frac, compared as
+/// the bit patterns of non-negative floats, which order alike), as a masked 1.0f / +0.0f.
+CC_HOST_DEVICE float sr_step(float u, float frac) {
+  uint32_t mask = 0u - static_cast<uint32_t>(f32_bits(u) < f32_bits(frac));
+  return f32_from_bits(mask & 0x3F800000u);
+}
+
+/// lo <= v <= hi; NaN passes through (its group is flagged non-finite anyway).
+CC_HOST_DEVICE float clamp_f(float v, float lo, float hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/// FP8 code of v (finite) rounded stochastically: up to the next FP8 value above |v| with
+/// probability frac, where |v| = (k + frac) * spacing, given a uniform u in [0, 1). |v| is
+/// clamped to FP8_MAX first, so the result never leaves the format. Every step is exact:
+/// dividing by the spacing (a power of two), floor, the fraction, k * spacing.
 template <class F>
-CC_HOST_DEVICE uint8_t group_quantize_sr(float x, float s, float u) {
+CC_HOST_DEVICE uint8_t fp8_from_float_sr(float v, float u) {
   constexpr uint32_t kMinExp = 128 - F::kBias;
   constexpr uint32_t kMaxExp = F::kMaxF32Bits >> 23;
-  float y = div_rn(x, s);
-  uint32_t a = f32_bits(y) & kF32AbsMask;
-  uint32_t e = a >> 23;
+  uint32_t bits = f32_bits(v);
+  float a = clamp_f(f32_from_bits(bits & kF32AbsMask), 0.0f, F::kMax);
+  uint32_t e = f32_bits(a) >> 23;
   e = e < kMinExp ? kMinExp : (e > kMaxExp ? kMaxExp : e);
-  float spacing = f32_from_bits((e - F::kMantBits) << 23);        // 2^(e - 127 - m)
-  float inv = f32_from_bits((254u - e + F::kMantBits) << 23);     // its exact reciprocal
-  float r = mul_rn(sr_round(mul_rn(f32_from_bits(a), inv), u), spacing);
-  r = r > F::kMax ? F::kMax : r;  // NaN stays NaN, and converts to the NaN code
+  float spacing = f32_from_bits((e - F::kMantBits) << 23);
+  float t = div_rn(a, spacing);  // < 2^(m+2): floor_small applies
+  float k = floor_small(t);
+  float r = mul_rn(add_rn(k, sr_step(u, add_rn(t, -k))), spacing);
+  return fp8_from_float<F>(f32_from_bits(f32_bits(r) | (bits & 0x80000000u)));
+}
+
+/// Stochastic rounding (`:sr`) of x / s to one of its two neighbouring FP8 values, the upper
+/// one with probability exactly (|y| - lo) / (hi - lo) (fp8_from_float_sr); non-finite x codes
+/// as in group_quantize.
+template <class F>
+CC_HOST_DEVICE uint8_t group_quantize_sr(float x, float s, float u) {
   uint32_t u32 = f32_bits(x);
   uint32_t inf_code = F::kHasInf ? ((u32 >> 24) & 0x80u) | (F::kMaxCode + 1u) : kFp8NaN;
-  uint8_t q = fp8_from_float<F>(f32_from_bits(f32_bits(r) | (f32_bits(y) & 0x80000000u)));
+  uint8_t q = fp8_from_float_sr<F>(div_rn(x, s), u);
   return (u32 & kF32AbsMask) == kF32InfBits ? static_cast<uint8_t>(inf_code) : q;
 }
 

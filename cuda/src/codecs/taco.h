@@ -27,6 +27,7 @@
 
 #include "codecs/float_convert.h"
 #include "codecs/fp8.h"
+#include "codecs/group_codec.h"  // floor_small, sr_step, clamp_f, fp8_from_float_sr
 #include "codecs/stochastic.h"
 
 namespace ccompress::codecs {
@@ -42,29 +43,6 @@ CC_HOST_DEVICE float sqrt_rn(float x) {
 #else
   return __builtin_sqrtf(x);
 #endif
-}
-
-/// floor(t) for |t| <= 2^22, exact, with no branch or libm call (random data would make a
-/// branch mispredict half the time): round to nearest by adding and subtracting 1.5 * 2^23,
-/// then add -1 where that rounded up (r - t > 0; exact) and +0 elsewhere (r is never -0).
-/// The -1 / +0 is selected with an integer mask, which compilers do not turn into a jump.
-CC_HOST_DEVICE float floor_small(float t) {
-  float r = add_rn(add_rn(t, 12582912.0f), -12582912.0f);
-  int32_t d = static_cast<int32_t>(f32_bits(add_rn(r, -t)));
-  uint32_t mask = 0u - static_cast<uint32_t>(d > 0);
-  return add_rn(r, f32_from_bits(mask & 0xBF800000u));  // -1.0f or +0.0f
-}
-
-/// 1 with probability frac for a uniform u in [0, 1) and 0 <= frac < 1 (u < frac, compared as
-/// the bit patterns of non-negative floats, which order alike), as a masked 1.0f / +0.0f.
-CC_HOST_DEVICE float sr_step(float u, float frac) {
-  uint32_t mask = 0u - static_cast<uint32_t>(f32_bits(u) < f32_bits(frac));
-  return f32_from_bits(mask & 0x3F800000u);
-}
-
-/// lo <= v <= hi; NaN passes through (its group is flagged non-finite anyway).
-CC_HOST_DEVICE float clamp_f(float v, float lo, float hi) {
-  return v < lo ? lo : (v > hi ? hi : v);
 }
 
 /// sum(v[i]^2) over a block of len elements, in the warp order of the file comment.
@@ -93,25 +71,6 @@ template <class F>
 CC_HOST_DEVICE float taco_scale(int32_t amax_bits) {
   return clamp_f(div_rn(f32_from_bits(static_cast<uint32_t>(amax_bits)), F::kMax), kTacoSMin,
                  kTacoSMax);
-}
-
-/// FP8 code of v (finite) rounded stochastically: up to the next FP8 value above |v| with
-/// probability frac, where |v| = (k + frac) * spacing, given a uniform u in [0, 1). |v| is
-/// clamped to FP8_MAX first, so the result never leaves the format. Every step is exact:
-/// dividing by the spacing (a power of two), floor, the fraction, k * spacing.
-template <class F>
-CC_HOST_DEVICE uint8_t fp8_from_float_sr(float v, float u) {
-  constexpr uint32_t kMinExp = 128 - F::kBias;
-  constexpr uint32_t kMaxExp = F::kMaxF32Bits >> 23;
-  uint32_t bits = f32_bits(v);
-  float a = clamp_f(f32_from_bits(bits & kF32AbsMask), 0.0f, F::kMax);
-  uint32_t e = f32_bits(a) >> 23;
-  e = e < kMinExp ? kMinExp : (e > kMaxExp ? kMaxExp : e);
-  float spacing = f32_from_bits((e - F::kMantBits) << 23);
-  float t = div_rn(a, spacing);  // < 2^(m+2): floor_small applies
-  float k = floor_small(t);
-  float r = mul_rn(add_rn(k, sr_step(u, add_rn(t, -k))), spacing);
-  return fp8_from_float<F>(f32_from_bits(f32_bits(r) | (bits & 0x80000000u)));
 }
 
 /// The (a, s) pair a non-finite group stores.
