@@ -14,7 +14,7 @@ constexpr int32_t kMaxGroup = 1024;
 
 std::string valid_specs() {
   std::string s =
-      "valid codec specs: none, bf16, fp16, fp8_e4m3[:gG][:sr], fp8_e5m2[:gG][:sr] (G an "
+      "valid codec specs: none, bf16[:sr], fp16[:sr], fp8_e4m3[:gG][:sr], fp8_e5m2[:gG][:sr] (G an "
       "integer in 16..1024, default 128; sr: stochastic rounding; e.g. fp8_e4m3:g128)";
   for (const std::string& h : codec_family_help()) s += ", " + h;
   return s;
@@ -96,13 +96,15 @@ Codec Codec::parse(const std::string& spec) {
     f->configure(c, o, spec);
     return c;
   }
-  CC_CHECK(given.empty(),
-           "codec '" << base << "' takes no options (got '" << spec << "'); " << valid_specs());
-  if (base == "none") return c;
-  CC_CHECK(base == "bf16" || base == "fp16",
+  CC_CHECK(base == "none" || base == "bf16" || base == "fp16",
            "unknown codec spec '" << spec << "'; " << valid_specs());
+  CC_CHECK(given.empty() || (base != "none" && given == "S"),
+           "codec '" << base << "' takes " << (base == "none" ? "no options" : "only :sr")
+                     << " (got '" << spec << "'); " << valid_specs());
+  if (base == "none") return c;
   c.unbound = false;
   c.raw_dtype = base == "bf16" ? DType::BFloat16 : DType::Float16;
+  c.stochastic = o.stochastic;
   return c;
 }
 
@@ -118,7 +120,7 @@ std::string Codec::name() const {
   // `none` bound to bfloat16 / float16 is the same wire format as bf16 / fp16, so it takes
   // that name; bound to float32 it stays `none`.
   if (unbound || raw_dtype == DType::Float32) return "none";
-  return raw_dtype == DType::BFloat16 ? "bf16" : "fp16";
+  return std::string(raw_dtype == DType::BFloat16 ? "bf16" : "fp16") + (stochastic ? ":sr" : "");
 }
 
 Codec Codec::bind(DType input) const {

@@ -42,24 +42,6 @@ CC_HOST_DEVICE uint8_t group_quantize(float x, float s) {
   return (u & kF32AbsMask) == kF32InfBits ? static_cast<uint8_t>(inf_code) : q;
 }
 
-/// floor(t) for |t| <= 2^22, exact, with no branch or libm call (random data would make a
-/// branch mispredict half the time): round to nearest by adding and subtracting 1.5 * 2^23,
-/// then add -1 where that rounded up (r - t > 0; exact) and +0 elsewhere (r is never -0).
-/// The -1 / +0 is selected with an integer mask, which compilers do not turn into a jump.
-CC_HOST_DEVICE float floor_small(float t) {
-  float r = add_rn(add_rn(t, 12582912.0f), -12582912.0f);
-  int32_t d = static_cast<int32_t>(f32_bits(add_rn(r, -t)));
-  uint32_t mask = 0u - static_cast<uint32_t>(d > 0);
-  return add_rn(r, f32_from_bits(mask & 0xBF800000u));  // -1.0f or +0.0f
-}
-
-/// 1 with probability frac for a uniform u in [0, 1) and 0 <= frac < 1 (u < frac, compared as
-/// the bit patterns of non-negative floats, which order alike), as a masked 1.0f / +0.0f.
-CC_HOST_DEVICE float sr_step(float u, float frac) {
-  uint32_t mask = 0u - static_cast<uint32_t>(f32_bits(u) < f32_bits(frac));
-  return f32_from_bits(mask & 0x3F800000u);
-}
-
 /// lo <= v <= hi; NaN passes through (its group is flagged non-finite anyway).
 CC_HOST_DEVICE float clamp_f(float v, float lo, float hi) {
   return v < lo ? lo : (v > hi ? hi : v);

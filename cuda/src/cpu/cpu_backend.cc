@@ -70,6 +70,23 @@ void store_block(const float* buf, int64_t len, void* dst, DType t, int64_t off)
   }
 }
 
+// A raw codec's encode of buf into dst[off ..]: a plain cast, or with `:sr` a stochastic one
+// whose noise for element off + i is drawn at index ctx.index + off + i.
+void store_raw(const float* buf, int64_t len, void* dst, int64_t off, const Codec& codec,
+               const EncodeContext& ctx) {
+  if (!codec.stochastic) {
+    store_block(buf, len, dst, codec.raw_dtype, off);
+    return;
+  }
+  const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
+  uint16_t* p = static_cast<uint16_t*>(dst) + off;
+  for (int64_t i = 0; i < len; ++i) {
+    float u = codecs::sr_uniform_at(prefix, ctx.index + off + i);
+    p[i] = codec.raw_dtype == DType::BFloat16 ? codecs::bf16_from_float_sr(buf[i], u)
+                                              : codecs::f16_from_float_sr(buf[i], u);
+  }
+}
+
 // Runs fn(F{}) with F the FP8 format of a scaled codec.
 template <class Fn>
 inline void with_fp8_format(CodecKind kind, Fn fn) {
@@ -192,7 +209,7 @@ void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec
     }
     for_each_group(n, kBlock, [&](int64_t, int64_t off, int64_t len) {
       load_block(src, src_dtype, off, len, divisor, buf);
-      store_block(buf, len, dst, codec.raw_dtype, off);
+      store_raw(buf, len, dst, off, codec, ctx);
     });
     return;
   }
@@ -298,7 +315,7 @@ void CpuBackend::decode_reduce_encode(const void* src, const void* x, DType x_dt
     for_each_group(n, kBlock, [&](int64_t, int64_t off, int64_t len) {
       load_block(src, codec.raw_dtype, off, len, 1.0f, buf);
       add_block(x, x_dtype, off, len, divisor, buf);
-      store_block(buf, len, dst, codec.raw_dtype, off);
+      store_raw(buf, len, dst, off, codec, ctx);
     });
     return;
   }
