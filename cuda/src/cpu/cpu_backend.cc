@@ -60,7 +60,7 @@ void add_block(const void* x, DType t, int64_t off, int64_t len, float divisor, 
 
 void store_block(const float* buf, int64_t len, void* dst, DType t, int64_t off) {
   if (t == DType::Float32) {
-    std::memcpy(static_cast<float*>(dst) + off, buf, static_cast<size_t>(len) * 4);
+    if (len > 0) std::memcpy(static_cast<float*>(dst) + off, buf, static_cast<size_t>(len) * 4);
   } else if (t == DType::BFloat16) {
     uint16_t* p = static_cast<uint16_t*>(dst) + off;
     for (int64_t i = 0; i < len; ++i) p[i] = codecs::bf16_from_float(buf[i]);
@@ -166,7 +166,7 @@ const CodecFamily* registered_family(const Codec& codec) {
 }
 
 float* run_scratch(int64_t n) {
-  thread_local std::vector<float> buf;
+  thread_local std::vector<float> buf(1);  // never empty: data() is never null
   if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
   return buf.data();
 }

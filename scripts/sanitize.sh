@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the C++ core and the CPU Python module with AddressSanitizer and
+# UndefinedBehaviorSanitizer (CMake option CCOMPRESS_SANITIZE=ON) into build/sanitize, then
+# runs the codec, schedule and in-process collective tests against that build. Any sanitizer
+# report stops the run with a non-zero exit (halt_on_error). Leak checking is off: the Python
+# interpreter itself keeps memory until exit.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+B="$ROOT/build/sanitize"
+VENV="$B/venv"
+mkdir -p "$B"
+if [ ! -x "$VENV/bin/python" ]; then
+  "${PYTHON:-python3}" -m venv "$VENV"
+fi
+# A plain venv (no editable ccompress in it), so the tests import this build.
+"$VENV/bin/python" -m pip install -q numpy ml_dtypes pytest pybind11 >"$B/pip.log" 2>&1 \
+  || { cat "$B/pip.log" >&2; exit 1; }
+cmake -S "$ROOT" -B "$B/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCCOMPRESS_SANITIZE=ON \
+  -DCCOMPRESS_CUDA=OFF -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
+  -DPython_EXECUTABLE="$VENV/bin/python" \
+  -Dpybind11_DIR="$("$VENV/bin/python" -m pybind11 --cmakedir)" >"$B/cmake.log" 2>&1 \
+  || { cat "$B/cmake.log" >&2; exit 1; }
+echo "[sanitize] building with -fsanitize=address,undefined (log: $B/build.log)" >&2
+cmake --build "$B/cmake" -j "$(nproc)" >"$B/build.log" 2>&1 || { tail -50 "$B/build.log" >&2; exit 1; }
+rm -rf "$B/pkg" && mkdir -p "$B/pkg"
+cp -r "$ROOT/ccompress" "$B/pkg/"
+cp -P "$B"/cmake/*.so* "$B/cmake/_build_config.py" "$B/pkg/ccompress/"
+
+# The sanitizer runtimes must come before libstdc++ so that they see every throw and alloc.
+export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
+export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export PYTHONPATH="$B/pkg"
+cd "$B"  # not the repository root, whose ccompress/ has no compiled modules
+T="$ROOT/tests"
+# -s: a sanitizer report goes to stderr as the process stops, so nothing may capture it.
+exec "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir="$ROOT" \
+  "$T/test_codec_math.py" "$T/test_fp8_conversion.py" "$T/test_taco.py" "$T/test_hint8.py" \
+  "$T/test_nvfp4.py" "$T/test_int4.py" "$T/test_stochastic_rounding.py" "$T/test_cast_sr.py" \
+  "$T/test_collectives.py" "$T/test_autocodec.py" "$T/test_errors.py" "$@"
