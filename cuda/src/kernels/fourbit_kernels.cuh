@@ -23,6 +23,7 @@
 #include "codecs/float_convert.h"
 #include "codecs/fourbit.h"
 #include "codecs/group_codec.h"
+#include "codecs/registry.h"
 #include "codecs/stochastic.h"
 
 namespace ccompress::cuda::fourbit {
@@ -216,9 +217,11 @@ inline void check_args(const Codec& c, int64_t n, const void* wire) {
   CC_CHECK(reinterpret_cast<uintptr_t>(wire) % 4 == 0, "wire buffer must be 4-byte aligned");
 }
 
+// One piece (Codec::run_block elements at most) under one run scale.
 template <class Q>
-void launch_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec, float divisor,
-                   const EncodeContext& ctx, void* dst, cudaStream_t stream, const char* what) {
+void launch_encode_piece(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                         float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream,
+                         const char* what) {
   check_args(codec, n, dst);
   if (n == 0) return;
   const Params p = make_params(n, codec, divisor, ctx);
@@ -236,14 +239,41 @@ void launch_encode(const void* src, DType src_dtype, int64_t n, const Codec& cod
 }
 
 template <class Q>
-void launch_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                              bool assign, cudaStream_t stream, const char* what) {
+void launch_decode_piece(const void* src, int64_t n, const Codec& codec, float* acc, bool assign,
+                         cudaStream_t stream, const char* what) {
   check_args(codec, n, src);
   if (n == 0) return;
   const Params p = make_params(n, codec, 1.0f, EncodeContext{});
   decode_accumulate_kernel<Q><<<grid_for(n), kThreads, 0, stream>>>(
       static_cast<const uint8_t*>(src), p, acc, assign);
   check_launch(what);
+}
+
+// A run is its pieces one after the other, each with its own wire section, exactly as the
+// CPU backend lays it out (codecs/registry.h: for_each_piece).
+inline int64_t piece_wire_bytes(const Codec& codec, int64_t len) {
+  return codecs::fourbit_layout(len, codec.group, codec.scale_bits / 8).total;
+}
+
+template <class Q>
+void launch_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec, float divisor,
+                   const EncodeContext& ctx, void* dst, cudaStream_t stream, const char* what) {
+  for_each_piece(codec, n, [&](int64_t off, int64_t len) {
+    EncodeContext at = ctx;
+    at.index += off;
+    launch_encode_piece<Q>(static_cast<const char*>(src) + off * dtype_size(src_dtype),
+                           src_dtype, len, codec, divisor, at, dst, stream, what);
+    dst = static_cast<uint8_t*>(dst) + piece_wire_bytes(codec, len);
+  });
+}
+
+template <class Q>
+void launch_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                              bool assign, cudaStream_t stream, const char* what) {
+  for_each_piece(codec, n, [&](int64_t off, int64_t len) {
+    launch_decode_piece<Q>(src, len, codec, acc + off, assign, stream, what);
+    src = static_cast<const uint8_t*>(src) + piece_wire_bytes(codec, len);
+  });
 }
 
 }  // namespace ccompress::cuda::fourbit
