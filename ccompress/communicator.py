@@ -186,8 +186,8 @@ class Communicator:
             raise InvalidArgument(
                 f"out holds {ov.n} elements of {ov.dtype}, but {what} of this x writes {n} "
                 f"elements of {xv.dtype}; pass out=None or an array of that size and dtype")
-        in_bytes = xv.n * (4 if xv.dtype == "float32" else 2)
-        out_bytes = ov.n * (4 if ov.dtype == "float32" else 2)
+        in_bytes = xv.n * _arrays.numpy_dtype(xv.dtype).itemsize
+        out_bytes = ov.n * _arrays.numpy_dtype(ov.dtype).itemsize
         overlaps = ov.ptr < xv.ptr + in_bytes and xv.ptr < ov.ptr + out_bytes
         if overlaps and ov.ptr != xv.ptr:
             raise InvalidArgument("out partly overlaps x; pass out=x (in place) or a separate array")

@@ -45,4 +45,16 @@ class CC_API Transport {
   int64_t bytes_sent_ = 0;
 };
 
+/// Removes the entries at @p done (indices as wait_some / test_some return them) from @p v,
+/// keeping the order of the rest; for the request list and anything kept parallel to it.
+template <class T>
+void erase_completed(std::vector<T>& v, const std::vector<size_t>& done) {
+  std::vector<bool> gone(v.size(), false);
+  for (size_t i : done) gone[i] = true;
+  size_t w = 0;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!gone[i]) v[w++] = v[i];
+  v.resize(w);
+}
+
 }  // namespace ccompress

@@ -64,13 +64,6 @@ std::string split_spec(const std::string& spec, CodecOptions& o, std::string& gi
   return base;
 }
 
-const CodecFamily& family(CodecKind kind) {
-  const CodecFamily* f = find_codec_family(kind);
-  CC_CHECK_AS(Unsupported, f != nullptr,
-              "codec kind " << int(kind) << " is not registered in this build");
-  return *f;
-}
-
 }  // namespace
 
 Codec Codec::parse(const std::string& spec) {
@@ -115,7 +108,7 @@ std::string Codec::name() const {
     case CodecKind::Fp8E5M2:
       return "fp8_e5m2:g" + std::to_string(group) + (stochastic ? ":sr" : "");
     case CodecKind::Raw: break;
-    default: return family(kind).name(*this);
+    default: return require_codec_family(kind).name(*this);
   }
   // `none` bound to bfloat16 / float16 is the same wire format as bf16 / fp16, so it takes
   // that name; bound to float32 it stays `none`.
@@ -138,7 +131,7 @@ int64_t Codec::wire_bytes(int64_t n) const {
   if (kind == CodecKind::Raw) return n * static_cast<int64_t>(dtype_size(raw_dtype));
   if (kind == CodecKind::Fp8E4M3 || kind == CodecKind::Fp8E5M2)
     return align_up(n, 4) + 4 * ceil_div(n, group);
-  return family_wire_bytes(family(kind), *this, n);
+  return family_wire_bytes(require_codec_family(kind), *this, n);
 }
 
 bool Codec::lossy(DType input) const {

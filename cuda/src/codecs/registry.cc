@@ -47,6 +47,13 @@ const CodecFamily* find_codec_family(CodecKind kind) {
   return nullptr;
 }
 
+const CodecFamily& require_codec_family(CodecKind kind) {
+  const CodecFamily* f = find_codec_family(kind);
+  CC_CHECK_AS(Unsupported, f != nullptr,
+              "codec kind " << int(kind) << " is not registered in this build");
+  return *f;
+}
+
 int64_t family_wire_bytes(const CodecFamily& f, const Codec& c, int64_t n) {
   if (c.run_block <= 0 || n <= c.run_block) return f.wire_bytes(c, n);
   const int64_t full = n / c.run_block, rest = n % c.run_block;

@@ -48,6 +48,8 @@ bool register_codec_family(const CodecFamily& family);
 const CodecFamily* find_codec_family(const std::string& base);
 /// The family that owns a kind (the first registered for it), or nullptr.
 const CodecFamily* find_codec_family(CodecKind kind);
+/// The same, throwing Unsupported when no family of that kind is registered.
+const CodecFamily& require_codec_family(CodecKind kind);
 /// Help lines of every registered family.
 std::vector<std::string> codec_family_help();
 

@@ -81,18 +81,8 @@ class Runner {
     if (finished.empty()) return 0;
     std::vector<int32_t> ids;
     for (size_t i : finished) ids.push_back(inflight_ops_[i]);
-    // Remove completed entries, keeping the others' order.
-    std::vector<bool> gone(inflight_.size(), false);
-    for (size_t i : finished) gone[i] = true;
-    size_t w = 0;
-    for (size_t i = 0; i < inflight_.size(); ++i) {
-      if (gone[i]) continue;
-      inflight_[w] = inflight_[i];
-      inflight_ops_[w] = inflight_ops_[i];
-      ++w;
-    }
-    inflight_.resize(w);
-    inflight_ops_.resize(w);
+    erase_completed(inflight_, finished);
+    erase_completed(inflight_ops_, finished);
     for (int32_t id : ids) finish(id);
     return ids.size();
   }

@@ -70,15 +70,7 @@ bool same_call(const WireHeader& a, const WireHeader& b) {
 
 // Waits for every request, dropping each from @p reqs as it completes.
 void wait_all(Transport& t, std::vector<Request>& reqs, double timeout_s) {
-  while (!reqs.empty()) {
-    auto done = t.wait_some(reqs, timeout_s);
-    std::vector<bool> gone(reqs.size(), false);
-    for (size_t i : done) gone[i] = true;
-    std::vector<Request> rest;
-    for (size_t i = 0; i < reqs.size(); ++i)
-      if (!gone[i]) rest.push_back(reqs[i]);
-    reqs.swap(rest);
-  }
+  while (!reqs.empty()) erase_completed(reqs, t.wait_some(reqs, timeout_s));
 }
 
 }  // namespace
