@@ -28,6 +28,11 @@ class Work:
     def is_completed(self) -> bool:
         return self._future.done()
 
+    def add_done_callback(self, fn: Callable[["Work"], Any]) -> None:
+        """Calls ``fn(self)`` once the collective has finished (at once if it has), on the
+        thread that finished it; ``fn`` reads the outcome with ``wait()``."""
+        self._future.add_done_callback(lambda _: fn(self))
+
     result = wait
 
 
@@ -82,7 +87,10 @@ class Communicator:
             raise Unsupported(f"this ccompress build has no MPI transport ({e}); "
                               "reinstall with mpich (pip install mpich) present") from e
         comm = MPI.COMM_WORLD if comm is None else comm
-        return cls(_mpi.MpiTransport(MPI._handleof(comm)), _keepalive=comm, **kwargs)
+        handle = MPI._handleof(comm)
+        if handle >= 1 << 63:  # MPICH's int handles of derived communicators come unsigned
+            handle -= 1 << 64
+        return cls(_mpi.MpiTransport(handle), _keepalive=comm, **kwargs)
 
     @classmethod
     def inproc(cls, size: int, **kwargs: Any) -> List["Communicator"]:

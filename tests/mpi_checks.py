@@ -105,6 +105,13 @@ for field in ("count", "dtype", "codec", "algo"):
 y = comm.allreduce(np.ones(10, np.float32))
 assert np.all(y == size)
 
+# 5. A derived MPI communicator (ranks reversed by Split): MPICH hands out its handle as a
+#    large unsigned number.
+rev = cc.Communicator.from_mpi(world.Split(0, size - 1 - rank))
+assert rev.rank == size - 1 - rank and rev.size == size
+got = rev.allgather(np.array([rev.rank], np.float32))
+assert got.reshape(-1).tolist() == list(range(size)), got
+
 world.Barrier()
 print(f"OK {rank}", flush=True)
 sys.exit(0)
