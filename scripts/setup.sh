@@ -7,7 +7,8 @@
 # (Python files need no reinstall: the install is editable).
 #
 # Environment: PYTHON (default python3), CCOMPRESS_CUDA=AUTO|ON|OFF, CMAKE_CUDA_ARCHITECTURES,
-# MPI_HOME (another MPI than the mpich wheel), CCOMPRESS_SKIP_TORCH=1.
+# MPI_HOME (another MPI than the mpich wheel), CCOMPRESS_SKIP_TORCH=1, CCOMPRESS_REQUIRE_TORCH=1
+# (fail instead of skipping the torch tests when torch cannot be installed; CI sets it).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -81,12 +82,16 @@ else
   echo "$KEY" >"$STAMP"
 fi
 
-# CPU torch for the DLPack tests: best effort, the tests skip without it.
+# CPU torch for the DLPack and ccompress.torch tests: best effort, the tests skip without it.
 TORCH_VERSION=2.13.0
 if [ "${CCOMPRESS_SKIP_TORCH:-0}" != 1 ] \
    && ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(not m.version('torch').startswith('$TORCH_VERSION'))" 2>/dev/null; then
   say "installing torch==$TORCH_VERSION (CPU) for the DLPack tests"
   if ! pip_q "torch==$TORCH_VERSION"; then
+    if [ "${CCOMPRESS_REQUIRE_TORCH:-0}" = 1 ]; then
+      say "ERROR: torch==$TORCH_VERSION could not be installed and CCOMPRESS_REQUIRE_TORCH=1"
+      exit 1
+    fi
     say "WARNING: torch==$TORCH_VERSION could not be installed; the torch tests will be skipped"
   fi
 fi

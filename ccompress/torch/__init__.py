@@ -1,0 +1,23 @@
+"""PyTorch integration: a DistributedDataParallel communication hook and Megatron-style
+tensor-parallel layers over compressed ccompress all-reduces.
+
+    from ccompress.torch import ddp_comm_hook, tp_all_reduce
+    model.register_comm_hook(state=None, hook=ddp_comm_hook(codec="hint8"))
+
+Needs torch (``import ccompress`` itself never imports it). Host tensors travel over MPI
+(or in-process ranks); CUDA tensors go through the CUDA backend on the current stream.
+"""
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as _e:  # pragma: no cover - exercised only where torch is absent
+    raise ImportError("ccompress.torch needs PyTorch: pip install torch "
+                      "(ccompress itself works without it)") from _e
+
+from ._common import init_process_group_from_mpi, world_communicator
+from .ddp import CompressedAllreduceHook, ddp_comm_hook
+from .tensor_parallel import ColumnParallelLinear, RowParallelLinear, tp_all_reduce, tp_copy
+
+__all__ = [
+    "ColumnParallelLinear", "CompressedAllreduceHook", "RowParallelLinear", "ddp_comm_hook",
+    "init_process_group_from_mpi", "tp_all_reduce", "tp_copy", "world_communicator",
+]

@@ -1,0 +1,166 @@
+"""A DistributedDataParallel communication hook that averages gradient buckets with a
+compressed ccompress all-reduce.
+
+    model = DistributedDataParallel(model)                      # gloo (CPU) or NCCL (GPU)
+    hook = ccompress.torch.ddp_comm_hook(codec="hint8", error_feedback=True)
+    model.register_comm_hook(state=None, hook=hook)
+
+DDP hands the hook one flat bucket of gradients at a time, in bucket order on every rank,
+and expects a ``torch.futures.Future`` that completes with the bucket averaged over the
+ranks. The all-reduce runs in place on the bucket (float32, bfloat16 or float16), so every
+rank ends with bit-identical gradients.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import torch
+
+from .. import _errors, autocodec
+from ..codec import Codec
+from ..communicator import ALGOS, Communicator
+from . import _common
+
+
+class CompressedAllreduceHook:
+    """The callable :func:`ddp_comm_hook` returns: ``hook(state, bucket) -> Future``.
+
+    It carries its own state (the ccompress communicator, one error-feedback residual per
+    bucket index) and ignores DDP's ``state`` argument; :meth:`state_dict` /
+    :meth:`load_state_dict` checkpoint the residuals.
+    """
+
+    def __init__(self, codec: Any = "fp8_e4m3:g128", error_feedback: bool = True,
+                 comm: Optional[Communicator] = None, process_group: Any = None,
+                 algo: str = "auto", async_op: Optional[bool] = None) -> None:
+        if not autocodec.is_auto(codec):
+            codec = Codec.parse(codec).name  # a bad spec fails here, not inside backward
+        if algo not in ALGOS:
+            raise _errors.InvalidArgument(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
+        self.codec: str = codec
+        self.algo = algo
+        self.error_feedback = bool(error_feedback) and codec != "none"
+        if self.error_feedback and not hasattr(_cc(), "ErrorFeedback"):
+            raise _errors.Unsupported(
+                "error_feedback=True needs ccompress.ErrorFeedback, which this ccompress "
+                "lacks; pass error_feedback=False (or upgrade ccompress)")
+        self._given = comm
+        self._comm: Optional[Communicator] = None
+        self._group = process_group
+        self._async = async_op
+        self._ef: Dict[int, Any] = {}
+        self._ef_numel: Dict[int, int] = {}
+        self._pending_state: Optional[dict] = None
+
+    # ---- the hook ----
+    def __call__(self, state: Any, bucket: Any) -> torch.futures.Future:
+        buf = bucket.buffer()
+        _common.check_tensor(buf, "the gradient bucket")
+        comm = self.comm
+        kwargs: Dict[str, Any] = dict(codec=self.codec, algo=self.algo, op="avg")
+        if self.error_feedback:
+            kwargs["error_feedback"] = self._feedback(bucket.index(), buf.numel())
+        if buf.is_cuda:
+            # Stream-ordered: the collective is queued on the current stream; a Future with
+            # devices= makes DDP's later work wait for that stream.
+            _common.allreduce(comm, buf, out=buf, **kwargs)
+            fut = torch.futures.Future(devices=[buf.device])
+            fut.set_result(buf)
+            return fut
+        fut = torch.futures.Future()
+        if not self._run_async(comm):
+            try:
+                _common.allreduce(comm, buf, out=buf, **kwargs)
+            except Exception as e:  # DDP re-raises it from the future
+                fut.set_exception(e)
+            else:
+                fut.set_result(buf)
+            return fut
+        work = _common.allreduce(comm, buf, out=buf, async_op=True, **kwargs)
+
+        def done(w) -> None:
+            try:
+                w.wait()
+            except Exception as e:  # noqa: BLE001 - handed to DDP through the future
+                fut.set_exception(e)
+            else:
+                fut.set_result(buf)
+
+        work.add_done_callback(done)
+        return fut
+
+    # ---- state ----
+    @property
+    def comm(self) -> Communicator:
+        """The ccompress communicator (derived from the process group on first use)."""
+        if self._comm is None:
+            self._comm = _common.communicator_for(self._group, self._given)
+        return self._comm
+
+    def _feedback(self, index: int, numel: int) -> Any:
+        """The residual of bucket ``index``; a new one when DDP rebuilt its buckets (after
+        the first iteration) and the bucket's size changed."""
+        if self._ef_numel.get(index) != numel:
+            self._ef[index] = _cc().ErrorFeedback()
+            self._ef_numel[index] = numel
+            saved = (self._pending_state or {}).get(index)
+            if saved is not None and saved["numel"] == numel:
+                self._ef[index].load_state_dict(saved["state"])
+        return self._ef[index]
+
+    def _run_async(self, comm: Communicator) -> bool:
+        """Overlap with backward on ccompress's worker thread unless MPI forbids calls from
+        a second thread (thread level below MPI_THREAD_MULTIPLE)."""
+        safe = True
+        if comm.transport == "mpi":
+            MPI = _common._mpi()
+            safe = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+        if self._async is None:
+            return safe
+        if self._async and not safe:
+            raise _errors.Unsupported(
+                "async_op=True needs MPI initialised with MPI_THREAD_MULTIPLE (mpi4py's "
+                "default); pass async_op=None or False")
+        return bool(self._async)
+
+    def state_dict(self) -> dict:
+        """Codec, algo and every bucket's error-feedback residual (per bucket index)."""
+        ef = {i: {"numel": self._ef_numel[i], "state": e.state_dict()} for i, e in self._ef.items()}
+        return {"codec": self.codec, "algo": self.algo, "error_feedback": ef}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores residuals saved by :meth:`state_dict` (applied per bucket on its next
+        use, when its size matches)."""
+        if state.get("codec") != self.codec:
+            raise _errors.InvalidArgument(
+                f"this state was saved with codec {state.get('codec')!r}, but the hook uses "
+                f"{self.codec!r}; make a hook with the same codec")
+        self._pending_state = dict(state.get("error_feedback", {}))
+        self._ef.clear()
+        self._ef_numel.clear()
+
+
+def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
+                  comm: Optional[Communicator] = None, process_group: Any = None,
+                  algo: str = "auto", async_op: Optional[bool] = None) -> CompressedAllreduceHook:
+    """A hook for ``DistributedDataParallel.register_comm_hook(state=None, hook=...)``.
+
+    Args:
+      codec: ccompress codec spec of the gradients on the wire (``"none"`` is exact).
+      error_feedback: keep each bucket's compression error and add it to the next step's
+        gradients (one ``ccompress.ErrorFeedback`` per bucket; ignored for ``"none"``).
+      comm: the ccompress communicator; by default derived from ``process_group`` (which
+        must span the processes of ``MPI.COMM_WORLD``). Its rank and size must match the
+        group's, else :class:`MismatchError`.
+      process_group: the group DDP reduces over (default: the world group).
+      algo: ccompress schedule (``auto``, ``two_shot``, ``ring``, ...).
+      async_op: run host collectives on ccompress's worker thread, overlapping backward
+        (default: when the transport allows it).
+    """
+    return CompressedAllreduceHook(codec, error_feedback, comm, process_group, algo, async_op)
+
+
+def _cc():
+    import ccompress
+
+    return ccompress

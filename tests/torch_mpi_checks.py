@@ -1,0 +1,117 @@
+"""Run under mpiexec (tests/test_torch_ddp.py launches it): ccompress.torch between real
+processes. DistributedDataParallel over gloo with the compressed hook (float32 and
+bfloat16 models): every bucket's average within the codec's bound of the fp64 average of
+all ranks' bucket inputs, bit-identical on every rank, gradients and updated parameters
+identical; tp_all_reduce over MPI; a process group whose ranks are a permutation of MPI's.
+Prints "OK <rank>" at the end.
+"""
+import hashlib
+import socket
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ccompress as cc
+from ccompress.torch import ddp_comm_hook, init_process_group_from_mpi, tp_all_reduce
+from ccompress.torch._common import communicator_for, world_communicator
+from torch_helpers import check_reduced, rank_tensor, to_numpy
+
+world = MPI.COMM_WORLD
+rank, size = world.rank, world.size
+torch.set_num_threads(1)
+
+
+def check_identical(t, what):
+    digest = hashlib.sha256(to_numpy(t).view(np.uint8).tobytes()).hexdigest()
+    digests = world.allgather(digest)
+    assert len(set(digests)) == 1, f"{what}: ranks differ"
+
+
+def gather(t):
+    """Every rank's copy of ``t``, as tensors."""
+    return [torch.from_numpy(a.astype(np.float32)).to(t.dtype)
+            for a in world.allgather(to_numpy(t))]
+
+
+init_process_group_from_mpi("gloo")
+assert dist.get_rank() == rank and dist.get_world_size() == size
+
+# 1. DDP + the hook: several buckets, float32 and bfloat16, exact and compressed.
+for dtype in (torch.float32, torch.bfloat16):
+    for codec in ("none", "hint8", "fp8_e4m3:g128"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(24, 64), torch.nn.GELU(),
+                                    torch.nn.Linear(64, 40)).to(dtype)
+        ddp = DDP(model, bucket_cap_mb=0.004)  # ~1000 float32 per bucket: several buckets
+        hook = ddp_comm_hook(codec=codec, error_feedback=False, algo="two_shot")
+        seen = []
+
+        def recording(state, bucket, hook=hook, seen=seen):
+            before = bucket.buffer().clone()
+            return hook(state, bucket).then(
+                lambda f: seen.append((before, f.value().clone())) or f.value())
+
+        ddp.register_comm_hook(state=None, hook=recording)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(2):  # one bucket in the first step; DDP then rebuilds them
+            seen.clear()
+            x = rank_tensor(rank, (16, 24), dtype, seed=step)
+            ddp(x).float().square().mean().backward()
+            assert len(seen) >= 1 + step, f"step {step}: {len(seen)} buckets"
+            for i, (before, after) in enumerate(seen):
+                what = f"{dtype} {codec} step {step} bucket {i}"
+                assert after.dtype == dtype, what
+                check_identical(after, what)
+                check_reduced(after, gather(before), codec, "two_shot", op="avg", what=what)
+            for name, p in model.named_parameters():
+                check_identical(p.grad, f"{dtype} {codec} grad {name}")
+            opt.step()
+            opt.zero_grad()
+        for name, p in model.named_parameters():
+            check_identical(p.detach(), f"{dtype} {codec} parameter {name}")
+        if rank == 0:
+            print(f"DDP {dtype} {codec}: {len(seen)} buckets per step averaged within the "
+                  f"bound, identical on {size} ranks", flush=True)
+
+# 2. A communicator that does not match the process group is refused.
+hook = ddp_comm_hook(codec="none", error_feedback=False, comm=cc.Communicator.inproc(1)[0])
+try:
+    hook.comm
+    raise AssertionError("a 1-rank communicator was accepted for a 4-rank group")
+except cc.MismatchError as e:
+    assert "rank 0 of 1" in str(e), str(e)
+
+# 3. tp_all_reduce over MPI (group=None: every MPI rank), forward and backward.
+x = rank_tensor(rank, (9, 333), seed=11).requires_grad_()
+y = tp_all_reduce(x, codec="taco:g128")
+check_identical(y, "tp_all_reduce")
+parts = gather(x.detach())
+check_reduced(y, parts, "taco:g128", world_communicator().last_stats["algo"], what="tp")
+g = torch.full_like(y, 0.5)
+y.backward(g)
+assert torch.equal(x.grad, g)
+
+# 4. A process group whose ranks run backwards relative to MPI's: the derived
+#    communicator follows the group's order.
+dist.destroy_process_group()
+port = None
+if rank == 0:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+port = world.bcast(port)
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=size - 1 - rank,
+                        world_size=size)
+comm = communicator_for()
+assert comm.rank == dist.get_rank() == size - 1 - rank, (comm.rank, dist.get_rank())
+got = comm.allgather(np.array([float(dist.get_rank())], np.float32))
+assert got.reshape(-1).tolist() == list(range(size)), got
+dist.destroy_process_group()
+
+world.Barrier()
+print(f"OK {rank}", flush=True)
+sys.exit(0)
