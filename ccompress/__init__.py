@@ -13,6 +13,7 @@ from ._errors import (CCompressError, CollectiveTimeout, CudaError, InvalidArgum
 from . import _core
 from . import simulate
 from .codec import Codec
+from .error_feedback import ErrorFeedback
 from .communicator import ALGOS, OPS, Communicator, Work, run_inproc
 from .info import build_info
 
@@ -21,6 +22,6 @@ chunk_range = _core.chunk_range
 
 __all__ = [
     "ALGOS", "OPS", "CCompressError", "Codec", "CollectiveTimeout", "Communicator", "CudaError",
-    "InvalidArgument", "MismatchError", "MpiError", "NcclError", "Unsupported", "Work",
+    "ErrorFeedback", "InvalidArgument", "MismatchError", "MpiError", "NcclError", "Unsupported", "Work",
     "build_info", "chunk_range", "run_inproc", "simulate",
 ]

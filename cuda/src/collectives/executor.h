@@ -16,8 +16,10 @@ struct ExecBuffers {
 
 /// Runs @p plan to completion: posts each transfer as soon as its dependencies are done and,
 /// between transfers, runs the ready compute step with the lowest index, so encoding of
-/// later slices overlaps the transfer of earlier ones. Returns the payload bytes sent.
+/// later slices overlaps the transfer of earlier ones. Returns the payload bytes sent, and
+/// in @p feedback_nonfinite (when given) the NaN/Inf kept out of error-feedback residuals.
 int64_t execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
-                KernelBackend& k, const CollectiveOptions& opt);
+                KernelBackend& k, const CollectiveOptions& opt,
+                int64_t* feedback_nonfinite = nullptr);
 
 }  // namespace ccompress
