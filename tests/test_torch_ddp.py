@@ -62,9 +62,9 @@ def test_hook_errors():
         ddp_comm_hook(codec="fp8_e4m3:g7")
     with pytest.raises(cc.InvalidArgument, match="unknown algo"):
         ddp_comm_hook(codec="none", algo="butterfly")
-    if not hasattr(cc, "ErrorFeedback"):
+    for codec, algo in (("auto8", "auto"), ("hint8", "ring"), ("hint8", "tree")):
         with pytest.raises(cc.Unsupported, match="error_feedback=False"):
-            ddp_comm_hook(codec="hint8", error_feedback=True)
+            ddp_comm_hook(codec=codec, algo=algo, error_feedback=True)
 
     def body(comm):
         hook = ddp_comm_hook(codec="none", error_feedback=False, comm=comm)
@@ -78,6 +78,65 @@ def test_hook_errors():
         return True
 
     assert cc.run_inproc(2, body) == [True, True]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hook_error_feedback(dtype):
+    """With error feedback the hook gives exactly what allreduce(error_feedback=ef) gives,
+    one ErrorFeedback per bucket; repeating a gradient, the mean of K results approaches
+    the exact average like 1/K (without feedback the same error repeats every step)."""
+    codec, k, n = "fp8_e4m3:g128", 8, 3000
+    x = [rank_tensor(r, (n,), dtype, seed=4) for r in range(N)]
+
+    def body(comm):
+        hook = ddp_comm_hook(codec=codec, comm=comm, algo="two_shot")
+        plain = ddp_comm_hook(codec=codec, comm=comm, algo="two_shot", error_feedback=False)
+        ef = [cc.ErrorFeedback(), cc.ErrorFeedback()]
+        got, direct, without = [], [], []
+        for _ in range(k):
+            for i in range(2):  # two buckets, each with its own residual
+                got.append(hook(None, Bucket(x[comm.rank].clone(), i)).wait())
+                direct.append(comm.allreduce(x[comm.rank].clone(), codec=codec, algo="two_shot",
+                                             op="avg", error_feedback=ef[i]))
+            without.append(plain(None, Bucket(x[comm.rank].clone(), 0)).wait())
+        saved = hook.state_dict()
+        return got, direct, without, saved
+
+    res = cc.run_inproc(N, body)
+    for got, direct, _, saved in res:
+        assert all(torch.equal(a, b) for a, b in zip(got, direct)), "hook != allreduce+EF"
+        assert sorted(saved["error_feedback"]) == [0, 1]
+    for i in range(len(res[0][0])):
+        assert same_bits([r[0][i] for r in res])
+    ref = torch.stack(x).double().mean(0)
+    check_reduced(res[0][2][0], x, codec, "two_shot", op="avg", what="without feedback")
+    mean_ef = torch.stack(res[0][0][0::2]).double().mean(0)
+    mean_plain = torch.stack(res[0][2]).double().mean(0)
+    err_ef = (mean_ef - ref).norm() / ref.norm()
+    err_plain = (mean_plain - ref).norm() / ref.norm()
+    assert err_ef < err_plain / 3, (float(err_ef), float(err_plain))
+
+
+def test_hook_state_dict_round_trip():
+    """A hook restored from state_dict continues bit-identically; a bucket whose size
+    changed (DDP rebuilds buckets after the first step) gets a fresh residual."""
+    def body(comm):
+        grads = [rank_tensor(comm.rank, (700,), seed=s) for s in range(4)]
+        a = ddp_comm_hook(codec="hint8", comm=comm)
+        for g in grads[:3]:
+            a(None, Bucket(g.clone(), 0)).wait()
+        b = ddp_comm_hook(codec="hint8", comm=comm)
+        b.load_state_dict(a.state_dict())
+        ya = a(None, Bucket(grads[3].clone(), 0)).wait()
+        yb = b(None, Bucket(grads[3].clone(), 0)).wait()
+        fresh = ddp_comm_hook(codec="hint8", comm=comm)(None, Bucket(grads[3].clone(), 0)).wait()
+        a(None, Bucket(torch.ones(10), 0)).wait()  # resized bucket 0: no error
+        with pytest.raises(cc.InvalidArgument, match="codec"):
+            ddp_comm_hook(codec="bf16", comm=comm).load_state_dict(a.state_dict())
+        return torch.equal(ya, yb), torch.equal(ya, fresh)
+
+    for same, same_as_fresh in cc.run_inproc(N, body):
+        assert same and not same_as_fresh
 
 
 @pytest.mark.skipif(_mpi_usable() is not None, reason=f"MPI unavailable: {_mpi_usable()}")

@@ -10,15 +10,15 @@ and expects a ``torch.futures.Future`` that completes with the bucket averaged o
 ranks. The all-reduce runs in place on the bucket (float32, bfloat16 or float16), so every
 rank ends with bit-identical gradients.
 """
-from __future__ import annotations
-
 from typing import Any, Dict, Optional
 
 import torch
+import torch.distributed as dist
 
 from .. import _errors, autocodec
 from ..codec import Codec
 from ..communicator import ALGOS, Communicator
+from ..error_feedback import ErrorFeedback
 from . import _common
 
 
@@ -40,10 +40,11 @@ class CompressedAllreduceHook:
         self.codec: str = codec
         self.algo = algo
         self.error_feedback = bool(error_feedback) and codec != "none"
-        if self.error_feedback and not hasattr(_cc(), "ErrorFeedback"):
+        if self.error_feedback and (autocodec.is_auto(codec) or algo in ("ring", "tree")):
             raise _errors.Unsupported(
-                "error_feedback=True needs ccompress.ErrorFeedback, which this ccompress "
-                "lacks; pass error_feedback=False (or upgrade ccompress)")
+                f"error feedback needs a fixed codec and the two_shot, one_shot or auto "
+                f"schedule (got codec {codec!r}, algo {algo!r}); name a codec and algo, or "
+                "pass error_feedback=False")
         self._given = comm
         self._comm: Optional[Communicator] = None
         self._group = process_group
@@ -51,9 +52,11 @@ class CompressedAllreduceHook:
         self._ef: Dict[int, Any] = {}
         self._ef_numel: Dict[int, int] = {}
         self._pending_state: Optional[dict] = None
+        self.__name__ = self.__qualname__ = f"ccompress_{self.codec}_hook"
 
     # ---- the hook ----
-    def __call__(self, state: Any, bucket: Any) -> torch.futures.Future:
+    # DDP checks these annotations, and reads the hook's __name__ (set in __init__).
+    def __call__(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buf = bucket.buffer()
         _common.check_tensor(buf, "the gradient bucket")
         comm = self.comm
@@ -91,7 +94,7 @@ class CompressedAllreduceHook:
 
     # ---- state ----
     @property
-    def comm(self) -> Communicator:
+    def comm(self) -> "Communicator":
         """The ccompress communicator (derived from the process group on first use)."""
         if self._comm is None:
             self._comm = _common.communicator_for(self._group, self._given)
@@ -101,7 +104,7 @@ class CompressedAllreduceHook:
         """The residual of bucket ``index``; a new one when DDP rebuilt its buckets (after
         the first iteration) and the bucket's size changed."""
         if self._ef_numel.get(index) != numel:
-            self._ef[index] = _cc().ErrorFeedback()
+            self._ef[index] = ErrorFeedback()
             self._ef_numel[index] = numel
             saved = (self._pending_state or {}).get(index)
             if saved is not None and saved["numel"] == numel:
@@ -158,9 +161,3 @@ def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
         (default: when the transport allows it).
     """
     return CompressedAllreduceHook(codec, error_feedback, comm, process_group, algo, async_op)
-
-
-def _cc():
-    import ccompress
-
-    return ccompress

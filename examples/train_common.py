@@ -1,0 +1,147 @@
+"""What the data-parallel and tensor-parallel training examples share: options, start-up
+under mpiexec (text, device, seeds), the optimiser, held-out loss, the progress bar and the
+results file. The model and text come from tinylm.py."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Dict, List
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tinylm  # noqa: E402
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """The options both examples take."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--codec", default="none",
+                    help="ccompress codec of the all-reduces ('none': exact fp32)")
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--batch", type=int, default=16, help="sequences per step, all ranks together")
+    ap.add_argument("--ctx", type=int, default=128, help="context length (bytes)")
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (AdamW)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--eval-batches", type=int, default=16,
+                    help="held-out batches of 8 sequences for the validation loss")
+    ap.add_argument("--evals", type=int, default=4, help="validation points during training")
+    ap.add_argument("--corpus", default="", help="train on this text file or folder instead "
+                    "of the Python documentation")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--json", default="", help="write the results (losses, bytes) here")
+    return ap
+
+
+def start(args: argparse.Namespace):
+    """MPI, torch threads, the device of this rank, and the text (read on rank 0, sent to
+    the others). Returns (world, torch, device, train, val, info)."""
+    from mpi4py import MPI
+    import torch
+
+    torch.set_num_threads(args.threads)
+    world = MPI.COMM_WORLD
+    device = torch.device("cpu")
+    if torch.cuda.is_available():  # one GPU per rank of a node
+        local = world.Split_type(MPI.COMM_TYPE_SHARED).rank
+        device = torch.device("cuda", local % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    data = None
+    if world.rank == 0:
+        data = tinylm.load_text(*tinylm.find_corpus(args.corpus))
+    train, val, info = world.bcast(data, root=0)
+    return world, torch, device, train, val, info
+
+
+def make_optimizer(torch, model, lr: float):
+    """AdamW (betas 0.9/0.95), weight decay 0.1 on matrices only, as perf/make_tensors.py."""
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() != 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": other, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+
+
+def val_batches(torch, args, val: np.ndarray, device) -> List[Any]:
+    """The fixed held-out batches (same on every rank and every run)."""
+    rng = np.random.default_rng([args.seed, 1])
+    return [tuple(t.to(device) for t in tinylm.batch(torch, val, rng, 8, args.ctx))
+            for _ in range(args.eval_batches)]
+
+
+def mean_loss(torch, model, batches) -> float:
+    """Mean loss of ``model`` over ``batches`` (eval mode, no gradients)."""
+    model.eval()
+    with torch.no_grad():
+        losses = [float(model(x, y)) for x, y in batches]
+    model.train()
+    return float(np.mean(losses)) if losses else 0.0
+
+
+def eval_steps(args) -> List[int]:
+    """Steps after which the held-out loss is measured (the last one included)."""
+    return sorted({args.steps * k // max(1, args.evals) for k in range(1, args.evals + 1)})
+
+
+class Progress:
+    """Rank 0's progress bar on stderr: loss and ccompress bytes per step. On a terminal
+    it redraws one line; otherwise (a log file) it prints every 5% of the steps."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.t0 = total, enabled, time.time()
+        self.tty = sys.stderr.isatty()
+        self.every = max(1, total // 20)
+
+    def update(self, step: int, loss: float, comm_bytes: int, note: str = "") -> None:
+        if not self.enabled:
+            return
+        done = step + 1
+        if not self.tty and done % self.every and done != self.total and not note:
+            return
+        el = time.time() - self.t0
+        eta = el / done * (self.total - done)
+        bar = "#" * (20 * done // self.total) + "-" * (20 - 20 * done // self.total)
+        line = (f"step {done:5d}/{self.total} [{bar}] loss {loss:.4f} | comm "
+                f"{comm_bytes / 2**20:7.3f} MiB/step | {el / done:5.2f} s/step | "
+                f"eta {eta:4.0f}s{'  ' + note if note else ''}")
+        if self.tty:
+            sys.stderr.write("\r" + line + ("\n" if note or done == self.total else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def say(world, *parts: Any) -> None:
+    """Prints on rank 0 only."""
+    if world.rank == 0:
+        print(*parts, flush=True)
+
+
+def finish(world, args, result: Dict[str, Any]) -> None:
+    """Prints the summary and writes ``--json`` (rank 0)."""
+    if world.rank != 0:
+        return
+    result["args"] = vars(args)
+    print(f"final held-out loss {result['val_loss']:.4f} nats/byte after {args.steps} steps; "
+          f"{result['comm_bytes_per_step'] / 2**20:.3f} MiB sent per step by rank 0 "
+          f"(ccompress count); {result['seconds']:.0f} s", flush=True)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"results in {args.json}", flush=True)
+
+
+def identical_on_all_ranks(world, tensors) -> bool:
+    """Whether the bytes of ``tensors`` are the same on every rank (a digest per rank)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().float().cpu().numpy().tobytes())
+    return len(set(world.allgather(h.hexdigest()))) == 1

@@ -1,0 +1,90 @@
+"""Data-parallel training of a small byte-level GPT on real text, with DistributedDataParallel
+averaging the gradients through ccompress's compressed all-reduce (ccompress.torch's DDP
+communication hook, optionally with error feedback).
+
+    mpiexec -n 4 .venv/bin/python examples/train_dp.py --codec none            # exact
+    mpiexec -n 4 .venv/bin/python examples/train_dp.py --codec hint8            # 8.5 bits + EF
+
+Each rank trains on its own random windows of the text (--batch is the global batch, split
+over the ranks); gloo on the CPU, NCCL when every rank has a GPU. Rank 0 shows the loss
+(mean over ranks) and the bytes ccompress sent per step; at the end the held-out loss, and
+whether the replicas are still bit-identical.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import train_common as tc
+from tinylm import batch, build_model, lr_at
+
+
+def main() -> None:
+    ap = tc.parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--error-feedback", action=argparse.BooleanOptionalAction, default=True,
+                    help="keep each bucket's compression error for the next step "
+                         "(--no-error-feedback to turn off; ignored with --codec none)")
+    args = ap.parse_args()
+    world, torch, device, train, val, info = tc.start(args)
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ccompress.torch import ddp_comm_hook, init_process_group_from_mpi
+
+    size, rank = world.size, world.rank
+    if args.batch % size:
+        raise SystemExit(f"--batch {args.batch} must be a multiple of the {size} ranks")
+    init_process_group_from_mpi("nccl" if device.type == "cuda" else "gloo")
+    torch.manual_seed(args.seed)
+    model = build_model(torch, args.d_model, args.layers, args.heads, args.ctx).to(device)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    hook = ddp_comm_hook(codec=args.codec, error_feedback=args.error_feedback)
+    ddp.register_comm_hook(state=None, hook=hook)
+    opt = tc.make_optimizer(torch, model, args.lr)
+    nparams = sum(p.numel() for p in model.parameters())
+    tc.say(world, f"text: {info['corpus']}\n      {info['train_bytes']:,} bytes to train on, "
+           f"{info['val_bytes']:,} held out")
+    tc.say(world, f"model: {nparams / 1e6:.2f}M parameters ({args.layers} layers, d_model "
+           f"{args.d_model}, {args.heads} heads, context {args.ctx}); data parallel over "
+           f"{size} ranks on {device.type}, {args.batch // size} sequences per rank per step; "
+           f"gradients: codec {hook.codec}, error feedback {'on' if hook.error_feedback else 'off'}")
+
+    vb = tc.val_batches(torch, args, val, device)
+    mine = vb[rank::size]  # replicas are identical: each evaluates its share of the batches
+    rng = np.random.default_rng([args.seed, 100 + rank])
+    progress = tc.Progress(args.steps, rank == 0)
+    losses, vals, comm_bytes = [], [], []
+    checkpoints = tc.eval_steps(args)
+    t0 = time.time()
+    for step in range(args.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args.steps, args.lr)
+        x, y = (t.to(device) for t in batch(torch, train, rng, args.batch // size, args.ctx))
+        sent = hook.comm.bytes_sent
+        loss = ddp(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # same grads on every rank
+        opt.step()
+        comm_bytes.append(hook.comm.bytes_sent - sent)
+        losses.append(world.allreduce(float(loss)) / size)
+        note = ""
+        if step + 1 in checkpoints:
+            parts = world.allgather([tc.mean_loss(torch, model, [b]) for b in mine])
+            vals.append((step + 1, float(np.mean([v for p in parts for v in p]))))
+            note = f"held-out loss {vals[-1][1]:.4f}"
+        progress.update(step, losses[-1], comm_bytes[-1], note)
+    same = tc.identical_on_all_ranks(world, model.parameters())
+    tc.say(world, f"replicas bit-identical on all {size} ranks: {'yes' if same else 'NO'}")
+    dist.destroy_process_group()
+    tc.finish(world, args, dict(
+        mode="data parallel", ranks=size, codec=hook.codec, error_feedback=hook.error_feedback,
+        val_loss=vals[-1][1], val_curve=vals, train_loss=losses,
+        comm_bytes_per_step=float(np.mean(comm_bytes[1:] or comm_bytes)),
+        replicas_identical=same, seconds=time.time() - t0, parameters=nparams, text=info))
+
+
+if __name__ == "__main__":
+    main()
