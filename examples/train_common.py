@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
@@ -21,7 +21,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--codec", default="none",
                     help="ccompress codec of the all-reduces ('none': exact fp32)")
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--batch", type=int, default=16, help="sequences per step, all ranks together")
     ap.add_argument("--ctx", type=int, default=128, help="context length (bytes)")
     ap.add_argument("--d-model", type=int, default=128)
@@ -114,6 +114,32 @@ class Progress:
         else:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
+
+
+def train(args, opt, step_fn: Callable[[int], float], eval_fn: Callable[[], float],
+          bytes_sent: Callable[[], int], show: bool) -> Dict[str, Any]:
+    """The loop both examples run: the learning-rate schedule, ``step_fn(step)`` (one
+    optimiser step, returning the training loss), the bytes ccompress sent during it,
+    ``eval_fn()`` (held-out loss) at :func:`eval_steps`, and the progress bar."""
+    progress = Progress(args.steps, show)
+    losses, vals, comm_bytes = [], [], []
+    checkpoints = eval_steps(args)
+    t0 = time.time()
+    for step in range(args.steps):
+        for g in opt.param_groups:
+            g["lr"] = tinylm.lr_at(step, args.steps, args.lr)
+        sent = bytes_sent()
+        losses.append(step_fn(step))
+        comm_bytes.append(bytes_sent() - sent)
+        note = ""
+        if step + 1 in checkpoints:
+            vals.append((step + 1, eval_fn()))
+            note = f"held-out loss {vals[-1][1]:.4f}"
+        progress.update(step, losses[-1], comm_bytes[-1], note)
+    # The first step of the DDP hook also agrees on the communicator: leave it out.
+    return dict(val_loss=vals[-1][1], val_curve=vals, train_loss=losses,
+                comm_bytes_per_step=float(np.mean(comm_bytes[1:] or comm_bytes)),
+                seconds=time.time() - t0)
 
 
 def say(world, *parts: Any) -> None:

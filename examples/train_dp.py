@@ -13,12 +13,11 @@ whether the replicas are still bit-identical.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 import train_common as tc
-from tinylm import batch, build_model, lr_at
+from tinylm import batch, build_model
 
 
 def main() -> None:
@@ -54,36 +53,28 @@ def main() -> None:
     vb = tc.val_batches(torch, args, val, device)
     mine = vb[rank::size]  # replicas are identical: each evaluates its share of the batches
     rng = np.random.default_rng([args.seed, 100 + rank])
-    progress = tc.Progress(args.steps, rank == 0)
-    losses, vals, comm_bytes = [], [], []
-    checkpoints = tc.eval_steps(args)
-    t0 = time.time()
-    for step in range(args.steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps, args.lr)
+
+    def step_fn(step: int) -> float:
         x, y = (t.to(device) for t in batch(torch, train, rng, args.batch // size, args.ctx))
-        sent = hook.comm.bytes_sent
         loss = ddp(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # same grads on every rank
         opt.step()
-        comm_bytes.append(hook.comm.bytes_sent - sent)
-        losses.append(world.allreduce(float(loss)) / size)
-        note = ""
-        if step + 1 in checkpoints:
-            parts = world.allgather([tc.mean_loss(torch, model, [b]) for b in mine])
-            vals.append((step + 1, float(np.mean([v for p in parts for v in p]))))
-            note = f"held-out loss {vals[-1][1]:.4f}"
-        progress.update(step, losses[-1], comm_bytes[-1], note)
+        return world.allreduce(loss.item()) / size
+
+    def eval_fn() -> float:
+        parts = world.allgather([tc.mean_loss(torch, model, [b]) for b in mine])
+        return float(np.mean([v for p in parts for v in p]))
+
+    result = tc.train(args, opt, step_fn, eval_fn, lambda: hook.comm.bytes_sent, rank == 0)
     same = tc.identical_on_all_ranks(world, model.parameters())
     tc.say(world, f"replicas bit-identical on all {size} ranks: {'yes' if same else 'NO'}")
     dist.destroy_process_group()
     tc.finish(world, args, dict(
-        mode="data parallel", ranks=size, codec=hook.codec, error_feedback=hook.error_feedback,
-        val_loss=vals[-1][1], val_curve=vals, train_loss=losses,
-        comm_bytes_per_step=float(np.mean(comm_bytes[1:] or comm_bytes)),
-        replicas_identical=same, seconds=time.time() - t0, parameters=nparams, text=info))
+        result, mode="data parallel", ranks=size, codec=hook.codec,
+        error_feedback=hook.error_feedback, replicas_identical=same, parameters=nparams,
+        text=info))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,10 @@ the exact run trains the model a single process would. All ranks see the same ba
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 import train_common as tc
-from tinylm import batch, build_model, lr_at
+from tinylm import batch, build_model
 
 
 def shard_model(torch, model, comm, codec: str, d: int, heads: int) -> None:
@@ -100,34 +98,24 @@ def main() -> None:
 
     vb = tc.val_batches(torch, args, val, device)
     rng = np.random.default_rng([args.seed, 0])  # the same batches on every rank
-    progress = tc.Progress(args.steps, world.rank == 0)
-    losses, vals, comm_bytes = [], [], []
-    checkpoints = tc.eval_steps(args)
-    t0 = time.time()
-    for step in range(args.steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps, args.lr)
+
+    def step_fn(step: int) -> float:
         x, y = (t.to(device) for t in batch(torch, train, rng, args.batch, args.ctx))
-        sent = comm.bytes_sent
         loss = model(x, y)  # identical on every rank: the logits are replicated
         opt.zero_grad(set_to_none=True)
         loss.backward()
         clip_grad_norm(torch, world, shards, replicated, 1.0)
         opt.step()
-        comm_bytes.append(comm.bytes_sent - sent)
-        losses.append(float(loss))
-        note = ""
-        if step + 1 in checkpoints:
-            vals.append((step + 1, tc.mean_loss(torch, model, vb)))
-            note = f"held-out loss {vals[-1][1]:.4f}"
-        progress.update(step, losses[-1], comm_bytes[-1], note)
+        return loss.item()
+
+    result = tc.train(args, opt, step_fn, lambda: tc.mean_loss(torch, model, vb),
+                      lambda: comm.bytes_sent, world.rank == 0)
     same = tc.identical_on_all_ranks(world, replicated)
     tc.say(world, f"replicated parameters bit-identical on all {comm.size} ranks: "
            f"{'yes' if same else 'NO'}")
     tc.finish(world, args, dict(
-        mode="tensor parallel", ranks=comm.size, codec=args.codec, val_loss=vals[-1][1],
-        val_curve=vals, train_loss=losses, comm_bytes_per_step=float(np.mean(comm_bytes)),
-        replicas_identical=same, seconds=time.time() - t0, parameters=nparams, text=info))
+        result, mode="tensor parallel", ranks=comm.size, codec=args.codec,
+        replicas_identical=same, parameters=nparams, text=info))
 
 
 if __name__ == "__main__":

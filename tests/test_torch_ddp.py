@@ -1,10 +1,7 @@
 """The DDP communication hook: on in-process ranks with DDP's bucket interface (buffer,
 index), and with real DistributedDataParallel over gloo under mpiexec
 (tests/torch_mpi_checks.py)."""
-import os
-import subprocess
-import sys
-from pathlib import Path
+import io
 
 import pytest
 
@@ -13,10 +10,9 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (the ccomp
 
 import ccompress as cc  # noqa: E402
 from ccompress.torch import ddp_comm_hook  # noqa: E402
-from test_mpi import _mpi_usable, _mpiexec  # noqa: E402
+from test_mpi import needs_mpi, run_under_mpiexec  # noqa: E402
 from torch_helpers import check_reduced, rank_tensor, same_bits  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
 N = 4
 
 
@@ -126,7 +122,9 @@ def test_hook_state_dict_round_trip():
         for g in grads[:3]:
             a(None, Bucket(g.clone(), 0)).wait()
         b = ddp_comm_hook(codec="hint8", comm=comm)
-        b.load_state_dict(a.state_dict())
+        buf = io.BytesIO()
+        torch.save(a.state_dict(), buf)  # a checkpoint, read back with weights_only=True
+        b.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
         ya = a(None, Bucket(grads[3].clone(), 0)).wait()
         yb = b(None, Bucket(grads[3].clone(), 0)).wait()
         fresh = ddp_comm_hook(codec="hint8", comm=comm)(None, Bucket(grads[3].clone(), 0)).wait()
@@ -139,15 +137,7 @@ def test_hook_state_dict_round_trip():
         assert same and not same_as_fresh
 
 
-@pytest.mark.skipif(_mpi_usable() is not None, reason=f"MPI unavailable: {_mpi_usable()}")
+@needs_mpi
 def test_ddp_gloo_under_mpiexec():
     """Real DistributedDataParallel over gloo, 4 processes: see torch_mpi_checks.py."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE)] + sys.path),
-               OMP_NUM_THREADS="1")
-    cmd = [_mpiexec(), "-n", str(N), sys.executable, str(HERE / "torch_mpi_checks.py")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=HERE)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    for r in range(N):
-        assert f"OK {r}" in proc.stdout, out[-6000:]
-    print(proc.stdout)
+    run_under_mpiexec("torch_mpi_checks.py", N)

@@ -12,6 +12,7 @@ rank ends with bit-identical gradients.
 """
 from typing import Any, Dict, Optional
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -106,9 +107,11 @@ class CompressedAllreduceHook:
         if self._ef_numel.get(index) != numel:
             self._ef[index] = ErrorFeedback()
             self._ef_numel[index] = numel
-            saved = (self._pending_state or {}).get(index)
+            saved = (self._pending_state or {}).pop(index, None)
             if saved is not None and saved["numel"] == numel:
-                self._ef[index].load_state_dict(saved["state"])
+                self._ef[index].load_state_dict(
+                    {k: v.numpy() if isinstance(v, torch.Tensor) else v
+                     for k, v in saved["state"].items()})
         return self._ef[index]
 
     def _run_async(self, comm: Communicator) -> bool:
@@ -127,8 +130,12 @@ class CompressedAllreduceHook:
         return bool(self._async)
 
     def state_dict(self) -> dict:
-        """Codec, algo and every bucket's error-feedback residual (per bucket index)."""
-        ef = {i: {"numel": self._ef_numel[i], "state": e.state_dict()} for i, e in self._ef.items()}
+        """Codec, algo and every bucket's error-feedback residual (per bucket index), the
+        residuals as CPU tensors (``torch.load`` with ``weights_only=True`` reads them)."""
+        ef = {i: {"numel": self._ef_numel[i],
+                  "state": {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                            for k, v in e.state_dict().items()}}
+              for i, e in self._ef.items()}
         return {"codec": self.codec, "algo": self.algo, "error_feedback": ef}
 
     def load_state_dict(self, state: dict) -> None:
