@@ -1,7 +1,7 @@
 """GPU arrays through the adapters, on the caller's stream: CuPy arrays and torch CUDA
-tensors (tp_all_reduce, the DDP hook) on in-process ranks sharing one GPU, and the CuPy
-example under mpiexec with one GPU per rank. Skipped, with the reason, without CuPy,
-torch with CUDA, or a GPU."""
+tensors (tp_all_reduce, the DDP hook) on virtual ranks sharing one GPU (the CUDA loopback
+group), and the CuPy example under mpiexec with one GPU per rank. Skipped, with the
+reason, without CuPy, torch with CUDA, the CUDA collectives, or a GPU."""
 import os
 import subprocess
 import sys
@@ -36,8 +36,16 @@ def _needs(module, gpus=1):
         __import__(module)
     except ImportError:
         return pytest.mark.skipif(True, reason=f"{module} is not installed (GPU adapter test)")
+    if gpus == 1 and not hasattr(cc, "run_cuda_loopback"):
+        return pytest.mark.skipif(True, reason="this ccompress has no one-GPU loopback group "
+                                  "(cc.run_cuda_loopback) for device arrays")
     return pytest.mark.skipif(_gpus(module) < gpus, reason=f"this test needs {gpus} CUDA "
                               f"device(s) visible to {module}")
+
+
+def _run_on_gpu(fn):
+    """``fn(comm)`` on N virtual ranks sharing CUDA device 0, one thread each."""
+    return cc.run_cuda_loopback(N, fn)
 
 
 def _check(y, parts, codec, op="sum"):
@@ -62,7 +70,7 @@ def test_cupy_allreduce_on_callers_stream(rng, codec):
         s.synchronize()
         return cp.asnumpy(y), cp.asnumpy(z)
 
-    res = cc.run_inproc(N, body)
+    res = _run_on_gpu(body)
     ys = [r[0] for r in res]
     assert same_bits(ys)
     _check(ys[0], parts, codec)
@@ -95,7 +103,7 @@ def test_torch_cuda_tp_and_hook(rng, codec):
         assert avg is buf and x.grad.eq(1).all()
         return y.detach().cpu().numpy(), avg.cpu().numpy()
 
-    res = cc.run_inproc(N, body)
+    res = _run_on_gpu(body)
     assert same_bits([r[0] for r in res]) and same_bits([r[1] for r in res])
     _check(res[0][0], parts, codec)
     _check(res[0][1], parts, codec, op="avg")
