@@ -8,9 +8,10 @@ Every rank holds 1/4 of each block: its attention heads (a ColumnParallelLinear 
 the fused QKV projection and the matching RowParallelLinear columns of the output
 projection) and 1/4 of the MLP (column-parallel up, row-parallel down projection);
 embeddings and norms are replicated. Per block and step, forward sums the two row-parallel
-outputs and backward the two column-parallel input gradients over the ranks, all four with
---codec. The model starts as the same unsharded GPT on every rank (same seed), sliced, so
-the exact run trains the model a single process would. All ranks see the same batches.
+outputs (with --codec) and backward the two column-parallel input gradients over the
+ranks (with --grad-codec, by default --codec). The model starts as the same unsharded GPT
+on every rank (same seed), sliced, so the exact run trains the model a single process
+would. All ranks see the same batches.
 """
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ import train_common as tc
 from tinylm import batch, build_model
 
 
-def shard_model(torch, model, comm, codec: str, d: int, heads: int) -> None:
-    """Replaces every block of the tinylm GPT by its tensor-parallel slice on this rank."""
+def shard_model(torch, model, comm, codec: str, grad_codec: str, d: int, heads: int) -> None:
+    """Replaces every block of the tinylm GPT by its tensor-parallel slice on this rank:
+    row-parallel outputs summed with ``codec``, column-parallel input gradients with
+    ``grad_codec``."""
     from ccompress.torch import ColumnParallelLinear, RowParallelLinear
 
     nn, F = torch.nn, torch.nn.functional
@@ -32,11 +35,11 @@ def shard_model(torch, model, comm, codec: str, d: int, heads: int) -> None:
         def __init__(self, blk) -> None:
             super().__init__()
             self.ln1, self.ln2 = blk.ln1, blk.ln2
-            kw = dict(group=comm, codec=codec)
-            self.attn_qkv = ColumnParallelLinear.from_linear(blk.attn_qkv, parts=3, **kw)
-            self.attn_out = RowParallelLinear.from_linear(blk.attn_out, **kw)
-            self.mlp_up = ColumnParallelLinear.from_linear(blk.mlp_up, **kw)
-            self.mlp_down = RowParallelLinear.from_linear(blk.mlp_down, **kw)
+            col, row = dict(group=comm, codec=grad_codec), dict(group=comm, codec=codec)
+            self.attn_qkv = ColumnParallelLinear.from_linear(blk.attn_qkv, parts=3, **col)
+            self.attn_out = RowParallelLinear.from_linear(blk.attn_out, **row)
+            self.mlp_up = ColumnParallelLinear.from_linear(blk.mlp_up, **col)
+            self.mlp_down = RowParallelLinear.from_linear(blk.mlp_down, **row)
             self.heads, self.width = heads // comm.size, d // comm.size
 
         def forward(self, x):
@@ -76,7 +79,12 @@ def clip_grad_norm(torch, world, shards, replicated, max_norm: float) -> None:
 
 
 def main() -> None:
-    args = tc.parser(__doc__.split("\n\n")[0]).parse_args()
+    ap = tc.parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--grad-codec", default=None, help="codec of the backward all-reduces "
+                    "(column-parallel input gradients); default: --codec")
+    args = ap.parse_args()
+    if args.grad_codec is None:
+        args.grad_codec = args.codec
     world, torch, device, train, val, info = tc.start(args)
     import ccompress as cc
 
@@ -84,7 +92,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
     nparams = sum(p.numel() for p in model.parameters())
-    shard_model(torch, model, comm, args.codec, args.d_model, args.heads)
+    shard_model(torch, model, comm, args.codec, args.grad_codec, args.d_model, args.heads)
     model.to(device)
     shards, replicated = sharded(model)
     opt = tc.make_optimizer(torch, model, args.lr)
@@ -93,8 +101,8 @@ def main() -> None:
     tc.say(world, f"model: {nparams / 1e6:.2f}M parameters ({args.layers} layers, d_model "
            f"{args.d_model}, {args.heads} heads, context {args.ctx}); tensor parallel over "
            f"{comm.size} ranks on {device.type} ({sum(p.numel() for p in shards) / 1e6:.2f}M "
-           f"sliced parameters per rank), {args.batch} sequences per step; activations and "
-           f"their gradients: codec {args.codec}")
+           f"sliced parameters per rank), {args.batch} sequences per step; activations: "
+           f"codec {args.codec}, their gradients: codec {args.grad_codec}")
 
     vb = tc.val_batches(torch, args, val, device)
     rng = np.random.default_rng([args.seed, 0])  # the same batches on every rank
@@ -115,6 +123,7 @@ def main() -> None:
            f"{'yes' if same else 'NO'}")
     tc.finish(world, args, dict(
         result, mode="tensor parallel", ranks=comm.size, codec=args.codec,
+        grad_codec=args.grad_codec,
         replicas_identical=same, parameters=nparams, text=info))
 
 
