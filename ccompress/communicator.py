@@ -47,10 +47,15 @@ class Communicator:
       seed: seed of stochastic rounding (codecs with ``:sr``); the noise of an element is a
         hash of (seed, step, rank, element index), where step counts this communicator's
         collectives unless a call passes its own ``step``.
+      model: a :class:`ccompress.perfmodel.AlgoModel` (the same on every rank) that resolves
+        ``algo="auto"`` of an all-reduce to the algorithm it predicts fastest for the call's
+        size and codec; without one (or for a codec it has no cost for) auto picks by
+        message size and rank count.
     """
 
     def __init__(self, transport: "_core.Transport", *, timeout: float = 300.0,
-                 slice_elems: Optional[int] = None, seed: int = 0, _keepalive: Any = None):
+                 slice_elems: Optional[int] = None, seed: int = 0, model: Any = None,
+                 _keepalive: Any = None):
         if timeout <= 0:
             raise InvalidArgument(f"timeout {timeout} s must be positive")
         if slice_elems is not None and slice_elems <= 0:
@@ -59,6 +64,9 @@ class Communicator:
         self._timeout = float(timeout)
         self._slice = int(slice_elems or 0)
         self._seed = int(seed)
+        if model is not None and not callable(getattr(model, "choose", None)):
+            raise InvalidArgument(f"model must be a ccompress.perfmodel.AlgoModel, got {model!r}")
+        self._model = model
         self._step = 0
         self._keepalive = _keepalive
         self._lock = threading.Lock()
@@ -132,6 +140,9 @@ class Communicator:
         xv = _arrays.view(x, "x")
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
         step = self._next_step(step)
+        if algo == "auto" and self._model is not None and not auto:
+            itemsize = _arrays.numpy_dtype(xv.dtype).itemsize
+            algo = self._model.choose(xv.n, itemsize, codec.name, self.size) or "auto"
         if auto:
             body = lambda: self._auto_allreduce(auto, xv, ov, algo, op, step)  # noqa: E731
         else:
