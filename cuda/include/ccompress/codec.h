@@ -100,6 +100,9 @@ struct CC_API Codec {
   uint32_t id() const;
 };
 
+/// The largest element count any codec or collective accepts (2^48).
+constexpr int64_t kMaxElements = int64_t(1) << 48;
+
 inline int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 inline int64_t ceil_div(int64_t x, int64_t a) { return (x + a - 1) / a; }
 
