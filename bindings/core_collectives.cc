@@ -8,6 +8,7 @@
 #include "bindings.h"
 #include "ccompress/collectives.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/nonfinite.h"
 #include "transport/inproc_transport.h"
 
 namespace py = pybind11;
@@ -96,6 +97,19 @@ void bind_collectives(py::module_& m) {
       },
       py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("nranks"));
   m.attr("DEFAULT_SLICE_ELEMS") = kDefaultSliceElems;
+  m.def(
+      "count_nonfinite",
+      [](uintptr_t ptr, const std::string& dtype, int64_t n) {
+        DType t = parse_dtype(dtype);
+        NonFiniteCount c;
+        {
+          py::gil_scoped_release nogil;
+          c = count_nonfinite(as_ptr(ptr), t, n);
+        }
+        return py::make_tuple(c.count, c.first);
+      },
+      py::arg("ptr"), py::arg("dtype"), py::arg("n"),
+      "(count, first index or -1) of the NaN and +-Inf elements of a host buffer.");
 
   m.def("allreduce", &call_collective<&allreduce>, py::arg("transport"), py::arg("in_ptr"),
         py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),
