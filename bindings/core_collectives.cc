@@ -25,6 +25,8 @@ py::dict stats_dict(const CollectiveStats& s) {
   d["payload_bytes"] = s.payload_bytes;
   d["header_bytes"] = s.header_bytes;
   d["quantizations"] = s.quantizations;
+  d["nonfinite_in"] = s.nonfinite_in >= 0 ? py::object(py::int_(s.nonfinite_in)) : py::none();
+  d["nonfinite_out"] = s.nonfinite_out >= 0 ? py::object(py::int_(s.nonfinite_out)) : py::none();
   return d;
 }
 

@@ -187,28 +187,27 @@ class Communicator:
 
     def _counted(self, body: Callable[[], dict], what: str, xv, ov,
                  nonfinite: Optional[str]) -> Callable[[], dict]:
-        """Wraps a collective's body: counts the non-finite elements of this rank's input
-        (before: the call may be in place) and output into its stats, and in "raise" mode
-        raises NonFiniteError on every rank alike. all-reduce and all-gather outputs are equal
+        """Wraps a collective's body: in "raise" mode, raises NonFiniteError on every rank
+        alike when the output holds NaN/Inf. The counts come with the stats (the executor
+        counts each slice while it is in cache). all-reduce and all-gather outputs are equal
         on all ranks, so their counts are too; reduce-scatter chunks differ, so there the
         ranks add their counts with one exact one-element all-reduce first."""
         mode = self._nonfinite if nonfinite is None else self._check_nonfinite(nonfinite)
 
         def run() -> dict:
-            n_in, first_in = _core.count_nonfinite(xv.ptr, xv.dtype, xv.n)
             stats = body()
+            if mode != "raise":
+                return stats
             n_out, first_out = _core.count_nonfinite(ov.ptr, ov.dtype, ov.n)
-            stats.update(nonfinite_in=n_in, nonfinite_out=n_out)
-            if mode == "raise":
-                anywhere = n_out if what != "reduce_scatter" else self._any_rank(n_out, stats)
-                if anywhere:
-                    where = (f"{n_out} here, first at index {first_out}" if n_out
-                             else "none in this rank's chunk")
-                    raise NonFiniteError(
-                        f"{what} produced non-finite (NaN/Inf) outputs ({where}); this rank's "
-                        f"input held {n_in}" + (f", first at index {first_in}" if n_in else "")
-                        + ". nonfinite='raise' is set (the output was written); pass "
-                        "nonfinite='propagate' to keep NaN/Inf in the result instead")
+            anywhere = n_out if what != "reduce_scatter" else self._any_rank(n_out, stats)
+            if anywhere:
+                n_in = stats.get("nonfinite_in")
+                where = (f"{n_out} here, first at index {first_out}" if n_out
+                         else "none in this rank's chunk")
+                raise NonFiniteError(
+                    f"{what} produced non-finite (NaN/Inf) outputs ({where}); this rank's input "
+                    f"held {n_in}. nonfinite='raise' is set (the output was written); pass "
+                    "nonfinite='propagate' to keep NaN/Inf in the result instead")
             return stats
 
         return run

@@ -80,9 +80,11 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   }
   stats.quantizations = plan.quantizations;
   ExecBuffers bufs{in, out, dtype, call_number};
-  SentBytes sent = execute(plan, ctx.codec, bufs, t, k, opt);
-  stats.payload_bytes = sent.payload;
-  stats.header_bytes += sent.headers;
+  ExecResult done = execute(plan, ctx.codec, bufs, t, k, opt);
+  stats.payload_bytes = done.payload;
+  stats.header_bytes += done.headers;
+  stats.nonfinite_in = done.nonfinite_in;
+  stats.nonfinite_out = done.nonfinite_out;
   return stats;
 }
 

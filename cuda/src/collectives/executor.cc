@@ -24,7 +24,7 @@ class Runner {
     wire_.reset(new uint64_t[std::max<int64_t>(plan.wire_bytes / 8 + 1, 1)]);
   }
 
-  SentBytes run(double timeout_s) {
+  ExecResult run(double timeout_s) {
     try {
       return run_all(timeout_s);
     } catch (...) {
@@ -34,7 +34,7 @@ class Runner {
   }
 
  private:
-  SentBytes run_all(double timeout_s) {
+  ExecResult run_all(double timeout_s) {
     const size_t n_ops = plan_.ops.size();
     pending_.assign(n_ops, 0);
     dependents_.assign(n_ops, {});
@@ -54,6 +54,7 @@ class Runner {
         int32_t id = ready_.top();
         ready_.pop();
         compute(plan_.ops[id]);
+        count_nonfinite(plan_.ops[id]);
         ++done;
         finish(id);
         continue;
@@ -129,6 +130,20 @@ class Runner {
     return nullptr;
   }
 
+  // Adds the op's input elements (each is read by exactly one op) or output elements (each
+  // written by exactly one) to the counts; -1 sticks once the backend declines to count.
+  void count_nonfinite(const Op& op) {
+    const BufRef* in = op.src.kind == BufKind::Input ? &op.src
+                       : op.x.kind == BufKind::Input ? &op.x : nullptr;
+    if (in) add_count(sent_.nonfinite_in, k_.count_nonfinite(ptr(*in), bufs_.dtype, op.n));
+    if (op.dst.kind == BufKind::Output)
+      add_count(sent_.nonfinite_out, k_.count_nonfinite(ptr(op.dst), bufs_.dtype, op.n));
+  }
+
+  static void add_count(int64_t& total, int64_t c) {
+    total = (total < 0 || c < 0) ? -1 : total + c;
+  }
+
   EncodeContext context(const Op& op) const {
     return EncodeContext{opt_.seed, opt_.step, t_.rank(), op.index};
   }
@@ -178,12 +193,12 @@ class Runner {
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> ready_;
   std::vector<Request> inflight_;
   std::vector<int32_t> inflight_ops_;
-  SentBytes sent_;
+  ExecResult sent_;
 };
 
 }  // namespace
 
-SentBytes execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
+ExecResult execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
                 KernelBackend& k, const CollectiveOptions& opt) {
   Runner runner(plan, codec, bufs, t, k, opt);
   return runner.run(opt.timeout_s);
