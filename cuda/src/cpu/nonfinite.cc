@@ -13,7 +13,15 @@ template <class U>
 NonFiniteCount count_bits(const void* data, int64_t n, U exp_mask) {
   const U* p = static_cast<const U*>(data);
   NonFiniteCount r;
-  for (int64_t i = 0; i < n; ++i) r.count += (p[i] & exp_mask) == exp_mask;
+  // A 32-bit (16-bit elements: 16-bit) counter per block keeps the vectorised loop in the
+  // element's width, about twice as fast as widening every compare to 64 bits.
+  constexpr int64_t kBlock = int64_t(1) << (8 * sizeof(U) - 1);
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = n - b < kBlock ? n : b + kBlock;
+    U c = 0;
+    for (int64_t i = b; i < e; ++i) c += U((p[i] & exp_mask) == exp_mask);
+    r.count += int64_t(c);
+  }
   if (r.count > 0)
     for (int64_t i = 0; i < n && r.first < 0; ++i)
       if ((p[i] & exp_mask) == exp_mask) r.first = i;
