@@ -54,6 +54,14 @@ class CC_API KernelBackend {
   /// out <- cast(acc / divisor) to @p out_dtype.
   virtual void finalize(const float* acc, int64_t n, float divisor, void* out,
                         DType out_dtype) = 0;
+
+  /// The number of NaN and +-Inf among @p n elements of @p src (dtype @p t), for the per-call
+  /// report of the NaN/Inf policy; the executor calls it on a slice right after reading it
+  /// from the input or writing it to the output. -1: this backend does not count.
+  virtual int64_t count_nonfinite(const void* src, DType t, int64_t n) {
+    (void)src, (void)t, (void)n;
+    return -1;
+  }
 };
 
 }  // namespace ccompress
