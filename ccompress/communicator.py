@@ -127,6 +127,12 @@ class Communicator:
         """Bytes this rank has put on the wire through this communicator (headers included)."""
         return self._t.bytes_sent
 
+    @property
+    def usable(self) -> bool:
+        """False once a timeout, a transport error or a malformed message has made this
+        communicator refuse further calls (each raises, naming the first error)."""
+        return self._broken is None
+
     def barrier(self) -> None:
         self._t.barrier()
 

@@ -1,9 +1,9 @@
 """Run under `mpiexec -disable-auto-cleanup` by tests/test_mpi_faults.py: one rank (VICTIM)
 is killed (SIGKILL) or frozen (SIGSTOP) by a timer while it is inside a stream of
-all-reduces; every other rank must leave its collective with a clear error within the
-communicator's timeout, find the communicator unusable, and write one line to
-<outdir>/rank<r>.txt: error class, seconds from the start of the failing call to the error,
-state of the communicator afterwards, message.
+all-reduces (it writes the time to <outdir>/struck first); every other rank must leave its
+collective with a clear error within the communicator's timeout, find the communicator
+unusable, and write one line to <outdir>/rank<r>.txt: error class, seconds from the start
+of the failing call to the error, state of the communicator afterwards, message.
 
     mpiexec -disable-auto-cleanup -n 3 python tests/mpi_faults.py kill|stop OUTDIR [TIMEOUT]
 """
@@ -33,7 +33,13 @@ world.Barrier()
 
 if rank == VICTIM:
     sig = signal.SIGKILL if mode == "kill" else signal.SIGSTOP
-    threading.Timer(0.2, os.kill, (os.getpid(), sig)).start()
+
+    def strike():
+        with open(os.path.join(outdir, "struck"), "w") as f:
+            f.write(repr(time.time()))
+        os.kill(os.getpid(), sig)
+
+    threading.Timer(0.2, strike).start()
 
 start = time.monotonic()
 try:
@@ -42,6 +48,7 @@ try:
         comm.allreduce(x, codec="fp8_e4m3:g128", algo="ring")
 except cc.CCompressError as e:
     elapsed = time.monotonic() - start
+    assert not comm.usable
     try:
         comm.allreduce(x[:10])
         after = "usable"
@@ -51,6 +58,11 @@ except cc.CCompressError as e:
     with open(os.path.join(outdir, f"rank{rank}.txt.tmp"), "w") as f:
         f.write(line)
     os.rename(os.path.join(outdir, f"rank{rank}.txt.tmp"), os.path.join(outdir, f"rank{rank}.txt"))
-    sys.stdout.flush()
+    # hydra may tear the whole job down once one process has left (it fails to talk to the
+    # dead one): leave only when every survivor has reported.
+    others = [os.path.join(outdir, f"rank{r}.txt") for r in range(world.size) if r != VICTIM]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(os.path.exists(f) for f in others):
+        time.sleep(0.05)
 # MPI_Finalize would wait for the missing rank: leave without it.
 os._exit(0)

@@ -62,7 +62,7 @@ class Runner {
       CC_CHECK_AS(Error, !inflight_.empty(), "collective plan stalled with no transfer in flight");
       done += complete(t_.wait_some(inflight_, timeout_s));
     }
-    return sent_;
+    return result_;
   }
 
   void make_ready(int32_t id) {
@@ -81,8 +81,8 @@ class Runner {
       write_message_header(expected_header(op), h);
       if (std::memcmp(msg, h, sizeof h) != 0) std::memcpy(msg, h, sizeof h);
       req = t_.isend(op.peer, msg, bytes, op.tag);
-      sent_.payload += bytes - kMessageHeaderBytes;
-      sent_.headers += kMessageHeaderBytes;
+      result_.payload += bytes - kMessageHeaderBytes;
+      result_.headers += kMessageHeaderBytes;
     } else {
       req = t_.irecv(op.peer, message(op.dst), bytes, op.tag);
     }
@@ -135,9 +135,9 @@ class Runner {
   void count_nonfinite(const Op& op) {
     const BufRef* in = op.src.kind == BufKind::Input ? &op.src
                        : op.x.kind == BufKind::Input ? &op.x : nullptr;
-    if (in) add_count(sent_.nonfinite_in, k_.count_nonfinite(ptr(*in), bufs_.dtype, op.n));
+    if (in) add_count(result_.nonfinite_in, k_.count_nonfinite(ptr(*in), bufs_.dtype, op.n));
     if (op.dst.kind == BufKind::Output)
-      add_count(sent_.nonfinite_out, k_.count_nonfinite(ptr(op.dst), bufs_.dtype, op.n));
+      add_count(result_.nonfinite_out, k_.count_nonfinite(ptr(op.dst), bufs_.dtype, op.n));
   }
 
   static void add_count(int64_t& total, int64_t c) {
@@ -193,13 +193,13 @@ class Runner {
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> ready_;
   std::vector<Request> inflight_;
   std::vector<int32_t> inflight_ops_;
-  ExecResult sent_;
+  ExecResult result_;
 };
 
 }  // namespace
 
 ExecResult execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
-                KernelBackend& k, const CollectiveOptions& opt) {
+                   KernelBackend& k, const CollectiveOptions& opt) {
   Runner runner(plan, codec, bufs, t, k, opt);
   return runner.run(opt.timeout_s);
 }
