@@ -83,7 +83,10 @@ class Communicator:
             raise Unsupported(f"this ccompress build has no MPI transport ({e}); "
                               "reinstall with mpich (pip install mpich) present") from e
         comm = MPI.COMM_WORLD if comm is None else comm
-        return cls(_mpi.MpiTransport(MPI._handleof(comm)), _keepalive=comm, **kwargs)
+        handle = MPI._handleof(comm)
+        if handle >= 1 << 63:  # mpi4py gives a sign-extended MPICH handle (Dup'd comms) unsigned
+            handle -= 1 << 64
+        return cls(_mpi.MpiTransport(handle), _keepalive=comm, **kwargs)
 
     @classmethod
     def inproc(cls, size: int, **kwargs: Any) -> List["Communicator"]:
