@@ -3,7 +3,7 @@ pack their per-tensor factors into one float32 buffer per phase, so a step costs
 collectives whatever the number of tensors, and every byte is counted by the transport."""
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import zlib
 
@@ -37,6 +37,15 @@ def orthonormal_columns(y: np.ndarray) -> np.ndarray:
 def shared_gaussian(seed: int, tag: Sequence[int], shape) -> np.ndarray:
     """A Gaussian matrix every rank draws alike from (seed, *tag): sketches need no traffic."""
     return np.random.default_rng([int(seed)] + [int(t) for t in tag]).standard_normal(shape)
+
+
+def matrix_sides(shape) -> Tuple[int, int]:
+    """(m, n) of a tensor viewed as a matrix (first dimension by the rest); (1, size) for
+    vectors, which no low-rank method compresses."""
+    shape = tuple(shape)
+    if len(shape) < 2:
+        return 1, int(np.prod(shape))
+    return int(shape[0]), int(np.prod(shape[1:]))
 
 
 def as_matrix(g: np.ndarray) -> np.ndarray:

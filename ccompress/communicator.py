@@ -139,12 +139,11 @@ class Communicator:
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
         fb = self._feedback(error_feedback, auto, xv.n)
         step = self._next_step(step)
-        if fb:
-            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op, step, fb)  # noqa: E731
-        elif auto:
+        if auto:  # (error feedback was refused for auto codecs above)
             body = lambda: self._auto_allreduce(auto, xv, ov, algo, op, step)  # noqa: E731
         else:
-            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op, step)  # noqa: E731
+            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op,  # noqa: E731
+                                            step, fb)
         return self._launch(body, x, out, async_op)
 
     def reduce_scatter(self, x: Any, codec: Any = "none", op: str = "sum", out: Any = None,

@@ -22,7 +22,8 @@ from typing import Any, Dict, Mapping
 import numpy as np
 
 from ._errors import InvalidArgument
-from ._flat import allreduce_many, as_matrix, name_tag, orthonormal_columns, shared_gaussian
+from ._flat import (allreduce_many, as_matrix, matrix_sides, name_tag, orthonormal_columns,
+                    shared_gaussian)
 
 
 class PowerSGD:
@@ -49,10 +50,8 @@ class PowerSGD:
 
     def compressible(self, shape) -> bool:
         """Whether a tensor of this shape goes through the rank-r path."""
-        if len(shape) < 2:
-            return False
-        m, n = shape[0], int(np.prod(shape[1:]))
-        return self.rank * (m + n) < m * n
+        m, n = matrix_sides(shape)
+        return m > 1 and self.rank * (m + n) < m * n
 
     def allreduce(self, comm, grads: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """The averaged gradients (float32, shapes kept): exact for vectors and small

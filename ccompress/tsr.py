@@ -29,7 +29,8 @@ from typing import Any, Dict, Mapping, Tuple
 import numpy as np
 
 from ._errors import InvalidArgument
-from ._flat import allreduce_many, as_matrix, name_tag, orthonormal_columns, shared_gaussian
+from ._flat import (allreduce_many, as_matrix, matrix_sides, name_tag, orthonormal_columns,
+                    shared_gaussian)
 
 
 @dataclass
@@ -68,11 +69,10 @@ class TSR:
         self.step = 0
 
     def compressible(self, shape) -> bool:
-        if len(shape) < 2:
-            return False
-        m, n = shape[0], int(np.prod(shape[1:]))
+        """Whether a tensor of this shape travels as an r x r core."""
+        m, n = matrix_sides(shape)
         r = min(self.rank, m, n)
-        return r * r < m * n
+        return m > 1 and r * r < m * n
 
     def expand(self, name: str, core: np.ndarray) -> np.ndarray:
         """U core V^T (m x n, float32)."""

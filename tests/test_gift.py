@@ -117,3 +117,25 @@ def test_state_dict_round_trip(rng):
     assert a[0].tobytes() == b[0].tobytes()
     with pytest.raises(cc.InvalidArgument, match="GIFT state_dict"):
         GIFT().load_state_dict({})
+
+
+def test_refresh_moves_the_worker_residual_into_the_new_coordinates(rng):
+    body, _, _ = run_gift(rng, "fp8_e4m3:g128", steps=2)
+    res = cc.run_inproc(P, body)
+    new_moments = [anisotropic_moment(rng, 48)[0] for _ in range(P)]
+
+    def refresh(comm):
+        gift = res[comm.rank][1]
+        n_w = 20 * 48  # "w" comes first in the packed buffer
+        old = gift.factors["w"].from_wire(
+            gift.ef.worker_residual[:n_w].reshape(20, 48).astype(np.float64))
+        bias = gift.ef.worker_residual[n_w:].copy()
+        gift.observe(comm, {"w": new_moments[comm.rank]})
+        new = gift.factors["w"].from_wire(
+            gift.ef.worker_residual[:n_w].reshape(20, 48).astype(np.float64))
+        return old, new, bias, gift.ef.worker_residual[n_w:], gift.ef.server_residual
+
+    for old, new, bias, bias_after, server in cc.run_inproc(P, refresh):
+        assert np.abs(old).max() > 0
+        assert np.allclose(new, old, rtol=1e-4, atol=1e-6 * np.abs(old).max())
+        assert np.array_equal(bias, bias_after) and not server.any()
