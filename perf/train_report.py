@@ -16,8 +16,20 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN, END = "<!-- train_compare:begin -->", "<!-- train_compare:end -->"
-COMMAND = ("nice -n 5 .venv/bin/mpiexec -n 4 .venv/bin/python perf/train_compare.py "
-           "--methods all && .venv/bin/python perf/train_report.py")
+RUN = "nice -n 5 .venv/bin/mpiexec -n 4 .venv/bin/python perf/train_compare.py"
+COMMANDS = [f"{RUN} --methods all",
+            "# variants: rows tsr_K25, tsr_ef, tsr_r48, tsr_r56, tsr_r64, gift_ema0.95",
+            f"{RUN} --methods tsr --tsr-every 25 --tag _K25",
+            f"{RUN} --methods tsr --tsr-ef --tag _ef",
+            f"{RUN} --methods tsr --tsr-rank 48 --tag _r48",
+            f"{RUN} --methods tsr --tsr-rank 56 --tag _r56",
+            f"{RUN} --methods tsr --tsr-rank 64 --tag _r64",
+            f"{RUN} --methods gift --gift-ema 0.95 --tag _ema0.95",
+            "# seed control",
+            f"{RUN} --methods exact,fp8_ef,nvfp4_ef --seed 1 --out build/train_compare_seed1",
+            f"{RUN} --methods tsr --tsr-rank 56 --tag _r56 --seed 1 "
+            "--out build/train_compare_seed1",
+            ".venv/bin/python perf/train_report.py"]
 
 
 def load(folder):
@@ -28,7 +40,15 @@ def load(folder):
         runs[r["method"]] = r
     if "exact" not in runs:
         sys.exit(f"no exact run in {folder}: run perf/train_compare.py first")
-    return runs
+    order = ["exact", "fp8", "fp8_ef", "hint8", "hint8_ef", "nvfp4", "nvfp4_ef", "gift", "tsr",
+             "powersgd"]
+
+    def key(name):
+        base = next((o for o in sorted(order, key=len, reverse=True)
+                     if name == o or name.startswith(o + "_")), name)
+        return (order.index(base) if base in order else len(order), name)
+
+    return {k: runs[k] for k in sorted(runs, key=key)}
 
 
 def main_table(runs):
@@ -66,6 +86,17 @@ def gift_tables(r):
     return lines
 
 
+def seed_table(runs, other):
+    """The same methods with another seed (initialisation and data order)."""
+    lines = ["", "Seed control (seed 1: another initialisation and data order):", "",
+             "| method | seed 0 | seed 1 | seed 1 vs its exact |", "|---|---|---|---|"]
+    for name, r in other.items():
+        rel = (r["final_val"] / other["exact"]["final_val"] - 1) * 100
+        lines.append(f"| {name} | {runs[name]['final_val']:.4f} | {r['final_val']:.4f} | "
+                     f"{rel:+.2f}% |")
+    return lines
+
+
 def goals(runs):
     """The issue's three targets, checked against this run."""
     ex = runs["exact"]
@@ -78,15 +109,15 @@ def goals(runs):
         if name in runs:
             out.append(f"- {name} ends within 0.5% of exact: {rel(name):+.2f}% -> "
                        f"{'met' if abs(rel(name)) <= 0.5 else 'NOT met'}")
-    if "gift" in runs and runs["gift"]["gift_fidelity"]:
-        for f in runs["gift"]["gift_fidelity"]:
+    for gname in [n for n in runs if n.startswith("gift")]:
+        for f in runs[gname]["gift_fidelity"]:
             gains = [row["fp8"] / row["gift_fp8"] for row in f["layers"]]
             met = sum(g >= 3 for g in gains)
-            out.append(f"- GIFT lowers fp8's one-step error >= 3x, step {f['step']}: per-layer "
-                       f"gains {min(gains):.2f}x-{max(gains):.2f}x, median "
+            out.append(f"- {gname} lowers fp8's one-step error >= 3x, step {f['step']}: "
+                       f"per-layer gains {min(gains):.2f}x-{max(gains):.2f}x, median "
                        f"{sorted(gains)[len(gains) // 2]:.2f}x -> met for {met} of "
                        f"{len(gains)} layers")
-    for name in ("tsr", "tsr_reset"):
+    for name in [n for n in runs if n.startswith("tsr")]:
         if name in runs:
             fewer = ex["bytes_per_step"] / runs[name]["bytes_per_step"]
             ok = abs(rel(name)) <= 2 and fewer >= 10
@@ -99,13 +130,15 @@ def plot(runs, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name, r in runs.items():
+    fig, ax = plt.subplots(1, 2, figsize=(14, 5))
+    colors = plt.get_cmap("tab20").colors
+    for i, (name, r) in enumerate(runs.items()):
         steps = [c["step"] for c in r["curve"]]
         vals = [c["val"] for c in r["curve"]]
-        style = "-" if name in ("exact", "tsr", "gift", "powersgd") else "--"
+        style = "-" if "_" not in name else "--"
         for a in ax:
-            a.plot(steps, vals, style, label=name, lw=1.2)
+            a.plot(steps, vals, style, label=name, lw=2.2 if name == "exact" else 1.2,
+                   color="black" if name == "exact" else colors[i % len(colors)])
     ax[0].set_title("held-out loss")
     tail = min(r["curve"][len(r["curve"]) // 2]["val"] for r in runs.values())
     ax[1].set_ylim(min(r["final_val"] for r in runs.values()) - 0.02, tail + 0.1)
@@ -115,7 +148,7 @@ def plot(runs, path):
         a.set_xlabel("step")
         a.set_ylabel("loss (nats/byte)")
         a.grid(alpha=0.3)
-    ax[1].legend(fontsize=8, ncol=2)
+    ax[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -131,7 +164,7 @@ def main(argv=None) -> int:
     cfg = ex["config"]
     plot(runs, os.path.join(ROOT, "perf", "plots", "train_compare.png"))
     md = [BEGIN, "## Stateful gradient compression: training a small LM on real text", "",
-          f"`{COMMAND}`", "",
+          "```"] + COMMANDS + ["```", "",
           f"Byte-level GPT (examples/tinylm.py: d {cfg['d']}, {cfg['layers']} layers, "
           f"{cfg['heads']} heads, context {cfg['ctx']}), data-parallel on {ex['ranks']} MPI "
           f"ranks x {cfg['batch']} sequences per step, {cfg['steps']} steps, AdamW "
@@ -142,6 +175,9 @@ def main(argv=None) -> int:
           "steps (TSR and PowerSGD: refresh/sketch steps included). Wall time: a shared "
           "2-core machine running 4 ranks, one thread each; compare only within this table.",
           ""] + main_table(runs)
+    control = os.path.join(os.path.dirname(args.results), "train_compare_seed1")
+    if os.path.isdir(control):
+        md += seed_table(runs, load(control))
     md += goals(runs)
     if "gift" in runs:
         md += gift_tables(runs["gift"])
