@@ -27,6 +27,7 @@ py::dict stats_dict(const CollectiveStats& s) {
   d["quantizations"] = s.quantizations;
   d["nonfinite_in"] = s.nonfinite_in >= 0 ? py::object(py::int_(s.nonfinite_in)) : py::none();
   d["nonfinite_out"] = s.nonfinite_out >= 0 ? py::object(py::int_(s.nonfinite_out)) : py::none();
+  d["feedback_nonfinite"] = s.feedback_nonfinite;
   return d;
 }
 
@@ -52,9 +53,12 @@ template <CollectiveFn Fn>
 py::dict call_collective(Transport& t, uintptr_t in, uintptr_t out, int64_t n,
                          const std::string& dtype, const Codec& codec, const std::string& algo,
                          const std::string& op, int64_t slice_elems, double timeout_s,
-                         uint64_t seed, uint64_t step) {
+                         uint64_t seed, uint64_t step, uintptr_t worker_residual,
+                         uintptr_t server_residual) {
   DType dt = parse_dtype(dtype);
   CollectiveOptions o = make_options(algo, op, slice_elems, timeout_s, seed, step);
+  o.feedback.worker = reinterpret_cast<float*>(worker_residual);
+  o.feedback.server = reinterpret_cast<float*>(server_residual);
   CollectiveStats s;
   {
     py::gil_scoped_release release;
@@ -116,15 +120,16 @@ void bind_collectives(py::module_& m) {
   m.def("allreduce", &call_collective<&allreduce>, py::arg("transport"), py::arg("in_ptr"),
         py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),
         py::arg("op"), py::arg("slice_elems"), py::arg("timeout"), py::arg("seed") = 0,
-        py::arg("step") = 0);
+        py::arg("step") = 0, py::arg("worker_residual") = 0, py::arg("server_residual") = 0);
   m.def("reduce_scatter", &call_collective<&reduce_scatter>, py::arg("transport"),
         py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"),
         py::arg("algo"), py::arg("op"), py::arg("slice_elems"), py::arg("timeout"),
-        py::arg("seed") = 0, py::arg("step") = 0);
+        py::arg("seed") = 0, py::arg("step") = 0, py::arg("worker_residual") = 0,
+        py::arg("server_residual") = 0);
   m.def("allgather", &call_collective<&allgather>, py::arg("transport"), py::arg("in_ptr"),
         py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),
         py::arg("op"), py::arg("slice_elems"), py::arg("timeout"), py::arg("seed") = 0,
-        py::arg("step") = 0);
+        py::arg("step") = 0, py::arg("worker_residual") = 0, py::arg("server_residual") = 0);
 }
 
 }  // namespace ccompress::py_bindings

@@ -14,6 +14,7 @@ from ._errors import (CCompressError, CollectiveTimeout, CudaError, InvalidArgum
 from . import _core
 from . import simulate
 from .codec import Codec
+from .error_feedback import ErrorFeedback
 from .communicator import ALGOS, OPS, Communicator, Work, run_inproc
 from .info import build_info
 
@@ -22,6 +23,6 @@ chunk_range = _core.chunk_range
 
 __all__ = [
     "ALGOS", "OPS", "CCompressError", "Codec", "CollectiveTimeout", "Communicator", "CudaError",
-    "InvalidArgument", "MessageError", "MismatchError", "MpiError", "NcclError", "NonFiniteError", "Unsupported", "Work",
+    "ErrorFeedback", "InvalidArgument", "MessageError", "MismatchError", "MpiError", "NcclError", "NonFiniteError", "Unsupported", "Work",
     "build_info", "chunk_range", "run_inproc", "simulate",
 ]

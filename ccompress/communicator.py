@@ -10,6 +10,7 @@ import numpy as np
 from . import _arrays, _core, autocodec
 from ._errors import CCompressError, InvalidArgument, MismatchError, NonFiniteError, Unsupported
 from .codec import Codec
+from .error_feedback import ErrorFeedback
 
 ALGOS = ("auto", "ring", "two_shot", "tree", "one_shot")
 OPS = ("sum", "avg")
@@ -98,7 +99,10 @@ class Communicator:
             raise Unsupported(f"this ccompress build has no MPI transport ({e}); "
                               "reinstall with mpich (pip install mpich) present") from e
         comm = MPI.COMM_WORLD if comm is None else comm
-        return cls(_mpi.MpiTransport(MPI._handleof(comm)), _keepalive=comm, **kwargs)
+        handle = MPI._handleof(comm)
+        if handle >= 1 << 63:  # mpi4py gives a sign-extended MPICH handle (Dup'd comms) unsigned
+            handle -= 1 << 64
+        return cls(_mpi.MpiTransport(handle), _keepalive=comm, **kwargs)
 
     @classmethod
     def inproc(cls, size: int, **kwargs: Any) -> List["Communicator"]:
@@ -139,7 +143,8 @@ class Communicator:
     # ---- collectives ----
     def allreduce(self, x: Any, codec: Any = "none", algo: str = "auto", op: str = "sum",
                   out: Any = None, async_op: bool = False, stream: Any = None,
-                  step: Optional[int] = None, nonfinite: Optional[str] = None) -> Any:
+                  step: Optional[int] = None, nonfinite: Optional[str] = None,
+                  error_feedback: Any = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets bit-identical results.
 
         ``codec`` is a spec string or :class:`Codec`, or ``"auto8"`` / ``"auto4"`` to let
@@ -148,33 +153,43 @@ class Communicator:
         two_shot, tree, one_shot, auto; ``op`` sum or avg. Writes into ``out`` when given
         (``out=x`` for in place) and returns it, else returns a new array like ``x``. With
         ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
+        ``error_feedback`` is this tensor's :class:`~ccompress.ErrorFeedback` (two_shot,
+        one_shot or auto): what the codec drops is carried into the next call.
         """
         auto = codec if autocodec.is_auto(codec) else None
         codec, algo, op = self._check_args("none" if auto else codec, algo, op, stream)
         xv = _arrays.view(x, "x")
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
+        fb = self._feedback(error_feedback, auto, xv.n)
         step = self._next_step(step)
-        if algo == "auto" and self._model is not None and not auto:
+        if algo == "auto" and self._model is not None and not auto and not fb:
             itemsize = _arrays.numpy_dtype(xv.dtype).itemsize
             algo = self._model.choose(xv.n, itemsize, codec.name, self.size) or "auto"
-        if auto:
+        if auto:  # (error feedback was refused for auto codecs above)
             body = lambda: self._auto_allreduce(auto, xv, ov, algo, op, step)  # noqa: E731
         else:
-            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op, step)  # noqa: E731
+            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op,  # noqa: E731
+                                            step, fb)
         return self._launch(self._counted(body, "allreduce", xv, ov, nonfinite), x, out,
                             async_op)
 
     def reduce_scatter(self, x: Any, codec: Any = "none", op: str = "sum", out: Any = None,
                        async_op: bool = False, stream: Any = None,
-                       step: Optional[int] = None, nonfinite: Optional[str] = None) -> Any:
+                       step: Optional[int] = None, nonfinite: Optional[str] = None,
+                       error_feedback: Any = None) -> Any:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
-        ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks."""
+        ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks.
+        ``error_feedback`` keeps its worker residual (one quantization; no server one)."""
         codec, _, op = self._check_args(codec, "two_shot", op, stream)
         xv = _arrays.view(x, "x")
         lo, hi = _core.chunk_range(xv.n, self.size, self.rank)
         out, ov = self._output(x, xv, out, (hi - lo,), hi - lo, "reduce_scatter")
+        fb = self._feedback(error_feedback, None, xv.n)
+        if fb:
+            fb = (fb[0], (fb[1][0], 0))
         step = self._next_step(step)
-        body = lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op, step)  # noqa: E731
+        body = lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op,  # noqa: E731
+                                        step, fb)
         return self._launch(self._counted(body, "reduce_scatter", xv, ov, nonfinite), x, out,
                             async_op)
 
@@ -263,21 +278,34 @@ class Communicator:
             raise InvalidArgument("out partly overlaps x; pass out=x (in place) or a separate array")
         return out, ov
 
+    def _feedback(self, ef: Any, auto: Optional[str], n: int):
+        if ef is None:
+            return None
+        if not isinstance(ef, ErrorFeedback):
+            raise InvalidArgument(f"error_feedback must be a ccompress.ErrorFeedback, "
+                                  f"got {type(ef).__name__}")
+        if auto:
+            raise Unsupported(f"error_feedback needs a fixed codec; {auto} may change the codec "
+                              "and layout every call, so name the codec")
+        return ef, ef.buffers(n, self.size, self.rank)
+
     def _next_step(self, step: Optional[int]) -> int:
         # Steps are taken in issue order, so every rank numbers its calls alike.
         self._step += 1
         return self._step - 1 if step is None else int(step)
 
     def _collective(self, fn: Callable, xv, ov, codec: Codec, algo: str, op: str,
-                    step: int) -> dict:
-        """Runs one collective now (the caller keeps the issue order)."""
+                    step: int, feedback=None) -> dict:
+        """Runs one collective now (the caller keeps the issue order); ``feedback`` is
+        (ErrorFeedback, (worker address, server address))."""
+        residuals = feedback[1] if feedback else (0, 0)
         with self._lock:
             if self._broken:
                 raise CCompressError(f"this communicator is unusable: {self._broken}; "
                                      "create a new one (all ranks)")
             try:
                 stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
-                           self._slice, self._timeout, self._seed, step)
+                           self._slice, self._timeout, self._seed, step, *residuals)
             except MismatchError:
                 raise  # every rank stopped at the same point: the group is still in step
             except CCompressError as e:
@@ -286,6 +314,8 @@ class Communicator:
                 self._broken = f"{type(e).__name__} in an earlier collective ({e})"
                 raise
         stats["codec"] = codec.name
+        if feedback:
+            feedback[0].nonfinite += stats["feedback_nonfinite"]
         self.last_stats = stats
         return stats
 

@@ -11,6 +11,7 @@
 
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
+#include "ccompress/error.h"
 
 namespace ccompress {
 
@@ -61,6 +62,17 @@ class CC_API KernelBackend {
   virtual int64_t count_nonfinite(const void* src, DType t, int64_t n) {
     (void)src, (void)t, (void)n;
     return -1;
+  }
+
+  /// Error feedback: residual[i] <- v[i] - decoded[i] where v[i], decoded[i] and their
+  /// difference are finite, else 0 (a NaN or Inf never enters a residual). Returns how
+  /// many elements were set to 0 that way. All three buffers hold n float32.
+  virtual int64_t feedback_residual(const float* v, const float* decoded, int64_t n,
+                                    float* residual) {
+    (void)v, (void)decoded, (void)n, (void)residual;
+    CC_CHECK_AS(Unsupported, false, "this kernel backend has no error feedback; "
+                                    "run without error_feedback or on host arrays");
+    return 0;
   }
 };
 

@@ -57,6 +57,15 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   stats.header_bytes = check_same_call(t, call, opt.timeout_s);
 
   Plan plan;
+  const ErrorFeedbackBuffers& fb = opt.feedback;
+  if (fb.any()) {
+    CC_CHECK_AS(Unsupported, kind != CollectiveKind::AllGather,
+                "error feedback applies to allreduce and reduce_scatter, not allgather");
+    CC_CHECK_AS(Unsupported, !fb.server || kind == CollectiveKind::AllReduce,
+                "reduce_scatter quantizes once: pass a worker residual only");
+    ctx.worker_feedback = fb.worker != nullptr;
+    ctx.server_feedback = fb.server != nullptr;
+  }
   if (kind == CollectiveKind::AllGather) {
     CC_CHECK(!inplace, "allgather cannot write its output over its input");
     stats.algo = Algo::OneShot;
@@ -66,6 +75,16 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
     plan = ctx.size == 1 ? build_single(ctx) : build_two_shot(ctx, true);
   } else {
     stats.algo = opt.algo == Algo::Auto ? choose_algo(n, dtype, ctx.codec, ctx.size) : opt.algo;
+    if (fb.any() && opt.algo == Algo::Auto && stats.algo != Algo::OneShot)
+      stats.algo = Algo::TwoShot;  // the schedules error feedback is defined for
+    CC_CHECK_AS(Unsupported,
+                !fb.any() || ctx.size == 1 || stats.algo == Algo::TwoShot ||
+                    stats.algo == Algo::OneShot,
+                "error feedback is defined for two_shot (worker and server residuals) and "
+                "one_shot (worker residual); "
+                    << algo_name(stats.algo)
+                    << " re-quantizes partial sums at every hop, which no per-rank residual "
+                       "corrects: use algo='two_shot' or 'auto'");
     if (ctx.size == 1) {
       plan = build_single(ctx);
     } else {
@@ -85,6 +104,7 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   stats.header_bytes += done.headers;
   stats.nonfinite_in = done.nonfinite_in;
   stats.nonfinite_out = done.nonfinite_out;
+  stats.feedback_nonfinite = done.feedback_nonfinite;
   return stats;
 }
 

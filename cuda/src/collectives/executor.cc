@@ -153,6 +153,10 @@ class Runner {
     switch (op.kind) {
       case OpKind::Encode: {
         bool from_acc = op.src.kind == BufKind::Acc;
+        if (op.feedback != Feedback::None) {
+          encode_with_feedback(op, from_acc);
+          break;
+        }
         k_.encode(ptr(op.src), from_acc ? DType::Float32 : bufs_.dtype, op.n, codec_, op.divisor,
                   context(op), ptr(op.dst));
         break;
@@ -178,6 +182,25 @@ class Runner {
       case OpKind::Recv:
         break;
     }
+  }
+
+  // v = src / divisor + e is encoded; then e <- v - decode(those bytes), the value every
+  // receiver adds, with NaN/Inf kept out of e (counted in result_.feedback_nonfinite).
+  void encode_with_feedback(const Op& op, bool from_acc) {
+    const ErrorFeedbackBuffers& fb = opt_.feedback;
+    float* e = (op.feedback == Feedback::Worker ? fb.worker : fb.server) + op.residual_off;
+    float* v = acc_.get() + plan_.feedback_scratch;
+    float* decoded = v + op.n;
+    if (from_acc) {
+      k_.finalize(static_cast<const float*>(ptr(op.src)), op.n, op.divisor, v, DType::Float32);
+    } else {
+      k_.load_accumulate(ptr(op.src), bufs_.dtype, op.n, v, true);
+      if (op.divisor != 1.f) k_.finalize(v, op.n, op.divisor, v, DType::Float32);
+    }
+    k_.load_accumulate(e, DType::Float32, op.n, v, false);
+    k_.encode(v, DType::Float32, op.n, codec_, 1.f, context(op), ptr(op.dst));
+    k_.decode_accumulate(ptr(op.dst), op.n, codec_, decoded, true);
+    result_.feedback_nonfinite += k_.feedback_residual(v, decoded, op.n, e);
   }
 
   const Plan& plan_;

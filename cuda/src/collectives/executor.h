@@ -23,6 +23,7 @@ struct ExecResult {
   /// once and written once by a plan); -1 when the backend does not count.
   int64_t nonfinite_in = 0;
   int64_t nonfinite_out = 0;
+  int64_t feedback_nonfinite = 0;  ///< NaN/Inf kept out of error-feedback residuals
 };
 
 /// Runs @p plan to completion: posts each transfer as soon as its dependencies are done and,
