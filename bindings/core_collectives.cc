@@ -8,6 +8,7 @@
 #include "bindings.h"
 #include "ccompress/collectives.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/nonfinite.h"
 #include "transport/inproc_transport.h"
 
 namespace py = pybind11;
@@ -24,6 +25,8 @@ py::dict stats_dict(const CollectiveStats& s) {
   d["payload_bytes"] = s.payload_bytes;
   d["header_bytes"] = s.header_bytes;
   d["quantizations"] = s.quantizations;
+  d["nonfinite_in"] = s.nonfinite_in >= 0 ? py::object(py::int_(s.nonfinite_in)) : py::none();
+  d["nonfinite_out"] = s.nonfinite_out >= 0 ? py::object(py::int_(s.nonfinite_out)) : py::none();
   d["feedback_nonfinite"] = s.feedback_nonfinite;
   return d;
 }
@@ -73,7 +76,15 @@ void bind_collectives(py::module_& m) {
       .def_property_readonly("size", &Transport::size)
       .def_property_readonly("name", &Transport::name)
       .def_property_readonly("bytes_sent", &Transport::bytes_sent)
-      .def("barrier", &Transport::barrier, py::call_guard<py::gil_scoped_release>());
+      .def("barrier", &Transport::barrier, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "_skip_calls",
+          [](Transport& t, int k) {
+            for (int i = 0; i < k; ++i) t.next_call();
+          },
+          py::arg("k"),
+          "Test hook: this rank loses count of k collectives, so its message headers carry "
+          "another call number than its peers expect.");
 
   py::class_<InprocGroup, std::shared_ptr<InprocGroup>>(
       m, "InprocGroup", "N ranks as threads of this process; transport(r) is rank r's end.")
@@ -92,6 +103,19 @@ void bind_collectives(py::module_& m) {
       },
       py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("nranks"));
   m.attr("DEFAULT_SLICE_ELEMS") = kDefaultSliceElems;
+  m.def(
+      "count_nonfinite",
+      [](uintptr_t ptr, const std::string& dtype, int64_t n) {
+        DType t = parse_dtype(dtype);
+        NonFiniteCount c;
+        {
+          py::gil_scoped_release nogil;
+          c = count_nonfinite(as_ptr(ptr), t, n);
+        }
+        return py::make_tuple(c.count, c.first);
+      },
+      py::arg("ptr"), py::arg("dtype"), py::arg("n"),
+      "(count, first index or -1) of the NaN and +-Inf elements of a host buffer.");
 
   m.def("allreduce", &call_collective<&allreduce>, py::arg("transport"), py::arg("in_ptr"),
         py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),

@@ -8,12 +8,13 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 
 from . import _arrays, _core, autocodec
-from ._errors import CCompressError, InvalidArgument, MismatchError, Unsupported
+from ._errors import CCompressError, InvalidArgument, MismatchError, NonFiniteError, Unsupported
 from .codec import Codec
 from .error_feedback import ErrorFeedback
 
 ALGOS = ("auto", "ring", "two_shot", "tree", "one_shot")
 OPS = ("sum", "avg")
+NONFINITE = ("propagate", "raise")
 
 
 class Work:
@@ -53,18 +54,33 @@ class Communicator:
       seed: seed of stochastic rounding (codecs with ``:sr``); the noise of an element is a
         hash of (seed, step, rank, element index), where step counts this communicator's
         collectives unless a call passes its own ``step``.
+      model: a :class:`ccompress.perfmodel.AlgoModel` (the same on every rank) that resolves
+        ``algo="auto"`` of an all-reduce to the algorithm it predicts fastest for the call's
+        size and codec; without one (or for a codec it has no cost for) auto picks by
+        message size and rank count.
+      nonfinite: what a NaN or Inf does (default for every call; a call's ``nonfinite=``
+        overrides it). ``"propagate"``: it reaches exactly the outputs that the codec's
+        policy states (README, "Guarantees"). ``"raise"``: the same, then
+        :class:`NonFiniteError` on every rank when any output is non-finite. Either way
+        ``last_stats`` counts the non-finite elements of this rank's input
+        (``nonfinite_in``) and output (``nonfinite_out``).
     """
 
     def __init__(self, transport: "_core.Transport", *, timeout: float = 300.0,
-                 slice_elems: Optional[int] = None, seed: int = 0, _keepalive: Any = None):
+                 slice_elems: Optional[int] = None, seed: int = 0, model: Any = None,
+                 nonfinite: str = "propagate", _keepalive: Any = None):
         if timeout <= 0:
             raise InvalidArgument(f"timeout {timeout} s must be positive")
         if slice_elems is not None and slice_elems <= 0:
             raise InvalidArgument(f"slice_elems {slice_elems} must be positive")
+        self._nonfinite = self._check_nonfinite(nonfinite)
         self._t = transport
         self._timeout = float(timeout)
         self._slice = int(slice_elems or 0)
         self._seed = int(seed)
+        if model is not None and not callable(getattr(model, "choose", None)):
+            raise InvalidArgument(f"model must be a ccompress.perfmodel.AlgoModel, got {model!r}")
+        self._model = model
         self._step = 0
         self._keepalive = _keepalive
         self._lock = threading.Lock()
@@ -89,7 +105,7 @@ class Communicator:
                               "reinstall with mpich (pip install mpich) present") from e
         comm = MPI.COMM_WORLD if comm is None else comm
         handle = MPI._handleof(comm)
-        if handle >= 1 << 63:  # MPICH's int handles of derived communicators come unsigned
+        if handle >= 1 << 63:  # mpi4py gives a sign-extended MPICH handle (Dup'd comms) unsigned
             handle -= 1 << 64
         return cls(_mpi.MpiTransport(handle), _keepalive=comm, **kwargs)
 
@@ -120,13 +136,20 @@ class Communicator:
         """Bytes this rank has put on the wire through this communicator (headers included)."""
         return self._t.bytes_sent
 
+    @property
+    def usable(self) -> bool:
+        """False once a timeout, a transport error or a malformed message has made this
+        communicator refuse further calls (each raises, naming the first error)."""
+        return self._broken is None
+
     def barrier(self) -> None:
         self._t.barrier()
 
     # ---- collectives ----
     def allreduce(self, x: Any, codec: Any = "none", algo: str = "auto", op: str = "sum",
                   out: Any = None, async_op: bool = False, stream: Any = None,
-                  step: Optional[int] = None, error_feedback: Any = None) -> Any:
+                  step: Optional[int] = None, nonfinite: Optional[str] = None,
+                  error_feedback: Any = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets bit-identical results.
 
         ``codec`` is a spec string or :class:`Codec`, or ``"auto8"`` / ``"auto4"`` to let
@@ -144,17 +167,21 @@ class Communicator:
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
         fb = self._feedback(error_feedback, auto, xv.n)
         step = self._next_step(step)
-        if fb:
-            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op, step, fb)  # noqa: E731
-        elif auto:
+        if algo == "auto" and self._model is not None and not auto and not fb:
+            itemsize = _arrays.numpy_dtype(xv.dtype).itemsize
+            algo = self._model.choose(xv.n, itemsize, codec.name, self.size) or "auto"
+        if auto:  # (error feedback was refused for auto codecs above)
             body = lambda: self._auto_allreduce(auto, xv, ov, algo, op, step)  # noqa: E731
         else:
-            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op, step)  # noqa: E731
-        return self._launch(body, x, out, async_op)
+            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op,  # noqa: E731
+                                            step, fb)
+        return self._launch(self._counted(body, "allreduce", xv, ov, nonfinite), x, out,
+                            async_op)
 
     def reduce_scatter(self, x: Any, codec: Any = "none", op: str = "sum", out: Any = None,
                        async_op: bool = False, stream: Any = None,
-                       step: Optional[int] = None, error_feedback: Any = None) -> Any:
+                       step: Optional[int] = None, nonfinite: Optional[str] = None,
+                       error_feedback: Any = None) -> Any:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
         ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks.
         ``error_feedback`` keeps its worker residual (one quantization; no server one)."""
@@ -166,13 +193,14 @@ class Communicator:
         if fb:
             fb = (fb[0], (fb[1][0], 0))
         step = self._next_step(step)
-        return self._launch(
-            lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op, step,
-                                     fb),
-            x, out, async_op)
+        body = lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op,  # noqa: E731
+                                        step, fb)
+        return self._launch(self._counted(body, "reduce_scatter", xv, ov, nonfinite), x, out,
+                            async_op)
 
     def allgather(self, x: Any, codec: Any = "none", out: Any = None, async_op: bool = False,
-                  stream: Any = None, step: Optional[int] = None) -> Any:
+                  stream: Any = None, step: Optional[int] = None,
+                  nonfinite: Optional[str] = None) -> Any:
         """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
         decode(encode(x of that rank)), the caller's own part too."""
         codec, _, _ = self._check_args(codec, "one_shot", "sum", stream)
@@ -182,11 +210,54 @@ class Communicator:
         if xv.n and ov.ptr == xv.ptr:
             raise InvalidArgument("allgather cannot write its output over its input")
         step = self._next_step(step)
-        return self._launch(
-            lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step),
-            x, out, async_op)
+        body = lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step)  # noqa: E731
+        return self._launch(self._counted(body, "allgather", xv, ov, nonfinite), x, out,
+                            async_op)
 
     # ---- internals ----
+    @staticmethod
+    def _check_nonfinite(mode: str) -> str:
+        if mode not in NONFINITE:
+            raise InvalidArgument(f"nonfinite={mode!r}; use 'propagate' or 'raise'")
+        return mode
+
+    def _counted(self, body: Callable[[], dict], what: str, xv, ov,
+                 nonfinite: Optional[str]) -> Callable[[], dict]:
+        """Wraps a collective's body: in "raise" mode, raises NonFiniteError on every rank
+        alike when the output holds NaN/Inf. The counts come with the stats (the executor
+        counts each slice while it is in cache). all-reduce and all-gather outputs are equal
+        on all ranks, so their counts are too; reduce-scatter chunks differ, so there the
+        ranks add their counts with one exact one-element all-reduce first."""
+        mode = self._nonfinite if nonfinite is None else self._check_nonfinite(nonfinite)
+
+        def run() -> dict:
+            stats = body()
+            if mode != "raise":
+                return stats
+            n_out, first_out = _core.count_nonfinite(ov.ptr, ov.dtype, ov.n)
+            anywhere = n_out if what != "reduce_scatter" else self._any_rank(n_out, stats)
+            if anywhere:
+                n_in = stats.get("nonfinite_in")
+                where = (f"{n_out} here, first at index {first_out}" if n_out
+                         else "none in this rank's chunk")
+                raise NonFiniteError(
+                    f"{what} produced non-finite (NaN/Inf) outputs ({where}); this rank's input "
+                    f"held {n_in}. nonfinite='raise' is set (the output was written); pass "
+                    "nonfinite='propagate' to keep NaN/Inf in the result instead")
+            return stats
+
+        return run
+
+    def _any_rank(self, count: int, stats: dict) -> float:
+        """The sum over ranks of ``count`` (> 0 exactly when any rank's is), keeping
+        ``last_stats`` those of the caller's collective."""
+        v = np.array([min(count, 1)], np.float32)
+        total = np.empty_like(v)
+        self._collective(_core.allreduce, _arrays.view(v), _arrays.view(total),
+                         Codec.parse("none"), "one_shot", "sum", 0)
+        self.last_stats = stats
+        return float(total[0])
+
     def _check_args(self, codec: Any, algo: str, op: str, stream: Any):
         if stream is not None:
             raise Unsupported("stream= applies to device arrays, which need the CUDA backend")

@@ -14,7 +14,7 @@ import ccompress as cc
 
 world = MPI.COMM_WORLD
 rank, size = world.rank, world.size
-comm = cc.Communicator.from_mpi(world, timeout=60)
+comm = cc.Communicator.from_mpi(world.Dup(), timeout=60)  # a Dup'd handle has its high bit set
 F32_EPS = float(np.finfo(np.float32).eps)
 
 
@@ -71,6 +71,45 @@ def check_error_feedback():
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), what + " resume"
 
 
+def check_stateful_compressors():
+    from ccompress.gift import GIFT
+    from ccompress.powersgd import PowerSGD
+    from ccompress.tsr import TSR
+
+    rng = np.random.default_rng(5)
+    steps = [[{"w": (rng.standard_normal((64, 4)) @ rng.standard_normal((4, 48))
+                     + 0.1 * rng.standard_normal((64, 48))).astype(np.float32),
+               "b": rng.standard_normal(48).astype(np.float32)} for _ in range(size)]
+             for _ in range(3)]
+    mean = [np.mean([g["w"].astype(np.float64) for g in st], axis=0) for st in steps]
+    # PowerSGD: shared Q and outputs identical; error feedback telescopes.
+    ps = PowerSGD(rank=4)
+    outs = [ps.allreduce(comm, st[rank]) for st in steps]
+    check_identical([o["w"] for o in outs] + [o["b"] for o in outs] + [ps.q["w"]], "powersgd")
+    errors = world.allgather(ps.error["w"])
+    total = sum(o["w"].astype(np.float64) for o in outs) + np.mean(errors, axis=0)
+    assert np.abs(total - sum(mean)).max() < 1e-4 * np.abs(sum(mean)).max(), "powersgd EF"
+    # TSR: bases identical and orthonormal; the core is U^T mean(G) V.
+    tsr = TSR(rank=6, refresh_every=2)
+    res = [tsr.allreduce(comm, st[rank]) for st in steps]
+    u, v = tsr.u["w"].astype(np.float64), tsr.v["w"].astype(np.float64)
+    check_identical([tsr.u["w"], tsr.v["w"]] + [r.cores["w"] for r in res], "tsr")
+    assert np.abs(u.T @ u - np.eye(6)).max() < 1e-5 and np.abs(v.T @ v - np.eye(6)).max() < 1e-5
+    ref = u.T @ mean[2] @ v
+    assert np.abs(res[2].cores["w"] - ref).max() < 1e-5 * np.abs(ref).max(), "tsr core"
+    # GIFT with fp8: the averaged moment and the outputs are identical on every rank.
+    x = rng.standard_normal((size, 300, 48)) * np.exp(rng.standard_normal(48))
+    gift = GIFT(codec="fp8_e4m3:g128", rank=8)
+    gift.observe(comm, {"w": (x[rank].T @ x[rank] / 300).astype(np.float32)})
+    gift.layers = ["w"]
+    outs = [gift.allreduce(comm, st[rank]) for st in steps]
+    check_identical([gift.second_moment["w"], gift.factors["w"].q] + [o["w"] for o in outs],
+                    "gift")
+    err = np.linalg.norm(outs[0]["w"] - mean[0]) / np.linalg.norm(mean[0])
+    assert err < 0.05, err
+
+
 check_error_feedback()
+check_stateful_compressors()
 comm.close()
 print(f"OK {rank}", flush=True)

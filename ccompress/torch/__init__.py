@@ -1,5 +1,6 @@
 """PyTorch integration: a DistributedDataParallel communication hook and Megatron-style
-tensor-parallel layers over compressed ccompress all-reduces.
+tensor-parallel layers over compressed ccompress all-reduces, and TSR-Adam
+(:mod:`ccompress.torch.tsr_adam`).
 
     from ccompress.torch import ddp_comm_hook, tp_all_reduce
     model.register_comm_hook(state=None, hook=ddp_comm_hook(codec="hint8"))
@@ -16,8 +17,9 @@ except ImportError as _e:  # pragma: no cover - exercised only where torch is ab
 from ._common import init_process_group_from_mpi, world_communicator
 from .ddp import CompressedAllreduceHook, ddp_comm_hook
 from .tensor_parallel import ColumnParallelLinear, RowParallelLinear, tp_all_reduce, tp_copy
+from .tsr_adam import TSRAdam
 
 __all__ = [
-    "ColumnParallelLinear", "CompressedAllreduceHook", "RowParallelLinear", "ddp_comm_hook",
+    "ColumnParallelLinear", "CompressedAllreduceHook", "RowParallelLinear", "TSRAdam", "ddp_comm_hook",
     "init_process_group_from_mpi", "tp_all_reduce", "tp_copy", "world_communicator",
 ]

@@ -48,8 +48,12 @@ constexpr int64_t kDefaultSliceElems = 1 << 16;
 struct CollectiveStats {
   Algo algo = Algo::Auto;    ///< the schedule that ran (never Auto)
   int64_t payload_bytes = 0; ///< bytes this rank sent, headers excluded
-  int64_t header_bytes = 0;  ///< bytes of the mismatch-check headers this rank sent
+  int64_t header_bytes = 0;  ///< bytes of the call-check and message headers this rank sent
   int quantizations = 0;     ///< times each element was encoded on its way to the result
+  /// NaN/+-Inf elements in this rank's input and in its output (-1: the backend does not
+  /// count). Outputs of all-reduce and all-gather are equal on all ranks, so are their counts.
+  int64_t nonfinite_in = 0;
+  int64_t nonfinite_out = 0;
   int64_t feedback_nonfinite = 0;  ///< NaN/Inf kept out of the error-feedback residuals
 };
 

@@ -56,6 +56,14 @@ class CC_API KernelBackend {
   virtual void finalize(const float* acc, int64_t n, float divisor, void* out,
                         DType out_dtype) = 0;
 
+  /// The number of NaN and +-Inf among @p n elements of @p src (dtype @p t), for the per-call
+  /// report of the NaN/Inf policy; the executor calls it on a slice right after reading it
+  /// from the input or writing it to the output. -1: this backend does not count.
+  virtual int64_t count_nonfinite(const void* src, DType t, int64_t n) {
+    (void)src, (void)t, (void)n;
+    return -1;
+  }
+
   /// Error feedback: residual[i] <- v[i] - decoded[i] where v[i], decoded[i] and their
   /// difference are finite, else 0 (a NaN or Inf never enters a residual). Returns how
   /// many elements were set to 0 that way. All three buffers hold n float32.

@@ -1,10 +1,12 @@
 #include "collectives/executor.h"
 
+#include <cstring>
 #include <memory>
 #include <queue>
 #include <vector>
 
 #include "ccompress/error.h"
+#include "collectives/message_header.h"
 
 namespace ccompress {
 
@@ -22,7 +24,7 @@ class Runner {
     wire_.reset(new uint64_t[std::max<int64_t>(plan.wire_bytes / 8 + 1, 1)]);
   }
 
-  int64_t run(double timeout_s) {
+  ExecResult run(double timeout_s) {
     try {
       return run_all(timeout_s);
     } catch (...) {
@@ -32,7 +34,7 @@ class Runner {
   }
 
  private:
-  int64_t run_all(double timeout_s) {
+  ExecResult run_all(double timeout_s) {
     const size_t n_ops = plan_.ops.size();
     pending_.assign(n_ops, 0);
     dependents_.assign(n_ops, {});
@@ -52,6 +54,7 @@ class Runner {
         int32_t id = ready_.top();
         ready_.pop();
         compute(plan_.ops[id]);
+        count_nonfinite(plan_.ops[id]);
         ++done;
         finish(id);
         continue;
@@ -59,7 +62,7 @@ class Runner {
       CC_CHECK_AS(Error, !inflight_.empty(), "collective plan stalled with no transfer in flight");
       done += complete(t_.wait_some(inflight_, timeout_s));
     }
-    return sent_;
+    return result_;
   }
 
   void make_ready(int32_t id) {
@@ -68,11 +71,21 @@ class Runner {
       ready_.push(id);
       return;
     }
-    int64_t bytes = codec_.wire_bytes(op.n);
-    Request req = op.kind == OpKind::Send
-                      ? t_.isend(op.peer, ptr(op.src), bytes, op.tag)
-                      : t_.irecv(op.peer, ptr(op.dst), bytes, op.tag);
-    if (op.kind == OpKind::Send) sent_ += bytes;
+    const int64_t bytes = codec_.wire_bytes(op.n) + kMessageHeaderBytes;
+    Request req;
+    if (op.kind == OpKind::Send) {
+      uint8_t* msg = message(op.src);
+      // A buffer sent to several peers (or forwarded as received) already holds this header;
+      // rewriting it would touch a buffer that an earlier send may still be reading.
+      uint8_t h[kMessageHeaderBytes];
+      write_message_header(expected_header(op), h);
+      if (std::memcmp(msg, h, sizeof h) != 0) std::memcpy(msg, h, sizeof h);
+      req = t_.isend(op.peer, msg, bytes, op.tag);
+      result_.payload += bytes - kMessageHeaderBytes;
+      result_.headers += kMessageHeaderBytes;
+    } else {
+      req = t_.irecv(op.peer, message(op.dst), bytes, op.tag);
+    }
     inflight_.push_back(req);
     inflight_ops_.push_back(id);
   }
@@ -83,8 +96,22 @@ class Runner {
     for (size_t i : finished) ids.push_back(inflight_ops_[i]);
     erase_completed(inflight_, finished);
     erase_completed(inflight_ops_, finished);
-    for (int32_t id : ids) finish(id);
+    for (int32_t id : ids) {
+      const Op& op = plan_.ops[id];
+      if (op.kind == OpKind::Recv)  // before any op that reads the payload can become ready
+        check_message_header(read_message_header(message(op.dst)), expected_header(op), op.peer);
+      finish(id);
+    }
     return ids.size();
+  }
+
+  // The header in front of a wire buffer (PlanBuilder::alloc_wire leaves room for it).
+  uint8_t* message(const BufRef& wire) const {
+    return static_cast<uint8_t*>(ptr(wire)) - kMessageHeaderBytes;
+  }
+
+  MessageHeader expected_header(const Op& op) const {
+    return make_message_header(codec_, bufs_.dtype, op.n, bufs_.call);
   }
 
   void finish(int32_t id) {
@@ -101,6 +128,20 @@ class Runner {
       case BufKind::Wire: return reinterpret_cast<uint8_t*>(wire_.get()) + b.offset;
     }
     return nullptr;
+  }
+
+  // Adds the op's input elements (each is read by exactly one op) or output elements (each
+  // written by exactly one) to the counts; -1 sticks once the backend declines to count.
+  void count_nonfinite(const Op& op) {
+    const BufRef* in = op.src.kind == BufKind::Input ? &op.src
+                       : op.x.kind == BufKind::Input ? &op.x : nullptr;
+    if (in) add_count(result_.nonfinite_in, k_.count_nonfinite(ptr(*in), bufs_.dtype, op.n));
+    if (op.dst.kind == BufKind::Output)
+      add_count(result_.nonfinite_out, k_.count_nonfinite(ptr(op.dst), bufs_.dtype, op.n));
+  }
+
+  static void add_count(int64_t& total, int64_t c) {
+    total = (total < 0 || c < 0) ? -1 : total + c;
   }
 
   EncodeContext context(const Op& op) const {
@@ -144,7 +185,7 @@ class Runner {
   }
 
   // v = src / divisor + e is encoded; then e <- v - decode(those bytes), the value every
-  // receiver adds, with NaN/Inf kept out of e (counted in nonfinite_).
+  // receiver adds, with NaN/Inf kept out of e (counted in result_.feedback_nonfinite).
   void encode_with_feedback(const Op& op, bool from_acc) {
     const ErrorFeedbackBuffers& fb = opt_.feedback;
     float* e = (op.feedback == Feedback::Worker ? fb.worker : fb.server) + op.residual_off;
@@ -159,13 +200,9 @@ class Runner {
     k_.load_accumulate(e, DType::Float32, op.n, v, false);
     k_.encode(v, DType::Float32, op.n, codec_, 1.f, context(op), ptr(op.dst));
     k_.decode_accumulate(ptr(op.dst), op.n, codec_, decoded, true);
-    nonfinite_ += k_.feedback_residual(v, decoded, op.n, e);
+    result_.feedback_nonfinite += k_.feedback_residual(v, decoded, op.n, e);
   }
 
- public:
-  int64_t nonfinite() const { return nonfinite_; }
-
- private:
   const Plan& plan_;
   const Codec& codec_;
   const ExecBuffers& bufs_;
@@ -179,18 +216,15 @@ class Runner {
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> ready_;
   std::vector<Request> inflight_;
   std::vector<int32_t> inflight_ops_;
-  int64_t sent_ = 0;
-  int64_t nonfinite_ = 0;
+  ExecResult result_;
 };
 
 }  // namespace
 
-int64_t execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
-                KernelBackend& k, const CollectiveOptions& opt, int64_t* feedback_nonfinite) {
+ExecResult execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
+                   KernelBackend& k, const CollectiveOptions& opt) {
   Runner runner(plan, codec, bufs, t, k, opt);
-  int64_t sent = runner.run(opt.timeout_s);
-  if (feedback_nonfinite) *feedback_nonfinite = runner.nonfinite();
-  return sent;
+  return runner.run(opt.timeout_s);
 }
 
 }  // namespace ccompress

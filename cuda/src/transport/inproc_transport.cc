@@ -99,7 +99,7 @@ std::vector<size_t> InprocTransport::collect_locked(const std::vector<Request>& 
     auto it = reqs_.find(reqs[i]);
     CC_CHECK(it != reqs_.end(), "unknown or already completed request " << reqs[i]);
     if (!it->second->done) continue;
-    CC_CHECK_AS(MismatchError, it->second->error.empty(), it->second->error);
+    CC_CHECK_AS(MessageError, it->second->error.empty(), it->second->error);
     done.push_back(i);
   }
   for (size_t i : done) reqs_.erase(reqs[i]);
