@@ -20,6 +20,7 @@ from .tensor_parallel import ColumnParallelLinear, RowParallelLinear, tp_all_red
 from .tsr_adam import TSRAdam
 
 __all__ = [
-    "ColumnParallelLinear", "CompressedAllreduceHook", "RowParallelLinear", "TSRAdam", "ddp_comm_hook",
-    "init_process_group_from_mpi", "tp_all_reduce", "tp_copy", "world_communicator",
+    "ColumnParallelLinear", "CompressedAllreduceHook", "RowParallelLinear", "TSRAdam",
+    "ddp_comm_hook", "init_process_group_from_mpi", "tp_all_reduce", "tp_copy",
+    "world_communicator",
 ]
