@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "bindings.h"
+#include "collective_args.h"
 #include "ccompress/collectives.h"
 #include "cpu/cpu_backend.h"
 #include "transport/inproc_transport.h"
@@ -17,28 +18,6 @@ namespace ccompress::py_bindings {
 namespace {
 
 const void* as_ptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
-
-py::dict stats_dict(const CollectiveStats& s) {
-  py::dict d;
-  d["algo"] = algo_name(s.algo);
-  d["payload_bytes"] = s.payload_bytes;
-  d["header_bytes"] = s.header_bytes;
-  d["quantizations"] = s.quantizations;
-  return d;
-}
-
-CollectiveOptions make_options(const std::string& algo, const std::string& op,
-                               int64_t slice_elems, double timeout_s, uint64_t seed,
-                               uint64_t step) {
-  CollectiveOptions o;
-  o.seed = seed;
-  o.step = step;
-  o.algo = parse_algo(algo);
-  o.op = parse_reduce_op(op);
-  o.slice_elems = slice_elems;
-  o.timeout_s = timeout_s;
-  return o;
-}
 
 using CollectiveFn = CollectiveStats (*)(Transport&, KernelBackend&, const void*, void*, int64_t,
                                          DType, const Codec&, const CollectiveOptions&);

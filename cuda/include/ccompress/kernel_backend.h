@@ -54,6 +54,14 @@ class CC_API KernelBackend {
   /// out <- cast(acc / divisor) to @p out_dtype.
   virtual void finalize(const float* acc, int64_t n, float divisor, void* out,
                         DType out_dtype) = 0;
+
+  /// Scratch of at least @p bytes (256-byte aligned) in the memory this backend's kernels
+  /// work on, owned by the backend and reused by its next call; nullptr (the default) lets
+  /// the executor allocate host memory. Device backends return device memory here.
+  virtual void* workspace(int64_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 };
 
 }  // namespace ccompress

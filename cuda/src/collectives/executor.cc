@@ -18,8 +18,17 @@ class Runner {
   Runner(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
          KernelBackend& k, const CollectiveOptions& opt)
       : plan_(plan), codec_(codec), bufs_(bufs), t_(t), k_(k), opt_(opt) {
-    acc_.reset(new float[std::max<int64_t>(plan.acc_elems, 1)]);
-    wire_.reset(new uint64_t[std::max<int64_t>(plan.wire_bytes / 8 + 1, 1)]);
+    // Accumulators, then wire buffers, in one block: the backend's (device memory for a
+    // device backend) or a host allocation.
+    const int64_t acc_bytes = align_up(std::max<int64_t>(plan.acc_elems, 1) * 4, 256);
+    const int64_t total = acc_bytes + align_up(plan.wire_bytes + 8, 256);
+    uint8_t* block = static_cast<uint8_t*>(k.workspace(total));
+    if (block == nullptr) {
+      host_.reset(new uint64_t[total / 8]);
+      block = reinterpret_cast<uint8_t*>(host_.get());
+    }
+    acc_ = reinterpret_cast<float*>(block);
+    wire_ = block + acc_bytes;
   }
 
   int64_t run(double timeout_s) {
@@ -97,8 +106,8 @@ class Runner {
     switch (b.kind) {
       case BufKind::Input: return const_cast<char*>(static_cast<const char*>(bufs_.input)) + b.offset * es;
       case BufKind::Output: return static_cast<char*>(bufs_.output) + b.offset * es;
-      case BufKind::Acc: return acc_.get() + b.offset;
-      case BufKind::Wire: return reinterpret_cast<uint8_t*>(wire_.get()) + b.offset;
+      case BufKind::Acc: return acc_ + b.offset;
+      case BufKind::Wire: return wire_ + b.offset;
     }
     return nullptr;
   }
@@ -145,8 +154,9 @@ class Runner {
   Transport& t_;
   KernelBackend& k_;
   const CollectiveOptions& opt_;
-  std::unique_ptr<float[]> acc_;
-  std::unique_ptr<uint64_t[]> wire_;
+  std::unique_ptr<uint64_t[]> host_;
+  float* acc_ = nullptr;
+  uint8_t* wire_ = nullptr;
   std::vector<int> pending_;
   std::vector<std::vector<int32_t>> dependents_;
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> ready_;
