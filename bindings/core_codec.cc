@@ -9,6 +9,7 @@
 #include "bindings.h"
 #include "ccompress/codec.h"
 #include "codecs/registry.h"
+#include "collectives/message_header.h"
 #include "ccompress/error.h"
 #include "codecs/float_convert.h"
 #include "codecs/fp8.h"
@@ -185,6 +186,51 @@ void bind_pointer_calls(py::module_& m) {
       py::arg("out_dtype"));
 }
 
+// The 16-byte header every collective message starts with (collectives/message_header.h),
+// for Codec.encode_message / decode_message and the fuzz targets.
+void bind_message_header(py::module_& m) {
+  m.attr("MESSAGE_HEADER_BYTES") = kMessageHeaderBytes;
+  m.def(
+      "message_header",
+      [](const Codec& c, const std::string& dtype, int64_t n, uint64_t call) {
+        char b[kMessageHeaderBytes];
+        write_message_header(make_message_header(require_bound(c), parse_dtype(dtype), n, call), b);
+        return py::bytes(b, sizeof b);
+      },
+      py::arg("codec"), py::arg("dtype"), py::arg("n"), py::arg("call"),
+      "The header a collective sends in front of n encoded elements in call `call`.");
+  m.def(
+      "parse_message_header",
+      [](const py::bytes& raw) {
+        std::string s = raw;
+        CC_CHECK_AS(MessageError, s.size() == size_t(kMessageHeaderBytes),
+                    "malformed message: a header is " << kMessageHeaderBytes << " bytes, got "
+                                                      << s.size());
+        MessageHeader h = read_message_header(s.data());
+        py::dict d;
+        d["magic"] = h.magic;
+        d["version"] = h.version;
+        d["dtype"] = h.dtype;
+        d["codec_id"] = h.codec_id;
+        d["count"] = h.count;
+        d["call"] = h.call;
+        return d;
+      },
+      py::arg("header"));
+  m.def(
+      "check_message_header",
+      [](const py::bytes& got, const py::bytes& want, int peer) {
+        std::string g = got, w = want;
+        CC_CHECK_AS(MessageError,
+                    g.size() == size_t(kMessageHeaderBytes) && w.size() == g.size(),
+                    "malformed message: a header is " << kMessageHeaderBytes << " bytes, got "
+                                                      << g.size());
+        check_message_header(read_message_header(g.data()), read_message_header(w.data()), peer);
+      },
+      py::arg("got"), py::arg("want"), py::arg("peer") = -1,
+      "Raises MessageError naming the first field of `got` that differs from `want`.");
+}
+
 void bind_conversion_hooks(py::module_& m) {
   using namespace codecs;
   m.def("_fp8_from_float", [](const Exact<float>& a, const std::string& fmt) {
@@ -210,6 +256,7 @@ void bind_conversion_hooks(py::module_& m) {
 void bind_codec_math(py::module_& m) {
   bind_codec_class(m);
   bind_pointer_calls(m);
+  bind_message_header(m);
   bind_conversion_hooks(m);
 }
 

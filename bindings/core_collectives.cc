@@ -48,7 +48,15 @@ void bind_collectives(py::module_& m) {
       .def_property_readonly("size", &Transport::size)
       .def_property_readonly("name", &Transport::name)
       .def_property_readonly("bytes_sent", &Transport::bytes_sent)
-      .def("barrier", &Transport::barrier, py::call_guard<py::gil_scoped_release>());
+      .def("barrier", &Transport::barrier, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "_skip_calls",
+          [](Transport& t, int k) {
+            for (int i = 0; i < k; ++i) t.next_call();
+          },
+          py::arg("k"),
+          "Test hook: this rank loses count of k collectives, so its message headers carry "
+          "another call number than its peers expect.");
 
   py::class_<InprocGroup, std::shared_ptr<InprocGroup>>(
       m, "InprocGroup", "N ranks as threads of this process; transport(r) is rank r's end.")

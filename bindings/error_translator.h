@@ -26,6 +26,8 @@ inline void register_error_translator() {
       raise("Unsupported", e.what());
     } catch (const MismatchError& e) {
       raise("MismatchError", e.what());
+    } catch (const MessageError& e) {
+      raise("MessageError", e.what());
     } catch (const TimeoutError& e) {
       raise("CollectiveTimeout", e.what());
     } catch (const CudaError& e) {

@@ -9,7 +9,7 @@ Quick start::
     parts = cc.simulate.allreduce([x0, x1, x2, x3], codec="fp8_e4m3:g128", algo="ring")
 """
 from ._errors import (CCompressError, CollectiveTimeout, CudaError, InvalidArgument,
-                      MismatchError, MpiError, NcclError, Unsupported)
+                      MessageError, MismatchError, MpiError, NcclError, Unsupported)
 from . import _core
 from . import simulate
 from .codec import Codec
@@ -21,6 +21,6 @@ chunk_range = _core.chunk_range
 
 __all__ = [
     "ALGOS", "OPS", "CCompressError", "Codec", "CollectiveTimeout", "Communicator", "CudaError",
-    "InvalidArgument", "MismatchError", "MpiError", "NcclError", "Unsupported", "Work",
+    "InvalidArgument", "MessageError", "MismatchError", "MpiError", "NcclError", "Unsupported", "Work",
     "build_info", "chunk_range", "run_inproc", "simulate",
 ]

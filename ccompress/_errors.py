@@ -14,7 +14,14 @@ class Unsupported(CCompressError, NotImplementedError):
 
 
 class MismatchError(CCompressError):
-    """Ranks disagree about a collective (count, dtype, codec, algo, op), or a message is malformed."""
+    """Ranks disagree about a collective (count, dtype, codec, algo, op); every rank raises it
+    at the same point, so the communicator stays usable."""
+
+
+class MessageError(CCompressError):
+    """A received message is malformed: its header (magic, version, dtype, codec, count,
+    call) or its size differs from what the receiver expects. The message names the field,
+    the peer and both values; the communicator is unusable afterwards."""
 
 
 class CollectiveTimeout(CCompressError, TimeoutError):

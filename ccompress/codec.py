@@ -2,12 +2,12 @@
 for each format's bit layout, rounding, bound and size formula)."""
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
 from . import _arrays, _core
-from ._errors import InvalidArgument
+from ._errors import InvalidArgument, MessageError
 
 
 class Codec:
@@ -76,6 +76,42 @@ class Codec:
         out = np.empty(int(n), dtype=_arrays.numpy_dtype(dtype))
         _core.decode(c, raw.ctypes.data, int(n), out.ctypes.data, dtype)
         return out
+
+    def encode_message(self, x: Any, call: int = 0) -> np.ndarray:
+        """``x`` framed as a collective sends it: the 16-byte message header (magic, version,
+        dtype, codec id, element count, call number; see
+        cuda/src/collectives/message_header.h) followed by ``encode(x)``."""
+        v = _arrays.view(x)
+        head = _core.message_header(self._c.bind(v.dtype), v.dtype, v.n, int(call))
+        return np.concatenate([np.frombuffer(head, np.uint8), self.encode(x)])
+
+    def decode_message(self, buf: Any, n: Optional[int] = None, dtype: str = "float32",
+                       call: Optional[int] = None) -> np.ndarray:
+        """Checks and decodes a framed message (:meth:`encode_message`) from untrusted bytes.
+
+        The header must carry this codec, ``dtype``, ``n`` elements (when given; else the
+        header's count is used) and ``call`` (when given), and the payload must be exactly
+        ``wire_bytes(count)`` bytes; otherwise :class:`MessageError` names the field and both
+        values. Nothing is decoded or allocated before those checks pass.
+        """
+        if dtype not in _arrays.SUPPORTED:
+            raise InvalidArgument(f"dtype {dtype}; {_arrays._HINT}")
+        raw = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+        hb = _core.MESSAGE_HEADER_BYTES
+        if raw.size < hb:
+            raise MessageError(f"malformed message: {raw.size} bytes, shorter than the "
+                               f"{hb}-byte message header")
+        got = raw[:hb].tobytes()
+        fields = _core.parse_message_header(got)
+        count = fields["count"] if n is None else int(n)
+        c = self._c.bind(dtype)
+        want = _core.message_header(c, dtype, count, fields["call"] if call is None else call)
+        _core.check_message_header(got, want)
+        need = c.wire_bytes(count)
+        if raw.size - hb != need:
+            raise MessageError(f"malformed message: {self.name} needs {need} payload bytes for "
+                               f"{count} elements, got {raw.size - hb}")
+        return self.decode(raw[hb:], count, dtype)
 
     def roundtrip(self, x: Any) -> Any:
         """decode(encode(x)) with the shape and array type of ``x``."""

@@ -35,7 +35,7 @@ constexpr int64_t kDefaultSliceElems = 1 << 16;
 struct CollectiveStats {
   Algo algo = Algo::Auto;    ///< the schedule that ran (never Auto)
   int64_t payload_bytes = 0; ///< bytes this rank sent, headers excluded
-  int64_t header_bytes = 0;  ///< bytes of the mismatch-check headers this rank sent
+  int64_t header_bytes = 0;  ///< bytes of the call-check and message headers this rank sent
   int quantizations = 0;     ///< times each element was encoded on its way to the result
 };
 

@@ -25,8 +25,15 @@ class CC_API Unsupported : public Error {
  public:
   using Error::Error;
 };
-/// Ranks disagree about a collective (count, dtype, codec, algo, op), or a message is malformed.
+/// Ranks disagree about a collective (count, dtype, codec, algo, op); seen by every rank alike.
 class CC_API MismatchError : public Error {
+ public:
+  using Error::Error;
+};
+/// A received message is malformed: its header (magic, version, dtype, codec, count, call)
+/// or its size is not what this rank's plan expects. Seen by the receiving rank only, so the
+/// communicator is unusable afterwards.
+class CC_API MessageError : public Error {
  public:
   using Error::Error;
 };

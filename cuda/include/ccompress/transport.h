@@ -28,7 +28,7 @@ class CC_API Transport {
   virtual Request irecv(int peer, void* buf, int64_t bytes, int tag) = 0;
   /// Blocks until at least one of @p reqs completes; returns the indices that completed
   /// (their requests are released). Throws TimeoutError after @p timeout_s seconds without
-  /// progress, and MismatchError when a received message does not have the posted size.
+  /// progress, and MessageError when a received message does not have the posted size.
   virtual std::vector<size_t> wait_some(const std::vector<Request>& reqs, double timeout_s) = 0;
   /// Non-blocking variant of wait_some: may return an empty vector.
   virtual std::vector<size_t> test_some(const std::vector<Request>& reqs) = 0;
@@ -38,11 +38,16 @@ class CC_API Transport {
   /// Synchronises all ranks of the group.
   virtual void barrier() = 0;
 
-  /// Payload bytes this rank has sent through isend since creation.
+  /// Bytes this rank has sent through isend since creation (message headers included).
   int64_t bytes_sent() const { return bytes_sent_; }
+
+  /// Numbers this rank's collectives 0, 1, 2, ... in call order; every rank makes the same
+  /// calls, so the numbers agree, and each message header carries its call's number.
+  uint64_t next_call() { return calls_++; }
 
  protected:
   int64_t bytes_sent_ = 0;
+  uint64_t calls_ = 0;
 };
 
 /// Removes the entries at @p done (indices as wait_some / test_some return them) from @p v,

@@ -52,6 +52,7 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   CC_CHECK(n == 0 || (in != nullptr && out != nullptr), "null buffer for " << n << " elements");
   PlanContext ctx = make_context(t, n, dtype, codec, opt, inplace);
   CallDescription call{kind, n, dtype, ctx.codec, opt.algo, opt.op, ctx.slice_elems};
+  const uint64_t call_number = t.next_call();
   CollectiveStats stats;
   stats.header_bytes = check_same_call(t, call, opt.timeout_s);
 
@@ -78,8 +79,10 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
     }
   }
   stats.quantizations = plan.quantizations;
-  ExecBuffers bufs{in, out, dtype};
-  stats.payload_bytes = execute(plan, ctx.codec, bufs, t, k, opt);
+  ExecBuffers bufs{in, out, dtype, call_number};
+  SentBytes sent = execute(plan, ctx.codec, bufs, t, k, opt);
+  stats.payload_bytes = sent.payload;
+  stats.header_bytes += sent.headers;
   return stats;
 }
 

@@ -1,10 +1,12 @@
 #include "collectives/executor.h"
 
+#include <cstring>
 #include <memory>
 #include <queue>
 #include <vector>
 
 #include "ccompress/error.h"
+#include "collectives/message_header.h"
 
 namespace ccompress {
 
@@ -31,7 +33,7 @@ class Runner {
     wire_ = block + acc_bytes;
   }
 
-  int64_t run(double timeout_s) {
+  SentBytes run(double timeout_s) {
     try {
       return run_all(timeout_s);
     } catch (...) {
@@ -41,7 +43,7 @@ class Runner {
   }
 
  private:
-  int64_t run_all(double timeout_s) {
+  SentBytes run_all(double timeout_s) {
     const size_t n_ops = plan_.ops.size();
     pending_.assign(n_ops, 0);
     dependents_.assign(n_ops, {});
@@ -77,11 +79,21 @@ class Runner {
       ready_.push(id);
       return;
     }
-    int64_t bytes = codec_.wire_bytes(op.n);
-    Request req = op.kind == OpKind::Send
-                      ? t_.isend(op.peer, ptr(op.src), bytes, op.tag)
-                      : t_.irecv(op.peer, ptr(op.dst), bytes, op.tag);
-    if (op.kind == OpKind::Send) sent_ += bytes;
+    const int64_t bytes = codec_.wire_bytes(op.n) + kMessageHeaderBytes;
+    Request req;
+    if (op.kind == OpKind::Send) {
+      uint8_t* msg = message(op.src);
+      // A buffer sent to several peers (or forwarded as received) already holds this header;
+      // rewriting it would touch a buffer that an earlier send may still be reading.
+      uint8_t h[kMessageHeaderBytes];
+      write_message_header(expected_header(op), h);
+      if (std::memcmp(msg, h, sizeof h) != 0) std::memcpy(msg, h, sizeof h);
+      req = t_.isend(op.peer, msg, bytes, op.tag);
+      sent_.payload += bytes - kMessageHeaderBytes;
+      sent_.headers += kMessageHeaderBytes;
+    } else {
+      req = t_.irecv(op.peer, message(op.dst), bytes, op.tag);
+    }
     inflight_.push_back(req);
     inflight_ops_.push_back(id);
   }
@@ -92,8 +104,22 @@ class Runner {
     for (size_t i : finished) ids.push_back(inflight_ops_[i]);
     erase_completed(inflight_, finished);
     erase_completed(inflight_ops_, finished);
-    for (int32_t id : ids) finish(id);
+    for (int32_t id : ids) {
+      const Op& op = plan_.ops[id];
+      if (op.kind == OpKind::Recv)  // before any op that reads the payload can become ready
+        check_message_header(read_message_header(message(op.dst)), expected_header(op), op.peer);
+      finish(id);
+    }
     return ids.size();
+  }
+
+  // The header in front of a wire buffer (PlanBuilder::alloc_wire leaves room for it).
+  uint8_t* message(const BufRef& wire) const {
+    return static_cast<uint8_t*>(ptr(wire)) - kMessageHeaderBytes;
+  }
+
+  MessageHeader expected_header(const Op& op) const {
+    return make_message_header(codec_, bufs_.dtype, op.n, bufs_.call);
   }
 
   void finish(int32_t id) {
@@ -162,12 +188,12 @@ class Runner {
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> ready_;
   std::vector<Request> inflight_;
   std::vector<int32_t> inflight_ops_;
-  int64_t sent_ = 0;
+  SentBytes sent_;
 };
 
 }  // namespace
 
-int64_t execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
+SentBytes execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
                 KernelBackend& k, const CollectiveOptions& opt) {
   Runner runner(plan, codec, bufs, t, k, opt);
   return runner.run(opt.timeout_s);

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "ccompress/error.h"
+#include "collectives/message_header.h"
 
 namespace ccompress {
 
@@ -57,8 +58,11 @@ int PlanBuilder::tag(int step, int chunk, int64_t slice) const {
 }
 
 int64_t PlanBuilder::alloc_wire(int64_t elems) {
-  int64_t off = plan_.wire_bytes;
-  plan_.wire_bytes += align_up(ctx_.codec.wire_bytes(elems), kWireAlign);
+  // Room for the message header (message_header.h) in front, so a transfer moves header and
+  // payload as one message while the payload keeps its alignment.
+  static_assert(kWireAlign >= kMessageHeaderBytes, "the header must fit in front");
+  int64_t off = plan_.wire_bytes + kWireAlign;
+  plan_.wire_bytes = off + align_up(ctx_.codec.wire_bytes(elems), kWireAlign);
   return off;
 }
 

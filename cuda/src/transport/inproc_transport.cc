@@ -120,7 +120,7 @@ std::vector<size_t> InprocTransport::collect_locked(const std::vector<Request>& 
     CC_CHECK(it != reqs_.end(), "unknown or already completed request " << reqs[i]);
     if (!complete_locked(*it->second)) continue;
     CC_CHECK_AS(Error, !it->second->copy_failed, it->second->error);
-    CC_CHECK_AS(MismatchError, it->second->error.empty(), it->second->error);
+    CC_CHECK_AS(MessageError, it->second->error.empty(), it->second->error);
     done.push_back(i);
   }
   for (size_t i : done) reqs_.erase(reqs[i]);

@@ -24,7 +24,7 @@ void MpiTransport::check(int rc, const char* what) const {
   int cls = rc;
   MPI_Error_class(rc, &cls);
   if (cls == MPI_ERR_TRUNCATE)
-    CC_CHECK_AS(MismatchError, false,
+    CC_CHECK_AS(MessageError, false,
                 "rank " << rank_ << ": " << what << ": a peer sent a longer message than "
                         << "expected (" << mpi_error_string(rc) << ")");
   CC_CHECK_AS(MpiError, false, "rank " << rank_ << ": " << what << " failed: " << mpi_error_string(rc));
@@ -94,7 +94,7 @@ std::vector<size_t> MpiTransport::test_some(const std::vector<Request>& reqs) {
     if (it->second.expected_bytes >= 0) {
       int count = 0;
       MPI_Get_count(&status, MPI_BYTE, &count);
-      CC_CHECK_AS(MismatchError, count == it->second.expected_bytes,
+      CC_CHECK_AS(MessageError, count == it->second.expected_bytes,
                   "rank " << rank_ << " expected " << it->second.expected_bytes
                           << " bytes from rank " << it->second.peer << " but got " << count);
     }
