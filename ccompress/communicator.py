@@ -34,8 +34,9 @@ class Work:
 class Communicator:
     """A group of ranks that run compressed collectives together.
 
-    Build one with :meth:`from_mpi` (one process per rank) or :meth:`inproc` (ranks as
-    threads of this process). Every rank must make the same calls in the same order; a
+    Build one with :meth:`from_mpi` (one process per rank), :meth:`inproc` (ranks as
+    threads of this process) or :meth:`cuda_loopback` (virtual ranks on one GPU, for device
+    arrays). Every rank must make the same calls in the same order; a
     rank that passes a different count, dtype, codec, algo or op makes every rank raise
     :class:`MismatchError` instead of hanging.
 
@@ -56,6 +57,8 @@ class Communicator:
         if slice_elems is not None and slice_elems <= 0:
             raise InvalidArgument(f"slice_elems {slice_elems} must be positive")
         self._t = transport
+        # A device rank (ccompress._cuda.DeviceRank) reduces CUDA arrays; the others host arrays.
+        self._device: Optional[int] = getattr(transport, "device", None)
         self._timeout = float(timeout)
         self._slice = int(slice_elems or 0)
         self._seed = int(seed)
@@ -85,6 +88,18 @@ class Communicator:
         return cls(_mpi.MpiTransport(MPI._handleof(comm)), _keepalive=comm, **kwargs)
 
     @classmethod
+    def cuda_loopback(cls, size: int, device: int = 0, **kwargs: Any) -> List["Communicator"]:
+        """``size`` communicators of virtual ranks on CUDA device ``device``, one per rank
+        (give each to its own thread, see :func:`run_cuda_loopback`). They reduce CUDA
+        arrays (CuPy, PyTorch, any DLPack producer) with the whole CUDA pipeline: codec
+        kernels on each rank's codec stream, device-to-device copies on its comm stream."""
+        if not isinstance(size, int) or size < 1:
+            raise InvalidArgument(f"a loopback group needs size >= 1, got {size!r}")
+        cuda = _cuda_module()
+        ranks = cuda.loopback_group(size, int(device))
+        return [cls(r, **kwargs) for r in ranks]
+
+    @classmethod
     def inproc(cls, size: int, **kwargs: Any) -> List["Communicator"]:
         """``size`` communicators of one in-process group, one per rank; give each to its
         own thread (see :func:`run_inproc`)."""
@@ -105,6 +120,11 @@ class Communicator:
     @property
     def transport(self) -> str:
         return self._t.name
+
+    @property
+    def device(self) -> Optional[int]:
+        """The CUDA device of a device communicator; None for host communicators."""
+        return self._device
 
     @property
     def bytes_sent(self) -> int:
@@ -128,14 +148,18 @@ class Communicator:
         ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
         """
         auto = codec if autocodec.is_auto(codec) else None
+        if auto and self._device is not None:
+            raise Unsupported(f"codec {auto!r} chooses on host data; on a device communicator "
+                              "pass a codec spec (see ccompress-fidelity for the choice)")
         codec, algo, op = self._check_args("none" if auto else codec, algo, op, stream)
-        xv = _arrays.view(x, "x")
+        xv = self._view(x, "x")
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
+        s = self._stream(stream, x)
         step = self._next_step(step)
         if auto:
             body = lambda: self._auto_allreduce(auto, xv, ov, algo, op, step)  # noqa: E731
         else:
-            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op, step)  # noqa: E731
+            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op, step, s)  # noqa: E731
         return self._launch(body, x, out, async_op)
 
     def reduce_scatter(self, x: Any, codec: Any = "none", op: str = "sum", out: Any = None,
@@ -144,12 +168,13 @@ class Communicator:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
         ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks."""
         codec, _, op = self._check_args(codec, "two_shot", op, stream)
-        xv = _arrays.view(x, "x")
+        xv = self._view(x, "x")
         lo, hi = _core.chunk_range(xv.n, self.size, self.rank)
         out, ov = self._output(x, xv, out, (hi - lo,), hi - lo, "reduce_scatter")
+        s = self._stream(stream, x)
         step = self._next_step(step)
         return self._launch(
-            lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op, step),
+            lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op, step, s),
             x, out, async_op)
 
     def allgather(self, x: Any, codec: Any = "none", out: Any = None, async_op: bool = False,
@@ -157,31 +182,51 @@ class Communicator:
         """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
         decode(encode(x of that rank)), the caller's own part too."""
         codec, _, _ = self._check_args(codec, "one_shot", "sum", stream)
-        xv = _arrays.view(x, "x")
+        xv = self._view(x, "x")
         out, ov = self._output(x, xv, out, (self.size,) + xv.shape, xv.n * self.size,
                                "allgather")
         if xv.n and ov.ptr == xv.ptr:
             raise InvalidArgument("allgather cannot write its output over its input")
+        s = self._stream(stream, x)
         step = self._next_step(step)
         return self._launch(
-            lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step),
+            lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step, s),
             x, out, async_op)
 
     # ---- internals ----
     def _check_args(self, codec: Any, algo: str, op: str, stream: Any):
-        if stream is not None:
-            raise Unsupported("stream= applies to device arrays, which need the CUDA backend")
+        if stream is not None and self._device is None:
+            raise Unsupported("stream= applies to device arrays, which need a device "
+                              "communicator (Communicator.cuda_loopback or from_nccl)")
         if algo not in ALGOS:
             raise InvalidArgument(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
         if op not in OPS:
             raise InvalidArgument(f"unknown op {op!r}; use 'sum' or 'avg'")
         return Codec.parse(codec), algo, op
 
+    def _view(self, x: Any, what: str, writable: bool = False) -> _arrays.ArrayView:
+        """Host arrays on host communicators, CUDA arrays of this device on device ones."""
+        if self._device is None:
+            return _arrays.view(x, what, writable)
+        if _arrays.cuda_device_of(x) is None:
+            raise InvalidArgument(
+                f"{what} is not a CUDA array, but this communicator ({self.transport}) reduces "
+                f"device memory of cuda:{self._device}; pass a CuPy array or a CUDA tensor")
+        v = _arrays.device_view(x, what, writable)
+        if v.device != self._device:
+            raise InvalidArgument(f"{what} is on cuda:{v.device}, but this communicator uses "
+                                  f"cuda:{self._device}; move it there first")
+        return v
+
+    def _stream(self, stream: Any, x: Any) -> int:
+        """The caller's stream as a cudaStream_t handle (0 for host communicators)."""
+        return 0 if self._device is None else cuda_stream_handle(stream, x)
+
     def _output(self, x: Any, xv: _arrays.ArrayView, out: Any, shape, n: int, what: str):
         if out is None:
             out = _arrays.empty_like(x, shape, xv.dtype)
-            return out, _arrays.view(out, "out", writable=True)
-        ov = _arrays.view(out, "out", writable=True)
+            return out, self._view(out, "out", writable=True)
+        ov = self._view(out, "out", writable=True)
         if ov.n != n or ov.dtype != xv.dtype:
             raise InvalidArgument(
                 f"out holds {ov.n} elements of {ov.dtype}, but {what} of this x writes {n} "
@@ -199,15 +244,21 @@ class Communicator:
         return self._step - 1 if step is None else int(step)
 
     def _collective(self, fn: Callable, xv, ov, codec: Codec, algo: str, op: str,
-                    step: int) -> dict:
-        """Runs one collective now (the caller keeps the issue order)."""
+                    step: int, stream: int = 0) -> dict:
+        """Runs one collective now (the caller keeps the issue order). ``fn`` is the _core
+        host collective; a device rank runs its own method of the same name instead."""
         with self._lock:
             if self._broken:
                 raise CCompressError(f"this communicator is unusable: {self._broken}; "
                                      "create a new one (all ranks)")
             try:
-                stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
-                           self._slice, self._timeout, self._seed, step)
+                if self._device is not None:
+                    stats = getattr(self._t, fn.__name__)(
+                        xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op, self._slice,
+                        self._timeout, self._seed, step, stream)
+                else:
+                    stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
+                               self._slice, self._timeout, self._seed, step)
             except MismatchError:
                 raise  # every rank stopped at the same point: the group is still in step
             except CCompressError as e:
@@ -266,11 +317,57 @@ class Communicator:
         return f"Communicator(transport={self.transport}, rank={self.rank}, size={self.size})"
 
 
+def _cuda_module():
+    try:
+        from . import _cuda
+    except ImportError as e:
+        raise Unsupported(f"this ccompress build has no CUDA module ({e}); reinstall with nvcc "
+                          "on PATH (CCOMPRESS_CUDA=ON)") from e
+    return _cuda
+
+
+def cuda_stream_handle(stream: Any, x: Any = None) -> int:
+    """A cudaStream_t handle from ``stream``: an int, a CuPy stream (``.ptr``), a PyTorch
+    stream (``.cuda_stream``); None means the current stream of ``x``'s library (PyTorch's
+    ``torch.cuda.current_stream()``, CuPy's ``cupy.cuda.get_current_stream()``), else the
+    legacy default stream (0)."""
+    if stream is None:
+        lib = type(x).__module__.split(".")[0] if x is not None else ""
+        if lib == "torch":
+            import torch
+
+            return int(torch.cuda.current_stream(x.device).cuda_stream)
+        if lib == "cupy":
+            import cupy
+
+            return int(cupy.cuda.get_current_stream().ptr)
+        return 0
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    for attr in ("cuda_stream", "ptr"):
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return handle
+    raise InvalidArgument(f"stream of type {type(stream).__name__} is not a CUDA stream; pass "
+                          "an int handle, a CuPy stream or a torch.cuda.Stream")
+
+
 def run_inproc(size: int, fn: Callable[[Communicator], Any], **kwargs: Any) -> List[Any]:
     """Runs ``fn(comm)`` on ``size`` in-process ranks, one thread each, and returns the
     results in rank order. If any rank raises, the first error (lowest rank) is re-raised
     after all ranks have finished."""
-    comms = Communicator.inproc(size, **kwargs)
+    return _run_ranks(Communicator.inproc(size, **kwargs), fn)
+
+
+def run_cuda_loopback(size: int, fn: Callable[[Communicator], Any], device: int = 0,
+                      **kwargs: Any) -> List[Any]:
+    """:func:`run_inproc` for ``size`` virtual ranks on CUDA device ``device``
+    (:meth:`Communicator.cuda_loopback`)."""
+    return _run_ranks(Communicator.cuda_loopback(size, device, **kwargs), fn)
+
+
+def _run_ranks(comms: List[Communicator], fn: Callable[[Communicator], Any]) -> List[Any]:
+    size = len(comms)
     results: List[Any] = [None] * size
     errors: List[Optional[BaseException]] = [None] * size
 

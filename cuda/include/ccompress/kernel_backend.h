@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
@@ -62,6 +63,21 @@ class CC_API KernelBackend {
     (void)bytes;
     return nullptr;
   }
+
+  /// dst (this backend's memory) <- @p bytes host bytes at @p src, ordered before the work
+  /// issued after it; @p src may be reused at once. Message headers go through here.
+  virtual void write_bytes(void* dst, const void* src, int64_t bytes) {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  /// A host copy of @p bytes at @p src (this backend's memory), read after the transfers
+  /// issued so far. Host backends return @p src itself; when reads_deferred(), the copy is
+  /// valid only once finish_reads() has returned, until the backend's next collective.
+  virtual const void* read_bytes(const void* src, int64_t bytes) {
+    (void)bytes;
+    return src;
+  }
+  virtual bool reads_deferred() const { return false; }
+  virtual void finish_reads() {}
 };
 
 }  // namespace ccompress

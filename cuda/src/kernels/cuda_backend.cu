@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 #include "ccompress/error.h"
 #include "kernels/codec_kernels.h"
 #include "kernels/elementwise_kernels.h"
@@ -90,7 +92,49 @@ float* CudaBackend::temp(int64_t n) {
 }
 
 void* CudaBackend::workspace(int64_t bytes) {
+  // A new collective: the previous one waited for its reads (finish_reads) or failed, and
+  // a failed one's copies into the slots are harmless once ordered before new ones on the
+  // same stream.
+  slots_.reset();
   return workspace_.get(bytes, streams_->codec(), streams_->comm());
+}
+
+void CudaBackend::write_bytes(void* dst, const void* src, int64_t bytes) {
+  // From pinned memory, so the copy never waits for the stream: a pageable source may make
+  // the driver synchronise. The slot outlives the copy: every header write precedes a send
+  // that completes before the collective returns.
+  void* slot = slots_.take(bytes);
+  std::memcpy(slot, src, size_t(bytes));
+  check_cuda(cudaMemcpyAsync(dst, slot, size_t(bytes), cudaMemcpyHostToDevice, streams_->codec()),
+             "writing a message header");
+}
+
+const void* CudaBackend::read_bytes(const void* src, int64_t bytes) {
+  void* slot = slots_.take(bytes);
+  check_cuda(cudaMemcpyAsync(slot, src, size_t(bytes), cudaMemcpyDeviceToHost, streams_->comm()),
+             "reading a message header");
+  return slot;
+}
+
+void CudaBackend::finish_reads() {
+  check_cuda(cudaStreamSynchronize(streams_->comm()), "waiting for the message headers");
+}
+
+PinnedSlots::~PinnedSlots() {
+  for (void* b : blocks_) cudaFreeHost(b);
+}
+
+void* PinnedSlots::take(int64_t bytes) {
+  CC_CHECK(bytes <= kSlotBytes, "a pinned read slot holds " << kSlotBytes << " bytes, not " << bytes);
+  const size_t block = size_t(next_ / kSlotsPerBlock);
+  if (block == blocks_.size()) {
+    void* p = nullptr;
+    check_cuda(cudaMallocHost(&p, size_t(kSlotsPerBlock * kSlotBytes)), "cudaMallocHost");
+    blocks_.push_back(p);
+  }
+  void* slot = static_cast<uint8_t*>(blocks_[block]) + (next_ % kSlotsPerBlock) * kSlotBytes;
+  ++next_;
+  return slot;
 }
 
 void CudaBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,

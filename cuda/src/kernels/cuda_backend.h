@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "ccompress/kernel_backend.h"
 
@@ -70,6 +71,26 @@ class DeviceScratch {
   int64_t bytes_ = 0;
 };
 
+/// Pinned host memory handed out in small slots for asynchronous host-device copies;
+/// blocks are kept and reused (reset()), never freed while a copy may still target them.
+class PinnedSlots {
+ public:
+  PinnedSlots() = default;
+  ~PinnedSlots();
+  PinnedSlots(const PinnedSlots&) = delete;
+  PinnedSlots& operator=(const PinnedSlots&) = delete;
+  /// A slot of @p bytes (at most kSlotBytes) valid until reset().
+  void* take(int64_t bytes);
+  /// Makes every slot available again; call when no copy into them is pending.
+  void reset() { next_ = 0; }
+  static constexpr int64_t kSlotBytes = 64;
+
+ private:
+  static constexpr int64_t kSlotsPerBlock = 1024;
+  std::vector<void*> blocks_;
+  int64_t next_ = 0;
+};
+
 /// KernelBackend over device memory. Every call is asynchronous on streams().codec().
 class CudaBackend : public KernelBackend {
  public:
@@ -90,7 +111,15 @@ class CudaBackend : public KernelBackend {
   void finalize(const float* acc, int64_t n, float divisor, void* out,
                 DType out_dtype) override;
   /// The executor's accumulators and wire buffers: device memory, reused across calls.
+  /// Called once at the start of every collective.
   void* workspace(int64_t bytes) override;
+  /// Host bytes to the device, on the codec stream (the source is staged at once).
+  void write_bytes(void* dst, const void* src, int64_t bytes) override;
+  /// Device bytes to pinned host memory on the comm stream, after the transfers issued there.
+  const void* read_bytes(const void* src, int64_t bytes) override;
+  bool reads_deferred() const override { return true; }
+  /// Waits for the comm stream's work so far (not for the codec stream's).
+  void finish_reads() override;
 
   RankStreams& streams() { return *streams_; }
   const std::shared_ptr<RankStreams>& shared_streams() const { return streams_; }
@@ -99,6 +128,7 @@ class CudaBackend : public KernelBackend {
   float* temp(int64_t n);  // fp32 scratch of the composed steps
   std::shared_ptr<RankStreams> streams_;
   DeviceScratch temp_, workspace_;
+  PinnedSlots slots_;  // message headers in and out
 };
 
 }  // namespace ccompress::cuda
