@@ -62,9 +62,17 @@ void bind_collectives(py::module_& m) {
       m, "InprocGroup", "N ranks as threads of this process; transport(r) is rank r's end.")
       .def(py::init<int>(), py::arg("size"))
       .def_property_readonly("size", &InprocGroup::size)
-      .def("transport", [](std::shared_ptr<InprocGroup> g, int rank) -> std::shared_ptr<Transport> {
-        return std::make_shared<InprocTransport>(g, rank);
-      });
+      .def(
+          "transport",
+          [](std::shared_ptr<InprocGroup> g, int rank, bool ordered) -> std::shared_ptr<Transport> {
+            if (!ordered) return std::make_shared<InprocTransport>(g, rank);
+            auto t = std::make_shared<InprocOrderedTransport>(g, rank);
+            t->barrier_timeout_s = 60.0;  // a wrong group order deadlocks: fail the test fast
+            return t;
+          },
+          py::arg("rank"), py::arg("ordered") = false,
+          "Rank `rank`'s end; ordered=True runs the ordered (NCCL-style) executor on the CPU, "
+          "for tests.");
 
   m.def("chunk_range", &chunk_range, py::arg("n"), py::arg("parts"), py::arg("index"),
         "Element range [begin, end) of chunk `index` when n elements are cut into `parts`.");

@@ -5,6 +5,7 @@
 #include "ccompress/error.h"
 #include "collectives/executor.h"
 #include "collectives/header_check.h"
+#include "collectives/ordered_executor.h"
 #include "collectives/plan.h"
 
 namespace ccompress {
@@ -45,6 +46,32 @@ PlanContext make_context(Transport& t, int64_t n, DType dtype, const Codec& code
   return ctx;
 }
 
+}  // namespace
+
+Plan build_plan(CollectiveKind kind, Algo algo, const PlanContext& ctx, Algo& ran) {
+  if (kind == CollectiveKind::AllGather) {
+    ran = Algo::OneShot;
+    return build_allgather(ctx);
+  }
+  if (kind == CollectiveKind::ReduceScatter) {
+    ran = Algo::TwoShot;
+    return ctx.size == 1 ? build_single(ctx) : build_two_shot(ctx, true);
+  }
+  ran = algo == Algo::Auto ? choose_algo(ctx.n, ctx.dtype, ctx.codec, ctx.size) : algo;
+  if (ctx.size == 1) return build_single(ctx);
+  switch (ran) {
+    case Algo::Ring: return build_ring(ctx);
+    case Algo::TwoShot: return build_two_shot(ctx, false);
+    case Algo::Tree: return build_tree(ctx);
+    case Algo::OneShot: return build_one_shot(ctx);
+    case Algo::Auto: break;
+  }
+  CC_CHECK(false, "no schedule for algo " << algo_name(ran));
+  return Plan{};
+}
+
+namespace {
+
 CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const void* in,
                     void* out, int64_t n, DType dtype, const Codec& codec,
                     const CollectiveOptions& opt) {
@@ -56,31 +83,25 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   CollectiveStats stats;
   stats.header_bytes = check_same_call(t, call, opt.timeout_s);
 
-  Plan plan;
-  if (kind == CollectiveKind::AllGather) {
+  if (kind == CollectiveKind::AllGather)
     CC_CHECK(!inplace, "allgather cannot write its output over its input");
-    stats.algo = Algo::OneShot;
-    plan = build_allgather(ctx);
-  } else if (kind == CollectiveKind::ReduceScatter) {
-    stats.algo = Algo::TwoShot;
-    plan = ctx.size == 1 ? build_single(ctx) : build_two_shot(ctx, true);
-  } else {
-    stats.algo = opt.algo == Algo::Auto ? choose_algo(n, dtype, ctx.codec, ctx.size) : opt.algo;
-    if (ctx.size == 1) {
-      plan = build_single(ctx);
-    } else {
-      switch (stats.algo) {
-        case Algo::Ring: plan = build_ring(ctx); break;
-        case Algo::TwoShot: plan = build_two_shot(ctx, false); break;
-        case Algo::Tree: plan = build_tree(ctx); break;
-        case Algo::OneShot: plan = build_one_shot(ctx); break;
-        case Algo::Auto: break;
-      }
-    }
-  }
+  Plan plan = build_plan(kind, opt.algo, ctx, stats.algo);
   stats.quantizations = plan.quantizations;
   ExecBuffers bufs{in, out, dtype, call_number};
-  SentBytes sent = execute(plan, ctx.codec, bufs, t, k, opt);
+  SentBytes sent;
+  if (OrderedTransport* ordered = t.ordered()) {
+    // Every rank's plan: a message's group follows from its sender's dependencies.
+    std::vector<Plan> plans(ctx.size);
+    for (int p = 0; p < ctx.size; ++p) {
+      PlanContext peer = ctx;
+      peer.rank = p;
+      Algo ran;
+      plans[p] = p == ctx.rank ? plan : build_plan(kind, opt.algo, peer, ran);
+    }
+    sent = execute_ordered(plans, ctx, bufs, *ordered, k, opt);
+  } else {
+    sent = execute(plan, ctx.codec, bufs, t, k, opt);
+  }
   stats.payload_bytes = sent.payload;
   stats.header_bytes += sent.headers;
   return stats;

@@ -166,4 +166,17 @@ void InprocTransport::cancel(const std::vector<Request>& reqs) {
 
 void InprocTransport::barrier() { group_->barrier(barrier_timeout_s); }
 
+int InprocOrderedTransport::post_group(const std::vector<Transfer>& group) {
+  std::vector<Request> reqs;
+  try {
+    for (const Transfer& x : group)
+      reqs.push_back(x.send ? isend(x.peer, x.buf, x.bytes, x.tag) : irecv(x.peer, x.buf, x.bytes, x.tag));
+    while (!reqs.empty()) erase_completed(reqs, wait_some(reqs, barrier_timeout_s));
+  } catch (...) {
+    cancel(reqs);
+    throw;
+  }
+  return groups_++;
+}
+
 }  // namespace ccompress

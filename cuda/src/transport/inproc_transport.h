@@ -109,4 +109,24 @@ class CC_API InprocTransport : public Transport {
   std::unordered_map<Request, std::shared_ptr<InprocGroup::RequestState>> reqs_;
 };
 
+/// An in-process rank that also serves the ordered interface: post_group posts the group's
+/// transfers and waits for all of them before returning, the strictest order an ordered
+/// transport (NCCL's serial comm stream) can impose. It runs the ordered executor on the CPU,
+/// so its group keys are tested without a GPU: a wrong key deadlocks (TimeoutError here).
+class CC_API InprocOrderedTransport : public InprocTransport, public OrderedTransport {
+ public:
+  using InprocTransport::InprocTransport;
+  std::string name() const override { return "inproc_ordered"; }
+  OrderedTransport* ordered() override { return this; }
+  int post_group(const std::vector<Transfer>& group) override;
+  void compute_after(int g) override { (void)g; }
+  void drain(double timeout_s) override {
+    (void)timeout_s;
+    groups_ = 0;
+  }
+
+ private:
+  int groups_ = 0;
+};
+
 }  // namespace ccompress
