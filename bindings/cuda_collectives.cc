@@ -4,15 +4,18 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ccompress/collectives.h"
+#include "ccompress/error.h"
 #include "collective_args.h"
 #include "cuda_bindings.h"
 #include "kernels/device_collective.h"
 #include "transport/device_loopback.h"
+#include "transport/nccl_transport.h"
 
 namespace py = pybind11;
 
@@ -25,7 +28,17 @@ struct DeviceRank {
   std::shared_ptr<Transport> transport;
   std::shared_ptr<cuda::CudaBackend> backend;
   std::shared_ptr<void> keepalive;
+  std::shared_ptr<cuda::NcclTransport> nccl;  // set for NCCL ranks
 };
+
+cuda::NcclUniqueId unique_id_from(const py::bytes& b) {
+  std::string s = b;
+  CC_CHECK(s.size() == sizeof(cuda::NcclUniqueId),
+           "an NCCL unique id has " << sizeof(cuda::NcclUniqueId) << " bytes, got " << s.size());
+  cuda::NcclUniqueId id;
+  std::memcpy(id.internal, s.data(), s.size());
+  return id;
+}
 
 template <cuda::CollectiveFn Fn>
 py::dict call(DeviceRank& r, uintptr_t in, uintptr_t out, int64_t n, const std::string& dtype,
@@ -71,6 +84,49 @@ void bind_device_collectives(py::module_& m) {
   def_collective<&reduce_scatter>(cls, "reduce_scatter",
                                   "out <- this rank's chunk of the reduction of in.");
   def_collective<&allgather>(cls, "allgather", "out <- every rank's decode(encode(in)).");
+
+  cls.def(
+      "nccl_allreduce",
+      [](DeviceRank& r, uintptr_t in, uintptr_t out, int64_t n, uintptr_t stream) {
+        CC_CHECK_AS(Unsupported, r.nccl != nullptr, "nccl_allreduce needs an NCCL rank");
+        py::gil_scoped_release release;
+        r.nccl->nccl_allreduce(reinterpret_cast<const float*>(in), reinterpret_cast<float*>(out), n,
+                               reinterpret_cast<cudaStream_t>(stream));
+      },
+      py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("stream") = 0,
+      "Plain float32 ncclAllReduce (sum), ordered with `stream`: the uncompressed baseline.");
+
+  m.def(
+      "nccl_load",
+      [](const std::string& path) { return cuda::load_nccl(path)->version_string(); },
+      py::arg("path"),
+      "Loads libnccl from `path` (once per process) and returns its version; raises "
+      "Unsupported when it cannot be loaded.");
+  m.def(
+      "nccl_unique_id",
+      [](const std::string& path) {
+        cuda::NcclUniqueId id = cuda::nccl_unique_id(*cuda::load_nccl(path));
+        return py::bytes(id.internal, sizeof id.internal);
+      },
+      py::arg("path") = "", "A fresh NCCL unique id (128 bytes) for nccl_rank.");
+  m.def(
+      "nccl_rank",
+      [](const py::bytes& unique_id, int size, int rank, int device, const std::string& path) {
+        cuda::NcclUniqueId id = unique_id_from(unique_id);
+        auto lib = cuda::load_nccl(path);
+        auto streams = std::make_shared<cuda::RankStreams>(device);
+        std::shared_ptr<cuda::NcclTransport> t;
+        {
+          py::gil_scoped_release release;  // ncclCommInitRank waits for every rank
+          t = std::make_shared<cuda::NcclTransport>(lib, id, size, rank, streams);
+        }
+        return std::make_shared<DeviceRank>(
+            DeviceRank{t, std::make_shared<cuda::CudaBackend>(streams), nullptr, t});
+      },
+      py::arg("unique_id"), py::arg("size"), py::arg("rank"), py::arg("device"),
+      py::arg("path") = "",
+      "Rank `rank` of an NCCL communicator of `size` ranks on CUDA device `device`; "
+      "collective over the ranks sharing `unique_id`.");
 
   m.def(
       "loopback_group",

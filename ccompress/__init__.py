@@ -13,7 +13,8 @@ from ._errors import (CCompressError, CollectiveTimeout, CudaError, InvalidArgum
 from . import _core
 from . import simulate
 from .codec import Codec
-from .communicator import ALGOS, OPS, Communicator, Work, run_inproc
+from .communicator import (ALGOS, OPS, Communicator, Work, nccl_unique_id, run_cuda_loopback,
+                           run_inproc)
 from .info import build_info
 
 __version__ = _core.__version__
@@ -22,5 +23,5 @@ chunk_range = _core.chunk_range
 __all__ = [
     "ALGOS", "OPS", "CCompressError", "Codec", "CollectiveTimeout", "Communicator", "CudaError",
     "InvalidArgument", "MessageError", "MismatchError", "MpiError", "NcclError", "Unsupported", "Work",
-    "build_info", "chunk_range", "run_inproc", "simulate",
+    "build_info", "chunk_range", "nccl_unique_id", "run_cuda_loopback", "run_inproc", "simulate",
 ]

@@ -69,6 +69,10 @@ class Communicator:
         self._last: Optional[cf.Future] = None
         self.last_stats: Optional[dict] = None
         self._broken: Optional[str] = None
+        # from_mpi: the NCCL communicator that CUDA arrays go to, made at their first call.
+        self._mpi_comm: Any = None
+        self._nccl: Optional["Communicator"] = None
+        self._options = dict(timeout=timeout, slice_elems=slice_elems, seed=seed)
 
     # ---- construction ----
     @classmethod
@@ -85,7 +89,44 @@ class Communicator:
             raise Unsupported(f"this ccompress build has no MPI transport ({e}); "
                               "reinstall with mpich (pip install mpich) present") from e
         comm = MPI.COMM_WORLD if comm is None else comm
-        return cls(_mpi.MpiTransport(MPI._handleof(comm)), _keepalive=comm, **kwargs)
+        self = cls(_mpi.MpiTransport(MPI._handleof(comm)), _keepalive=comm, **kwargs)
+        self._mpi_comm = comm
+        return self
+
+    @classmethod
+    def from_nccl(cls, comm: Any = None, *, unique_id: Optional[bytes] = None,
+                  rank: Optional[int] = None, size: Optional[int] = None,
+                  device: Optional[int] = None, **kwargs: Any) -> "Communicator":
+        """A device communicator over NCCL (grouped ncclSend/ncclRecv on a comm stream, codec
+        kernels on a codec stream). Collective: every rank calls it.
+
+        Either pass an mpi4py communicator ``comm`` (rank 0 makes the NCCL unique id and
+        broadcasts it over MPI; rank and size are the MPI ones), or ``unique_id`` (from
+        :func:`nccl_unique_id` on one rank, shared by your own means) with ``rank`` and
+        ``size``. ``device`` defaults to rank modulo the visible device count. libnccl is
+        found at run time (``NCCL_ROOT``, the nvidia-nccl wheel, the system); without it,
+        or without a GPU, this raises :class:`Unsupported` saying which is missing.
+        """
+        cuda = _cuda_module()
+        path = _nccl_path()
+        if unique_id is None:
+            if comm is None:
+                try:
+                    from mpi4py import MPI
+                except ImportError as e:
+                    raise Unsupported("from_nccl needs unique_id, rank and size, or mpi4py "
+                                      "to share the id") from e
+                comm = MPI.COMM_WORLD
+            rank, size = comm.Get_rank(), comm.Get_size()
+            unique_id = comm.bcast(cuda.nccl_unique_id(path) if rank == 0 else None, root=0)
+        elif rank is None or size is None:
+            raise InvalidArgument("from_nccl with a unique_id needs rank= and size=")
+        if int(cuda.device_count()) == 0:
+            raise Unsupported("from_nccl needs a CUDA device; none is visible")
+        if device is None:
+            device = int(rank) % int(cuda.device_count())
+        t = cuda.nccl_rank(bytes(unique_id), int(size), int(rank), int(device), path)
+        return cls(t, _keepalive=comm, **kwargs)
 
     @classmethod
     def cuda_loopback(cls, size: int, device: int = 0, **kwargs: Any) -> List["Communicator"]:
@@ -134,6 +175,15 @@ class Communicator:
     def barrier(self) -> None:
         self._t.barrier()
 
+    def _nccl_for(self, x: Any) -> Optional["Communicator"]:
+        """For a communicator from from_mpi, the NCCL communicator that CUDA arrays go to
+        (made collectively at the first CUDA call, which every rank makes alike)."""
+        if self._mpi_comm is None or _arrays.cuda_device_of(x) is None:
+            return None
+        if self._nccl is None:
+            self._nccl = Communicator.from_nccl(self._mpi_comm, **self._options)
+        return self._nccl
+
     # ---- collectives ----
     def allreduce(self, x: Any, codec: Any = "none", algo: str = "auto", op: str = "sum",
                   out: Any = None, async_op: bool = False, stream: Any = None,
@@ -146,7 +196,15 @@ class Communicator:
         two_shot, tree, one_shot, auto; ``op`` sum or avg. Writes into ``out`` when given
         (``out=x`` for in place) and returns it, else returns a new array like ``x``. With
         ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
+
+        CUDA arrays (device communicators, or from_mpi's NCCL side) run on the device,
+        ordered with ``stream`` (default: the current stream of the array's library): the
+        collective starts after the work issued there before the call, and that stream
+        waits for the result.
         """
+        nccl = self._nccl_for(x)
+        if nccl is not None:
+            return nccl.allreduce(x, codec, algo, op, out, async_op, stream, step)
         auto = codec if autocodec.is_auto(codec) else None
         if auto and self._device is not None:
             raise Unsupported(f"codec {auto!r} chooses on host data; on a device communicator "
@@ -167,6 +225,9 @@ class Communicator:
                        step: Optional[int] = None) -> Any:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
         ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks."""
+        nccl = self._nccl_for(x)
+        if nccl is not None:
+            return nccl.reduce_scatter(x, codec, op, out, async_op, stream, step)
         codec, _, op = self._check_args(codec, "two_shot", op, stream)
         xv = self._view(x, "x")
         lo, hi = _core.chunk_range(xv.n, self.size, self.rank)
@@ -181,6 +242,9 @@ class Communicator:
                   stream: Any = None, step: Optional[int] = None) -> Any:
         """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
         decode(encode(x of that rank)), the caller's own part too."""
+        nccl = self._nccl_for(x)
+        if nccl is not None:
+            return nccl.allgather(x, codec, out, async_op, stream, step)
         codec, _, _ = self._check_args(codec, "one_shot", "sum", stream)
         xv = self._view(x, "x")
         out, ov = self._output(x, xv, out, (self.size,) + xv.shape, xv.n * self.size,
@@ -312,6 +376,8 @@ class Communicator:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._nccl is not None:
+            self._nccl.close()
 
     def __repr__(self) -> str:
         return f"Communicator(transport={self.transport}, rank={self.rank}, size={self.size})"
@@ -324,6 +390,21 @@ def _cuda_module():
         raise Unsupported(f"this ccompress build has no CUDA module ({e}); reinstall with nvcc "
                           "on PATH (CCOMPRESS_CUDA=ON)") from e
     return _cuda
+
+
+def _nccl_path() -> str:
+    from ._nccl import find_nccl
+
+    found = find_nccl()
+    if found["path"] is None:
+        raise Unsupported(found["reason"])
+    return str(found["path"])
+
+
+def nccl_unique_id() -> bytes:
+    """A fresh NCCL unique id for :meth:`Communicator.from_nccl` (make it on one rank and
+    share it with the others)."""
+    return _cuda_module().nccl_unique_id(_nccl_path())
 
 
 def cuda_stream_handle(stream: Any, x: Any = None) -> int:
