@@ -1,17 +1,22 @@
 """Device buffers for the GPU tests without CuPy or PyTorch: ccompress._cuda's malloc/copy,
 filled from and read back into NumPy arrays."""
+import os
+
 import numpy as np
 
 
 def cuda_or_reason():
-    """(the _cuda module, None) when a GPU is usable, else (None, why the GPU tests skip)."""
+    """(the _cuda module, None) when a GPU is usable, else (None, why the GPU tests skip).
+    With CCOMPRESS_REQUIRE_GPU=1 (perf/gpu_check.sh) a missing GPU is an error instead."""
     try:
         from ccompress import _cuda
+        why = None if _cuda.device_count() > 0 else \
+            "no CUDA device is visible on this machine (the GPU tests need one)"
     except ImportError as e:
-        return None, f"ccompress was built without its CUDA module ({e})"
-    if _cuda.device_count() == 0:
-        return None, "no CUDA device is visible on this machine (the GPU tests need one)"
-    return _cuda, None
+        _cuda, why = None, f"ccompress was built without its CUDA module ({e})"
+    if why and os.environ.get("CCOMPRESS_REQUIRE_GPU") == "1":
+        raise RuntimeError(f"CCOMPRESS_REQUIRE_GPU=1 but {why}")
+    return (None, why) if why else (_cuda, None)
 
 
 class DeviceBuffer:
