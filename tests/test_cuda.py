@@ -2,7 +2,6 @@
 the whole pipeline on N virtual ranks of one GPU (loopback) bit-identical to the host
 collectives, stream ordering, CuPy / PyTorch inputs; and, without a GPU, the clear errors
 that replace them. GPU tests skip with the reason when no device is visible."""
-import threading
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ import pytest
 import ccompress as cc
 from ccompress import _core
 from ccompress._arrays import numpy_dtype
-from conftest import gaussian_parts, rel_l2, same_bits
+from conftest import gaussian_parts, rel_l2, run_on_threads, same_bits
 from cuda_helpers import DeviceBuffer, cuda_or_reason
 
 CUDA, WHY = cuda_or_reason()
@@ -199,26 +198,9 @@ def test_unaligned_buffers_take_the_scalar_path(backend, rng):
 
 # ---- the whole pipeline on virtual ranks of one GPU ----
 
-def loopback_run(ranks, parts, call, slice_elems=0, timeout=60.0):
-    """Runs call(rank_obj, in_buf, out_buf, r) on `ranks` virtual ranks; returns the results
-    downloaded like `parts` (or as call returns)."""
-    group = CUDA.loopback_group(ranks, 0)
-    out, errors = [None] * ranks, []
-
-    def body(r):
-        try:
-            out[r] = call(group[r], r)
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return out
+def loopback_run(ranks, parts, call):
+    """call(device_rank, r) on `ranks` virtual ranks of GPU 0, one thread each."""
+    return run_on_threads(CUDA.loopback_group(ranks, 0), call)
 
 
 ALGO_CASES = [(algo, ranks) for algo in ("ring", "two_shot", "tree", "one_shot") for ranks in (2, 3, 4)]
@@ -294,7 +276,7 @@ def test_loopback_respects_the_callers_stream(rng):
         acc = DeviceBuffer.of(CUDA, parts[r].astype(np.float32))
         x, y, z = (DeviceBuffer(CUDA, parts[r].nbytes) for _ in range(3))
         for _ in range(3):  # make the caller's stream busy first
-            caller.load_accumulate(acc.ptr, "float32", n, acc.ptr, True)
+            caller.finalize(acc.ptr, n, 1.0, z.ptr, "float32")
         caller.finalize(acc.ptr, n, 1.0, x.ptr, "float32")  # x written on the caller's stream
         dr.allreduce(x.ptr, y.ptr, n, "float32", "fp8_e4m3:g128", "two_shot", "sum", 0, 60.0,
                      0, 0, caller.stream)
@@ -308,23 +290,14 @@ def test_loopback_respects_the_callers_stream(rng):
 
 @gpu
 def test_loopback_mismatch_raises_on_every_rank(rng):
-    group = CUDA.loopback_group(2, 0)
-    errors = []
     bufs = [DeviceBuffer(CUDA, 4096) for _ in range(2)]
 
-    def body(r):
-        try:
-            group[r].allreduce(bufs[r].ptr, bufs[r].ptr, 100 + r, "float32", "none", "ring",
-                               "sum", 0, 30.0)
-        except cc.MismatchError as e:
-            errors.append(e)
+    def call(dr, r):
+        with pytest.raises(cc.MismatchError):
+            dr.allreduce(bufs[r].ptr, bufs[r].ptr, 100 + r, "float32", "none", "ring", "sum", 0, 30.0)
+        return True
 
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(errors) == 2
+    assert loopback_run(2, None, call) == [True, True]
 
 
 @gpu

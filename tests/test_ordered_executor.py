@@ -3,14 +3,12 @@ wait in between) on the CPU, over an in-process transport whose groups each comp
 the next is posted, the strictest order a serial comm stream imposes. A group key that made
 a rank wait for a peer waiting for it would deadlock here (TimeoutError after 60 s), and the
 results must be bit-identical to the host-driven executor's."""
-import threading
-
 import numpy as np
 import pytest
 
 import ccompress as cc
 from ccompress import _core
-from conftest import gaussian_parts, same_bits
+from conftest import gaussian_parts, run_on_threads, same_bits
 
 
 def ordered_comms(size, **kwargs):
@@ -22,23 +20,7 @@ def ordered_comms(size, **kwargs):
 
 
 def run_ranks(comms, fn):
-    out = [None] * len(comms)
-    errors = []
-
-    def body(r):
-        try:
-            out[r] = fn(comms[r])
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(len(comms))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return out
+    return run_on_threads(comms, lambda c, r: fn(c))
 
 
 CASES = [
