@@ -25,11 +25,21 @@ constexpr int kDecodeThreads = 256;
 // Grid-stride loops cover any count; this only bounds the launch.
 constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
-template <class F>
+// Where an encode reads its values: an input of some dtype, or (the fused ring hop) an FP8
+// wire buffer decoded and added to an input, decode(wire) + x in that order, as on the CPU.
+struct Fp8Source {
+  const void* src = nullptr;  // input (kHop: the addend x)
+  DType src_dtype = DType::Float32;
+  const uint8_t* wire = nullptr;   // kHop only
+  const float* wire_scales = nullptr;
+};
+
+// dst may be the hop's own wire buffer (in place): a block reads its whole group into
+// registers, and the scale, before the __syncthreads that precedes its writes.
+template <class F, bool kHop>
 __global__ void __launch_bounds__(kEncodeThreads)
-    fp8_encode_kernel(const void* __restrict__ src, DType src_dtype, int64_t n, int group,
-                      float divisor, uint8_t* __restrict__ dst, float* __restrict__ scales,
-                      bool stochastic, EncodeContext ctx) {
+    fp8_encode_kernel(Fp8Source in, int64_t n, int group, float divisor, uint8_t* dst,
+                      float* scales, bool stochastic, EncodeContext ctx) {
   __shared__ int32_t warp_amax[kWarps];
   const int tid = threadIdx.x;
   if (blockIdx.x == 0 && n + tid < codecs::fp8_scales_offset(n)) dst[n + tid] = 0;
@@ -44,7 +54,9 @@ __global__ void __launch_bounds__(kEncodeThreads)
       int i = tid + k * kEncodeThreads;
       v[k] = 0.0f;
       if (i < len) {
-        float x = codecs::load_as_float(src, src_dtype, off + i);
+        float x = codecs::load_as_float(in.src, in.src_dtype, off + i);
+        if constexpr (kHop)
+          x = codecs::add_rn(codecs::group_dequantize<F>(in.wire[off + i], in.wire_scales[g]), x);
         v[k] = divisor != 1.0f ? codecs::div_rn(x, divisor) : x;
         amax = max(amax, codecs::finite_abs_bits(v[k]));
       }
@@ -122,14 +134,38 @@ void launch_fp8_encode(const void* src, DType src_dtype, int64_t n, const Codec&
   uint8_t* wire = static_cast<uint8_t*>(dst);
   float* scales = reinterpret_cast<float*>(wire + codecs::fp8_scales_offset(n));
   int grid = grid_for(ceil_div(n, codec.group), 1);
+  Fp8Source in{src, src_dtype};
   if (codec.kind == CodecKind::Fp8E4M3) {
-    fp8_encode_kernel<Fp8E4M3><<<grid, kEncodeThreads, 0, stream>>>(
-        src, src_dtype, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+    fp8_encode_kernel<Fp8E4M3, false><<<grid, kEncodeThreads, 0, stream>>>(
+        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
   } else {
-    fp8_encode_kernel<Fp8E5M2><<<grid, kEncodeThreads, 0, stream>>>(
-        src, src_dtype, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+    fp8_encode_kernel<Fp8E5M2, false><<<grid, kEncodeThreads, 0, stream>>>(
+        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
   }
   check_launch("fp8 encode");
+}
+
+void launch_fp8_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                     const Codec& codec, float divisor, const EncodeContext& ctx,
+                                     void* dst, cudaStream_t stream) {
+  check_fp8(codec, n);
+  if (n == 0) return;
+  CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % 4 == 0,
+           "wire buffers must be 4-byte aligned");
+  const uint8_t* wire_in = static_cast<const uint8_t*>(src);
+  Fp8Source in{x, x_dtype, wire_in,
+               reinterpret_cast<const float*>(wire_in + codecs::fp8_scales_offset(n))};
+  uint8_t* wire = static_cast<uint8_t*>(dst);
+  float* scales = reinterpret_cast<float*>(wire + codecs::fp8_scales_offset(n));
+  int grid = grid_for(ceil_div(n, codec.group), 1);
+  if (codec.kind == CodecKind::Fp8E4M3) {
+    fp8_encode_kernel<Fp8E4M3, true><<<grid, kEncodeThreads, 0, stream>>>(
+        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+  } else {
+    fp8_encode_kernel<Fp8E5M2, true><<<grid, kEncodeThreads, 0, stream>>>(
+        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+  }
+  check_launch("fp8 decode_reduce_encode");
 }
 
 void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,

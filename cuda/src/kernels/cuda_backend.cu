@@ -1,6 +1,7 @@
-// CUDA KernelBackend: dispatch to the codec launchers; the steps the launchers do not fuse
-// (decode to a dtype, the ring hop of scaled codecs) run as decode -> fp32 scratch -> cast
-// or add + encode, in the CPU backend's operation order, so the bytes are the same.
+// CUDA KernelBackend: dispatch to the codec launchers. The ring hop is one fused pass for
+// raw and FP8 codecs; for the rotated and 4-bit families, and for decode to a dtype, it runs
+// as decode -> fp32 scratch -> add / cast -> encode, in the CPU backend's operation order, so
+// the bytes are the same.
 #include "kernels/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -202,6 +203,10 @@ void CudaBackend::decode_reduce_encode(const void* src, const void* x, DType x_d
   if (codec.kind == CodecKind::Raw) {  // one fused pass: cast(src + x) / divisor
     launch_cast(src, codec.raw_dtype, x, x_dtype, n, divisor, dst, codec.raw_dtype,
                 CastRounding{codec.stochastic, ctx}, streams_->codec());
+    return;
+  }
+  if (codec.kind == CodecKind::Fp8E4M3 || codec.kind == CodecKind::Fp8E5M2) {  // fused too
+    launch_fp8_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, streams_->codec());
     return;
   }
   float* t = temp(n);
