@@ -24,12 +24,21 @@ void check_cuda(int err, const char* what) {
   CC_CHECK_AS(CudaError, e == cudaSuccess, what << ": " << cudaGetErrorString(e));
 }
 
-DeviceGuard::DeviceGuard(int device) {
+DeviceGuard::DeviceGuard(int device, bool quiet) {
+  if (quiet) {
+    if (cudaGetDevice(&previous_) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+      cudaGetLastError();
+      previous_ = -1;
+    }
+    return;
+  }
   check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
   if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
 }
 
-DeviceGuard::~DeviceGuard() { cudaSetDevice(previous_); }
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
 
 RankStreams::RankStreams(int device) : device_(device) {
   int count = device_count();
@@ -45,7 +54,7 @@ RankStreams::RankStreams(int device) : device_(device) {
 
 RankStreams::~RankStreams() {
   // Destroying a stream with work pending is allowed: the work still completes.
-  DeviceGuard g(device_);
+  DeviceGuard g(device_, true);
   cudaEventDestroy(event_);
   cudaStreamDestroy(comm_);
   cudaStreamDestroy(codec_);

@@ -19,9 +19,10 @@ namespace ccompress::cuda {
 void check_cuda(int err, const char* what);
 
 /// Makes @p device current for the calling thread while it lives, then restores the old one.
+/// With @p quiet (destructors) failures are ignored instead of thrown.
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int device);
+  explicit DeviceGuard(int device, bool quiet = false);
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;

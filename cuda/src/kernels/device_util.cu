@@ -42,7 +42,7 @@ TimingEvent::TimingEvent(int device) : device_(device) {
 }
 
 TimingEvent::~TimingEvent() {
-  DeviceGuard g(device_);
+  DeviceGuard g(device_, true);
   cudaEventDestroy(event_);
 }
 

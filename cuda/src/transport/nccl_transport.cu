@@ -26,12 +26,16 @@ NcclTransport::NcclTransport(std::shared_ptr<const NcclLibrary> lib, const NcclU
     : lib_(std::move(lib)), streams_(std::move(streams)), size_(size), rank_(rank) {
   CC_CHECK(size >= 1 && rank >= 0 && rank < size, "rank " << rank << " of " << size);
   DeviceGuard g(streams_->device());
-  check_cuda(cudaEventCreateWithFlags(&host_done_, cudaEventDisableTiming), "cudaEventCreate");
   lib_->check(lib_->CommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+  if (cudaEventCreateWithFlags(&host_done_, cudaEventDisableTiming) != cudaSuccess) {
+    lib_->CommDestroy(comm_);  // the destructor does not run for a throwing constructor
+    check_cuda(cudaGetLastError(), "cudaEventCreate");
+    CC_CHECK_AS(CudaError, false, "cudaEventCreate failed");
+  }
 }
 
 NcclTransport::~NcclTransport() {
-  DeviceGuard g(streams_->device());
+  DeviceGuard g(streams_->device(), true);
   if (comm_ != nullptr) {
     if (broken_.empty()) {
       lib_->CommDestroy(comm_);
