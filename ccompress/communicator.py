@@ -448,17 +448,27 @@ def run_cuda_loopback(size: int, fn: Callable[[Communicator], Any], device: int 
 
 
 def _run_ranks(comms: List[Communicator], fn: Callable[[Communicator], Any]) -> List[Any]:
-    size = len(comms)
+    def body(comm: Communicator, r: int) -> Any:
+        try:
+            return fn(comm)
+        finally:
+            comm.close()
+
+    return on_threads(comms, body)
+
+
+def on_threads(ranks: List[Any], fn: Callable[[Any, int], Any]) -> List[Any]:
+    """``fn(ranks[r], r)`` on one thread per rank; the results in rank order. If any rank
+    raises, the first error (lowest rank) is re-raised after all ranks have finished."""
+    size = len(ranks)
     results: List[Any] = [None] * size
     errors: List[Optional[BaseException]] = [None] * size
 
     def body(r: int) -> None:
         try:
-            results[r] = fn(comms[r])
+            results[r] = fn(ranks[r], r)
         except BaseException as e:  # noqa: BLE001 - re-raised below
             errors[r] = e
-        finally:
-            comms[r].close()
 
     threads = [threading.Thread(target=body, args=(r,), name=f"ccompress-inproc-{r}")
                for r in range(size)]
@@ -470,4 +480,3 @@ def _run_ranks(comms: List[Communicator], fn: Callable[[Communicator], Any]) -> 
         if e is not None:
             raise e
     return results
-

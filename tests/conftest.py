@@ -26,25 +26,9 @@ def rel_l2(y, ref):
     return float(np.linalg.norm(y - ref) / max(np.linalg.norm(ref), 1e-300))
 
 
+
 def run_on_threads(ranks, fn):
-    """fn(ranks[r], r) on one thread per rank; the results in rank order. The first error
-    (lowest rank) is re-raised once every thread has finished."""
-    import threading
+    """fn(ranks[r], r) on one thread per rank, results in rank order (first error re-raised)."""
+    from ccompress.communicator import on_threads
 
-    out, errors = [None] * len(ranks), [None] * len(ranks)
-
-    def body(r):
-        try:
-            out[r] = fn(ranks[r], r)
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            errors[r] = e
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(len(ranks))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for e in errors:
-        if e is not None:
-            raise e
-    return out
+    return on_threads(ranks, fn)
