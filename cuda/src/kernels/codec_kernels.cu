@@ -83,14 +83,59 @@ __global__ void __launch_bounds__(kEncodeThreads)
   }
 }
 
-template <class F>
-__global__ void fp8_decode_accumulate_kernel(const uint8_t* __restrict__ src, int64_t n,
-                                             int group, const float* __restrict__ scales,
-                                             float* __restrict__ acc, bool assign) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    float x = codecs::group_dequantize<F>(src[i], scales[i / group]);
-    acc[i] = assign ? x : codecs::add_rn(acc[i], x);
+// Where an FP8 decode goes: into fp32 accumulators (assign or add), or cast to a dtype.
+struct Fp8Out {
+  float* acc = nullptr;
+  bool assign = true;
+  void* out = nullptr;  // kCast
+  DType out_dtype = DType::Float32;
+};
+
+constexpr int kDecodeVec = 16;  // elements per thread and step: one 16-byte load of codes
+
+// Each thread decodes 16 consecutive elements: one 16-byte load of their codes and, into
+// fp32 accumulators, four 16-byte loads / stores, where the pointers allow (`vec`).
+template <class F, bool kCast>
+__global__ void __launch_bounds__(kDecodeThreads)
+    fp8_decode_kernel(const uint8_t* __restrict__ src, int64_t n, int group,
+                      const float* __restrict__ scales, Fp8Out o, bool vec) {
+  const int64_t stride = int64_t(gridDim.x) * kDecodeThreads * kDecodeVec;
+  for (int64_t i = (int64_t(blockIdx.x) * kDecodeThreads + threadIdx.x) * kDecodeVec; i < n;
+       i += stride) {
+    const int len = static_cast<int>(min(int64_t(kDecodeVec), n - i));
+    const bool full = vec && len == kDecodeVec;
+    uint8_t q[kDecodeVec];
+    if (full) {
+      const uint4 r = *reinterpret_cast<const uint4*>(src + i);
+      const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int k = 0; k < kDecodeVec; ++k) q[k] = static_cast<uint8_t>(w[k >> 2] >> (8 * (k & 3)));
+    } else {
+#pragma unroll
+      for (int k = 0; k < kDecodeVec; ++k) q[k] = k < len ? src[i + k] : 0;
+    }
+    float v[kDecodeVec];
+#pragma unroll
+    for (int k = 0; k < kDecodeVec; ++k)
+      v[k] = k < len ? codecs::group_dequantize<F>(q[k], scales[(i + k) / group]) : 0.0f;
+    if constexpr (kCast) {
+      for (int k = 0; k < len; ++k) codecs::store_from_float(o.out, o.out_dtype, i + k, v[k]);
+    } else if (full) {
+      float4* a = reinterpret_cast<float4*>(o.acc + i);
+#pragma unroll
+      for (int k = 0; k < kDecodeVec / 4; ++k) {
+        float4 t = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+        if (!o.assign) {
+          const float4 b = a[k];
+          t = make_float4(codecs::add_rn(b.x, t.x), codecs::add_rn(b.y, t.y),
+                          codecs::add_rn(b.z, t.z), codecs::add_rn(b.w, t.w));
+        }
+        a[k] = t;
+      }
+    } else {
+      for (int k = 0; k < len; ++k)
+        o.acc[i + k] = o.assign ? v[k] : codecs::add_rn(o.acc[i + k], v[k]);
+    }
   }
 }
 
@@ -168,22 +213,50 @@ void launch_fp8_decode_reduce_encode(const void* src, const void* x, DType x_dty
   check_launch("fp8 decode_reduce_encode");
 }
 
-void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                  bool assign, cudaStream_t stream) {
+namespace {
+
+void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Fp8Out& o,
+                       cudaStream_t stream, const char* what) {
   check_fp8(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
   const uint8_t* wire = static_cast<const uint8_t*>(src);
   const float* scales = reinterpret_cast<const float*>(wire + codecs::fp8_scales_offset(n));
-  int grid = grid_for(n, kDecodeThreads);
+  const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(o.acc) % 16 == 0;
+  const int grid = grid_for(ceil_div(n, kDecodeVec), kDecodeThreads);
+  auto go = [&](auto fmt) {
+    using F = decltype(fmt);
+    if (o.out != nullptr) {
+      fp8_decode_kernel<F, true><<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, o, vec);
+    } else {
+      fp8_decode_kernel<F, false><<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, o, vec);
+    }
+  };
   if (codec.kind == CodecKind::Fp8E4M3) {
-    fp8_decode_accumulate_kernel<Fp8E4M3>
-        <<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, acc, assign);
+    go(Fp8E4M3{});
   } else {
-    fp8_decode_accumulate_kernel<Fp8E5M2>
-        <<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, acc, assign);
+    go(Fp8E5M2{});
   }
-  check_launch("fp8 decode_accumulate");
+  check_launch(what);
+}
+
+}  // namespace
+
+void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                  bool assign, cudaStream_t stream) {
+  Fp8Out o;
+  o.acc = acc;
+  o.assign = assign;
+  launch_fp8_decode(src, n, codec, o, stream, "fp8 decode_accumulate");
+}
+
+void launch_fp8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
+                          DType out_dtype, cudaStream_t stream) {
+  Fp8Out o;
+  o.out = out;
+  o.out_dtype = out_dtype;
+  launch_fp8_decode(src, n, codec, o, stream, "fp8 decode");
 }
 
 }  // namespace ccompress::cuda

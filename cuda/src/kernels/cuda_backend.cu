@@ -1,5 +1,5 @@
-// CUDA KernelBackend: dispatch to the codec launchers. The ring hop is one fused pass for
-// raw and FP8 codecs; for the rotated and 4-bit families, and for decode to a dtype, it runs
+// CUDA KernelBackend: dispatch to the codec launchers. The ring hop and decode to a dtype are
+// one fused pass for raw and FP8 codecs; for the rotated and 4-bit families they run
 // as decode -> fp32 scratch -> add / cast -> encode, in the CPU backend's operation order, so
 // the bytes are the same.
 #include "kernels/cuda_backend.h"
@@ -191,6 +191,10 @@ void CudaBackend::decode(const void* src, int64_t n, const Codec& codec, void* o
   if (codec.kind == CodecKind::Raw) {
     launch_cast(src, codec.raw_dtype, nullptr, DType::Float32, n, 1.0f, out, out_dtype,
                 CastRounding{}, streams_->codec());
+    return;
+  }
+  if (codec.kind == CodecKind::Fp8E4M3 || codec.kind == CodecKind::Fp8E5M2) {
+    launch_fp8_decode_to(src, n, codec, out, out_dtype, streams_->codec());
     return;
   }
   float* t = temp(n);
