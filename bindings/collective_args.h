@@ -16,6 +16,10 @@ inline pybind11::dict stats_dict(const CollectiveStats& s) {
   d["payload_bytes"] = s.payload_bytes;
   d["header_bytes"] = s.header_bytes;
   d["quantizations"] = s.quantizations;
+  d["nonfinite_in"] = s.nonfinite_in >= 0 ? pybind11::object(pybind11::int_(s.nonfinite_in)) : pybind11::none();
+  d["nonfinite_out"] =
+      s.nonfinite_out >= 0 ? pybind11::object(pybind11::int_(s.nonfinite_out)) : pybind11::none();
+  d["feedback_nonfinite"] = s.feedback_nonfinite;
   return d;
 }
 

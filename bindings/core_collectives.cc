@@ -9,6 +9,7 @@
 #include "collective_args.h"
 #include "ccompress/collectives.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/nonfinite.h"
 #include "transport/inproc_transport.h"
 
 namespace py = pybind11;
@@ -28,9 +29,12 @@ template <CollectiveFn Fn>
 py::dict call_collective(Transport& t, uintptr_t in, uintptr_t out, int64_t n,
                          const std::string& dtype, const Codec& codec, const std::string& algo,
                          const std::string& op, int64_t slice_elems, double timeout_s,
-                         uint64_t seed, uint64_t step) {
+                         uint64_t seed, uint64_t step, uintptr_t worker_residual,
+                         uintptr_t server_residual) {
   DType dt = parse_dtype(dtype);
   CollectiveOptions o = make_options(algo, op, slice_elems, timeout_s, seed, step);
+  o.feedback.worker = reinterpret_cast<float*>(worker_residual);
+  o.feedback.server = reinterpret_cast<float*>(server_residual);
   CollectiveStats s;
   {
     py::gil_scoped_release release;
@@ -83,19 +87,33 @@ void bind_collectives(py::module_& m) {
       },
       py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("nranks"));
   m.attr("DEFAULT_SLICE_ELEMS") = kDefaultSliceElems;
+  m.def(
+      "count_nonfinite",
+      [](uintptr_t ptr, const std::string& dtype, int64_t n) {
+        DType t = parse_dtype(dtype);
+        NonFiniteCount c;
+        {
+          py::gil_scoped_release nogil;
+          c = count_nonfinite(as_ptr(ptr), t, n);
+        }
+        return py::make_tuple(c.count, c.first);
+      },
+      py::arg("ptr"), py::arg("dtype"), py::arg("n"),
+      "(count, first index or -1) of the NaN and +-Inf elements of a host buffer.");
 
   m.def("allreduce", &call_collective<&allreduce>, py::arg("transport"), py::arg("in_ptr"),
         py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),
         py::arg("op"), py::arg("slice_elems"), py::arg("timeout"), py::arg("seed") = 0,
-        py::arg("step") = 0);
+        py::arg("step") = 0, py::arg("worker_residual") = 0, py::arg("server_residual") = 0);
   m.def("reduce_scatter", &call_collective<&reduce_scatter>, py::arg("transport"),
         py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"),
         py::arg("algo"), py::arg("op"), py::arg("slice_elems"), py::arg("timeout"),
-        py::arg("seed") = 0, py::arg("step") = 0);
+        py::arg("seed") = 0, py::arg("step") = 0, py::arg("worker_residual") = 0,
+        py::arg("server_residual") = 0);
   m.def("allgather", &call_collective<&allgather>, py::arg("transport"), py::arg("in_ptr"),
         py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),
         py::arg("op"), py::arg("slice_elems"), py::arg("timeout"), py::arg("seed") = 0,
-        py::arg("step") = 0);
+        py::arg("step") = 0, py::arg("worker_residual") = 0, py::arg("server_residual") = 0);
 }
 
 }  // namespace ccompress::py_bindings

@@ -9,10 +9,12 @@ Quick start::
     parts = cc.simulate.allreduce([x0, x1, x2, x3], codec="fp8_e4m3:g128", algo="ring")
 """
 from ._errors import (CCompressError, CollectiveTimeout, CudaError, InvalidArgument,
-                      MessageError, MismatchError, MpiError, NcclError, Unsupported)
+                      MessageError, MismatchError, MpiError, NcclError, NonFiniteError,
+                      Unsupported)
 from . import _core
 from . import simulate
 from .codec import Codec
+from .error_feedback import ErrorFeedback
 from .communicator import (ALGOS, OPS, Communicator, Work, nccl_unique_id, run_cuda_loopback,
                            run_inproc)
 from .info import build_info
@@ -22,6 +24,7 @@ chunk_range = _core.chunk_range
 
 __all__ = [
     "ALGOS", "OPS", "CCompressError", "Codec", "CollectiveTimeout", "Communicator", "CudaError",
-    "InvalidArgument", "MessageError", "MismatchError", "MpiError", "NcclError", "Unsupported", "Work",
-    "build_info", "chunk_range", "nccl_unique_id", "run_cuda_loopback", "run_inproc", "simulate",
+    "ErrorFeedback", "InvalidArgument", "MessageError", "MismatchError", "MpiError", "NcclError",
+    "NonFiniteError", "Unsupported", "Work", "build_info", "chunk_range", "nccl_unique_id",
+    "run_cuda_loopback", "run_inproc", "simulate",
 ]

@@ -24,6 +24,12 @@ class MessageError(CCompressError):
     the peer and both values; the communicator is unusable afterwards."""
 
 
+class NonFiniteError(CCompressError, FloatingPointError):
+    """A collective called with ``nonfinite="raise"`` produced NaN or Inf outputs. Raised on
+    every rank alike after the call completed (the output holds the result); the
+    communicator stays usable."""
+
+
 class CollectiveTimeout(CCompressError, TimeoutError):
     """A peer made no progress within the communicator's timeout."""
 

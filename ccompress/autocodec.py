@@ -107,8 +107,11 @@ def choose(name: str, a: np.ndarray, exact_sum) -> Choice:
     samples = {lay: _sample(a, lay) for lay in layouts(a.shape)}
     for i, (c, lay) in enumerate(options):
         s = samples[lay]
-        finite = np.isfinite(s)
-        d = (c.roundtrip(s).astype(np.float64) - s)[finite]
+        r = c.roundtrip(s).astype(np.float64)
+        # NaN/Inf inputs, and the outputs a codec's policy lets them reach, say nothing about
+        # its error on the rest: leave them out (else one NaN would decide the choice).
+        finite = np.isfinite(s) & np.isfinite(r)
+        d = (r - s)[finite]
         stats[2 * i] = float(np.dot(d, d))
         stats[2 * i + 1] = float(np.dot(s[finite].astype(np.float64), s[finite]))
     totals = np.asarray(exact_sum(stats), dtype=np.float64)

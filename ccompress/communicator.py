@@ -8,11 +8,13 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 
 from . import _arrays, _core, autocodec
-from ._errors import CCompressError, InvalidArgument, MismatchError, Unsupported
+from ._errors import CCompressError, InvalidArgument, MismatchError, NonFiniteError, Unsupported
 from .codec import Codec
+from .error_feedback import ErrorFeedback
 
 ALGOS = ("auto", "ring", "two_shot", "tree", "one_shot")
 OPS = ("sum", "avg")
+NONFINITE = ("propagate", "raise")
 
 
 class Work:
@@ -48,20 +50,35 @@ class Communicator:
       seed: seed of stochastic rounding (codecs with ``:sr``); the noise of an element is a
         hash of (seed, step, rank, element index), where step counts this communicator's
         collectives unless a call passes its own ``step``.
+      model: a :class:`ccompress.perfmodel.AlgoModel` (the same on every rank) that resolves
+        ``algo="auto"`` of an all-reduce to the algorithm it predicts fastest for the call's
+        size and codec; without one (or for a codec it has no cost for) auto picks by
+        message size and rank count.
+      nonfinite: what a NaN or Inf does (default for every call; a call's ``nonfinite=``
+        overrides it). ``"propagate"``: it reaches exactly the outputs that the codec's
+        policy states (README, "Guarantees"). ``"raise"``: the same, then
+        :class:`NonFiniteError` on every rank when any output is non-finite. Either way
+        ``last_stats`` counts the non-finite elements of this rank's input
+        (``nonfinite_in``) and output (``nonfinite_out``).
     """
 
     def __init__(self, transport: "_core.Transport", *, timeout: float = 300.0,
-                 slice_elems: Optional[int] = None, seed: int = 0, _keepalive: Any = None):
+                 slice_elems: Optional[int] = None, seed: int = 0, model: Any = None,
+                 nonfinite: str = "propagate", _keepalive: Any = None):
         if timeout <= 0:
             raise InvalidArgument(f"timeout {timeout} s must be positive")
         if slice_elems is not None and slice_elems <= 0:
             raise InvalidArgument(f"slice_elems {slice_elems} must be positive")
+        self._nonfinite = self._check_nonfinite(nonfinite)
         self._t = transport
         # A device rank (ccompress._cuda.DeviceRank) reduces CUDA arrays; the others host arrays.
         self._device: Optional[int] = getattr(transport, "device", None)
         self._timeout = float(timeout)
         self._slice = int(slice_elems or 0)
         self._seed = int(seed)
+        if model is not None and not callable(getattr(model, "choose", None)):
+            raise InvalidArgument(f"model must be a ccompress.perfmodel.AlgoModel, got {model!r}")
+        self._model = model
         self._step = 0
         self._keepalive = _keepalive
         self._lock = threading.Lock()
@@ -89,7 +106,10 @@ class Communicator:
             raise Unsupported(f"this ccompress build has no MPI transport ({e}); "
                               "reinstall with mpich (pip install mpich) present") from e
         comm = MPI.COMM_WORLD if comm is None else comm
-        self = cls(_mpi.MpiTransport(MPI._handleof(comm)), _keepalive=comm, **kwargs)
+        handle = MPI._handleof(comm)
+        if handle >= 1 << 63:  # mpi4py gives a sign-extended MPICH handle (Dup'd comms) unsigned
+            handle -= 1 << 64
+        self = cls(_mpi.MpiTransport(handle), _keepalive=comm, **kwargs)
         self._mpi_comm = comm
         return self
 
@@ -172,6 +192,12 @@ class Communicator:
         """Bytes this rank has put on the wire through this communicator (headers included)."""
         return self._t.bytes_sent
 
+    @property
+    def usable(self) -> bool:
+        """False once a timeout, a transport error or a malformed message has made this
+        communicator refuse further calls (each raises, naming the first error)."""
+        return self._broken is None
+
     def barrier(self) -> None:
         self._t.barrier()
 
@@ -187,7 +213,8 @@ class Communicator:
     # ---- collectives ----
     def allreduce(self, x: Any, codec: Any = "none", algo: str = "auto", op: str = "sum",
                   out: Any = None, async_op: bool = False, stream: Any = None,
-                  step: Optional[int] = None) -> Any:
+                  step: Optional[int] = None, nonfinite: Optional[str] = None,
+                  error_feedback: Any = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets bit-identical results.
 
         ``codec`` is a spec string or :class:`Codec`, or ``"auto8"`` / ``"auto4"`` to let
@@ -196,6 +223,8 @@ class Communicator:
         two_shot, tree, one_shot, auto; ``op`` sum or avg. Writes into ``out`` when given
         (``out=x`` for in place) and returns it, else returns a new array like ``x``. With
         ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
+        ``error_feedback`` is this tensor's :class:`~ccompress.ErrorFeedback` (two_shot,
+        one_shot or auto): what the codec drops is carried into the next call.
 
         CUDA arrays (device communicators, or from_mpi's NCCL side) run on the device,
         ordered with ``stream`` (default: the current stream of the array's library): the
@@ -204,7 +233,8 @@ class Communicator:
         """
         nccl = self._nccl_for(x)
         if nccl is not None:
-            return nccl.allreduce(x, codec, algo, op, out, async_op, stream, step)
+            return nccl.allreduce(x, codec, algo, op, out, async_op, stream, step, nonfinite,
+                                  error_feedback)
         auto = codec if autocodec.is_auto(codec) else None
         if auto and self._device is not None:
             raise Unsupported(f"codec {auto!r} chooses on host data; on a device communicator "
@@ -213,38 +243,52 @@ class Communicator:
         xv = self._view(x, "x")
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
         s = self._stream(stream, x)
+        fb = self._feedback(error_feedback, auto, xv.n)
         step = self._next_step(step)
-        if auto:
+        if algo == "auto" and self._model is not None and not auto and not fb:
+            itemsize = _arrays.numpy_dtype(xv.dtype).itemsize
+            algo = self._model.choose(xv.n, itemsize, codec.name, self.size) or "auto"
+        if auto:  # (error feedback was refused for auto codecs above)
             body = lambda: self._auto_allreduce(auto, xv, ov, algo, op, step)  # noqa: E731
         else:
-            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op, step, s)  # noqa: E731
-        return self._launch(body, x, out, async_op)
+            body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op,  # noqa: E731
+                                            step, fb, s)
+        return self._launch(self._counted(body, "allreduce", xv, ov, nonfinite), x, out,
+                            async_op)
 
     def reduce_scatter(self, x: Any, codec: Any = "none", op: str = "sum", out: Any = None,
                        async_op: bool = False, stream: Any = None,
-                       step: Optional[int] = None) -> Any:
+                       step: Optional[int] = None, nonfinite: Optional[str] = None,
+                       error_feedback: Any = None) -> Any:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
-        ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks."""
+        ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks.
+        ``error_feedback`` keeps its worker residual (one quantization; no server one)."""
         nccl = self._nccl_for(x)
         if nccl is not None:
-            return nccl.reduce_scatter(x, codec, op, out, async_op, stream, step)
+            return nccl.reduce_scatter(x, codec, op, out, async_op, stream, step, nonfinite,
+                                       error_feedback)
         codec, _, op = self._check_args(codec, "two_shot", op, stream)
         xv = self._view(x, "x")
         lo, hi = _core.chunk_range(xv.n, self.size, self.rank)
         out, ov = self._output(x, xv, out, (hi - lo,), hi - lo, "reduce_scatter")
+        fb = self._feedback(error_feedback, None, xv.n)
+        if fb:
+            fb = (fb[0], (fb[1][0], 0))
         s = self._stream(stream, x)
         step = self._next_step(step)
-        return self._launch(
-            lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op, step, s),
-            x, out, async_op)
+        body = lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op,  # noqa: E731
+                                        step, fb, s)
+        return self._launch(self._counted(body, "reduce_scatter", xv, ov, nonfinite), x, out,
+                            async_op)
 
     def allgather(self, x: Any, codec: Any = "none", out: Any = None, async_op: bool = False,
-                  stream: Any = None, step: Optional[int] = None) -> Any:
+                  stream: Any = None, step: Optional[int] = None,
+                  nonfinite: Optional[str] = None) -> Any:
         """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
         decode(encode(x of that rank)), the caller's own part too."""
         nccl = self._nccl_for(x)
         if nccl is not None:
-            return nccl.allgather(x, codec, out, async_op, stream, step)
+            return nccl.allgather(x, codec, out, async_op, stream, step, nonfinite)
         codec, _, _ = self._check_args(codec, "one_shot", "sum", stream)
         xv = self._view(x, "x")
         out, ov = self._output(x, xv, out, (self.size,) + xv.shape, xv.n * self.size,
@@ -253,11 +297,58 @@ class Communicator:
             raise InvalidArgument("allgather cannot write its output over its input")
         s = self._stream(stream, x)
         step = self._next_step(step)
-        return self._launch(
-            lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step, s),
-            x, out, async_op)
+        body = lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step,  # noqa: E731
+                                        None, s)
+        return self._launch(self._counted(body, "allgather", xv, ov, nonfinite), x, out,
+                            async_op)
 
     # ---- internals ----
+    @staticmethod
+    def _check_nonfinite(mode: str) -> str:
+        if mode not in NONFINITE:
+            raise InvalidArgument(f"nonfinite={mode!r}; use 'propagate' or 'raise'")
+        return mode
+
+    def _counted(self, body: Callable[[], dict], what: str, xv, ov,
+                 nonfinite: Optional[str]) -> Callable[[], dict]:
+        """Wraps a collective's body: in "raise" mode, raises NonFiniteError on every rank
+        alike when the output holds NaN/Inf. The counts come with the stats (the executor
+        counts each slice while it is in cache). all-reduce and all-gather outputs are equal
+        on all ranks, so their counts are too; reduce-scatter chunks differ, so there the
+        ranks add their counts with one exact one-element all-reduce first."""
+        mode = self._nonfinite if nonfinite is None else self._check_nonfinite(nonfinite)
+        if mode == "raise" and self._device is not None:
+            raise Unsupported("nonfinite='raise' counts the output on the host; on a device "
+                              "communicator check the result yourself (e.g. isfinite().all())")
+
+        def run() -> dict:
+            stats = body()
+            if mode != "raise":
+                return stats
+            n_out, first_out = _core.count_nonfinite(ov.ptr, ov.dtype, ov.n)
+            anywhere = n_out if what != "reduce_scatter" else self._any_rank(n_out, stats)
+            if anywhere:
+                n_in = stats.get("nonfinite_in")
+                where = (f"{n_out} here, first at index {first_out}" if n_out
+                         else "none in this rank's chunk")
+                raise NonFiniteError(
+                    f"{what} produced non-finite (NaN/Inf) outputs ({where}); this rank's input "
+                    f"held {n_in}. nonfinite='raise' is set (the output was written); pass "
+                    "nonfinite='propagate' to keep NaN/Inf in the result instead")
+            return stats
+
+        return run
+
+    def _any_rank(self, count: int, stats: dict) -> float:
+        """The sum over ranks of ``count`` (> 0 exactly when any rank's is), keeping
+        ``last_stats`` those of the caller's collective."""
+        v = np.array([min(count, 1)], np.float32)
+        total = np.empty_like(v)
+        self._collective(_core.allreduce, _arrays.view(v), _arrays.view(total),
+                         Codec.parse("none"), "one_shot", "sum", 0)
+        self.last_stats = stats
+        return float(total[0])
+
     def _check_args(self, codec: Any, algo: str, op: str, stream: Any):
         if stream is not None and self._device is None:
             raise Unsupported("stream= applies to device arrays, which need a device "
@@ -302,15 +393,32 @@ class Communicator:
             raise InvalidArgument("out partly overlaps x; pass out=x (in place) or a separate array")
         return out, ov
 
+    def _feedback(self, ef: Any, auto: Optional[str], n: int):
+        if ef is None:
+            return None
+        if self._device is not None:
+            raise Unsupported("error_feedback keeps host residuals; the CUDA backend does not "
+                              "run it yet: use a host communicator for this tensor")
+        if not isinstance(ef, ErrorFeedback):
+            raise InvalidArgument(f"error_feedback must be a ccompress.ErrorFeedback, "
+                                  f"got {type(ef).__name__}")
+        if auto:
+            raise Unsupported(f"error_feedback needs a fixed codec; {auto} may change the codec "
+                              "and layout every call, so name the codec")
+        return ef, ef.buffers(n, self.size, self.rank)
+
     def _next_step(self, step: Optional[int]) -> int:
         # Steps are taken in issue order, so every rank numbers its calls alike.
         self._step += 1
         return self._step - 1 if step is None else int(step)
 
     def _collective(self, fn: Callable, xv, ov, codec: Codec, algo: str, op: str,
-                    step: int, stream: int = 0) -> dict:
-        """Runs one collective now (the caller keeps the issue order). ``fn`` is the _core
-        host collective; a device rank runs its own method of the same name instead."""
+                    step: int, feedback=None, stream: int = 0) -> dict:
+        """Runs one collective now (the caller keeps the issue order); ``feedback`` is
+        (ErrorFeedback, (worker address, server address)). ``fn`` is the _core host
+        collective; a device rank runs its own method of the same name instead, ordered with
+        ``stream``."""
+        residuals = feedback[1] if feedback else (0, 0)
         with self._lock:
             if self._broken:
                 raise CCompressError(f"this communicator is unusable: {self._broken}; "
@@ -322,7 +430,7 @@ class Communicator:
                         self._timeout, self._seed, step, stream)
                 else:
                     stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
-                               self._slice, self._timeout, self._seed, step)
+                               self._slice, self._timeout, self._seed, step, *residuals)
             except MismatchError:
                 raise  # every rank stopped at the same point: the group is still in step
             except CCompressError as e:
@@ -331,6 +439,8 @@ class Communicator:
                 self._broken = f"{type(e).__name__} in an earlier collective ({e})"
                 raise
         stats["codec"] = codec.name
+        if feedback:
+            feedback[0].nonfinite += stats["feedback_nonfinite"]
         self.last_stats = stats
         return stats
 

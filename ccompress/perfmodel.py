@@ -155,6 +155,49 @@ def best(system: System, n: int, dtype_bytes: int, codecs: Iterable[CodecCost],
     return min(options)
 
 
+def load_codec_costs(path: str) -> Dict[str, CodecCost]:
+    """Codec costs measured by ``perf/codec_throughput.py --json PATH``, keyed by codec name."""
+    import json
+
+    with open(path) as f:
+        rows = json.load(f)
+    return {r["codec"]: CodecCost(r["codec"], r["bits_per_element"] / 8,
+                                  r["encode_elems_per_s"], r["decode_acc_elems_per_s"])
+            for r in rows}
+
+
+def choose_algo(system: System, n: int, dtype_bytes: int, codec: CodecCost,
+                algos: Iterable[str] = ALGOS) -> str:
+    """The algorithm the model predicts fastest for this codec (ties: the earlier in
+    ``ALGOS``)."""
+    algos = list(algos)
+    return min(algos, key=lambda a: (collective_time(system, n, dtype_bytes, codec, a),
+                                     ALGOS.index(a)))
+
+
+@dataclass(frozen=True)
+class AlgoModel:
+    """What ``Communicator(..., model=AlgoModel(...))`` uses to resolve ``algo="auto"``: the
+    system the communicator runs on and the measured (or assumed) cost of each codec, keyed
+    by codec name (``Codec.parse(spec).name``). ``system.ranks`` is replaced by the
+    communicator's size. A codec without a cost falls back to the built-in size heuristic.
+    Every rank must hold the same model, so that every rank picks the same algorithm (a
+    rank that picks another one raises MismatchError on all ranks).
+    """
+
+    system: System
+    codecs: Tuple[CodecCost, ...] = ()
+
+    def choose(self, n: int, dtype_bytes: int, codec_name: str, ranks: int) -> Optional[str]:
+        """The algorithm for ``n`` elements of ``codec_name`` on ``ranks`` ranks, or None
+        when the model has no cost for that codec."""
+        for c in self.codecs:
+            if c.name == codec_name:
+                system = System(**{**self.system.__dict__, "ranks": ranks})
+                return choose_algo(system, n, dtype_bytes, c)
+        return None
+
+
 def gbit(x: float) -> float:
     """Gbit/s -> bytes/s."""
     return x * 1e9 / 8

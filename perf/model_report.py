@@ -26,13 +26,6 @@ from ccompress import Codec, perfmodel as pm
 EMULATED_ALPHA = 50e-6
 
 
-def load_rates(path: str) -> Dict[str, pm.CodecCost]:
-    rows = json.load(open(path))
-    return {r["codec"]: pm.CodecCost(r["codec"], r["bits_per_element"] / 8,
-                                     r["encode_elems_per_s"], r["decode_acc_elems_per_s"])
-            for r in rows}
-
-
 def validate(emulated: str, rates: Dict[str, pm.CodecCost]) -> List[float]:
     runs = json.load(open(emulated))
     errors = []
@@ -128,7 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--plots", help="folder for projection plots (needs matplotlib)")
     args = ap.parse_args(argv)
     if args.emulated and args.throughput:
-        validate(args.emulated, load_rates(args.throughput))
+        validate(args.emulated, pm.load_codec_costs(args.throughput))
     project(args.plots)
     return 0
 

@@ -105,6 +105,14 @@ for field in ("count", "dtype", "codec", "algo"):
 y = comm.allreduce(np.ones(10, np.float32))
 assert np.all(y == size)
 
+# 5. The transport does not change a result: the bits of the in-process run (simulate).
+parts = parts_for(20_011, seed=5)
+for codec in ("none", "bf16", "fp8_e4m3:g128:sr", "taco:g128", "hint8", "nvfp4", "hint4"):
+    for algo in ("ring", "two_shot", "tree", "one_shot"):
+        y = comm.allreduce(parts[rank], codec=codec, algo=algo, step=0)
+        sim = cc.simulate.allreduce(list(parts), codec=codec, algo=algo)[rank]
+        assert np.array_equal(y.view(np.uint32), sim.view(np.uint32)), (codec, algo)
+
 world.Barrier()
 print(f"OK {rank}", flush=True)
 sys.exit(0)

@@ -97,6 +97,7 @@ def test_message_of_another_call_is_refused(algo):
             c._t._skip_calls(1)
         with pytest.raises((cc.MessageError, cc.CollectiveTimeout)) as e:
             c.allreduce(np.ones(5000, np.float32), codec="bf16", algo=algo)
+        assert not c.usable
         with pytest.raises(cc.CCompressError, match="unusable"):
             c.allreduce(np.ones(10, np.float32))
         return e.value

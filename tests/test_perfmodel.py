@@ -54,3 +54,51 @@ def test_best_respects_the_error_budget():
     assert codec == "a"
     with pytest.raises(ValueError):
         pm.best(system(), n, 4, [a], errors, budget=1e-6)
+
+
+def test_choose_algo_is_the_argmin_of_the_model():
+    fp8 = pm.CodecCost("fp8", 1.03, 0.5e9, 1.3e9)
+    slow_latency = pm.System("t", 8, pm.Link(pm.gbit(100), 1e-3, per_message=0.0))
+    for n in (1 << 8, 1 << 14, 1 << 20, 1 << 26):
+        times = {a: pm.collective_time(slow_latency, n, 4, fp8, a) for a in pm.ALGOS}
+        assert pm.choose_algo(slow_latency, n, 4, fp8) == min(times, key=times.get)
+    # Latency-bound small messages want few rounds; on a slow link large ones want the
+    # fewest bytes in the fewest rounds (two_shot: ring sends as much in more rounds).
+    assert pm.choose_algo(slow_latency, 256, 4, fp8) == "one_shot"
+    slow_link = pm.System("t", 8, pm.Link(pm.gbit(1), 1e-3, per_message=0.0))
+    assert pm.choose_algo(slow_link, 1 << 26, 4, fp8) == "two_shot"
+
+
+def test_algo_model_feeds_auto_on_every_rank():
+    import numpy as np
+
+    import ccompress as cc
+
+    fp8 = cc.Codec.parse("fp8_e4m3:g128")
+    # A latency-bound system makes one_shot the pick for small sizes (the built-in
+    # heuristic would pick two_shot above 64 KiB); the model's pick must be what runs, on
+    # every rank, and give exactly what an explicit call with that algo gives.
+    cost = pm.CodecCost(fp8.name, fp8.wire_bytes(1 << 20) / (1 << 20), 1e9, 1e9)
+    model = pm.AlgoModel(pm.System("t", 1, pm.Link(pm.gbit(100), 10e-3, per_message=0.0)),
+                         (cost,))
+    n = 1 << 15
+    expect = model.choose(n, 4, fp8.name, 4)
+    assert expect == "one_shot"
+    assert cc.Communicator.inproc(1)[0]._model is None
+
+    def body(comm):
+        x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
+        y = comm.allreduce(x, codec=fp8, algo="auto")
+        algo = comm.last_stats["algo"]
+        z = comm.allreduce(x, codec=fp8, algo=expect)
+        unknown = comm.allreduce(x, codec="bf16", algo="auto")  # no cost: built-in heuristic
+        return y, z, algo, comm.last_stats["algo"], unknown
+
+    res = cc.run_inproc(4, body, model=model)
+    for y, z, algo, fallback, _ in res:
+        assert algo == expect
+        assert fallback == cc._core.choose_algo(n, "float32", cc.Codec.parse("bf16")._c, 4)
+        np.testing.assert_array_equal(y, z)
+        np.testing.assert_array_equal(y, res[0][0])
+    with pytest.raises(cc.InvalidArgument, match="AlgoModel"):
+        cc.Communicator.inproc(2, model="fast")

@@ -9,7 +9,7 @@
 /// Formats:
 ///  - `none`: the input dtype itself (bound at call time). Exact for float32.
 ///  - `bf16`, `fp16`: a round-to-nearest-even cast; no scale. fp16 overflows to +-Inf
-///    beyond +-65504 exactly like a cast.
+///    beyond +-65504 exactly like a cast. Raw codecs keep NaN and +-Inf as they are.
 ///  - `fp8_e4m3:gG`, `fp8_e5m2:gG` (G in 16..1024, default 128): per group of G elements an
 ///    fp32 scale s = max(amax / FP8_MAX, FLT_MIN) with amax the largest finite |x| of the
 ///    group; payload q = fp8(x / s) with saturating round-to-nearest-even (the hardware's
@@ -31,6 +31,11 @@
 /// Inf, so there +-Inf becomes NaN); the scale is computed over the finite elements only,
 /// so the rest of the group is encoded as if the non-finite element were absent. FP8 NaN is
 /// written as 0x7F, E5M2 Inf as 0x7C / 0xFC.
+///
+/// Untrusted bytes: decoding reads exactly wire_bytes(n) bytes and writes n values whatever
+/// they hold; collectives check a message's header and size before decoding it
+/// (collectives/message_header.h). Content is not checked: garbage codes or scales (NaN,
+/// Inf, huge, subnormal) decode to wrong values, possibly non-finite, never out of bounds.
 #pragma once
 
 #include <cstdint>
@@ -99,6 +104,9 @@ struct CC_API Codec {
   /// A 32-bit id that is equal on two ranks exactly when the codecs are equal.
   uint32_t id() const;
 };
+
+/// The largest element count any codec or collective accepts (2^48).
+constexpr int64_t kMaxElements = int64_t(1) << 48;
 
 inline int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 inline int64_t ceil_div(int64_t x, int64_t a) { return (x + a - 1) / a; }

@@ -16,6 +16,18 @@
 
 namespace ccompress {
 
+/// Error-feedback residuals of one tensor on this rank (float32; null for none). They are
+/// per-rank state: each rank's residuals differ. `worker` (n elements) is added to the
+/// input before its first quantization and keeps what that quantization lost; `server`
+/// (the elements of this rank's chunk, chunk_range(n, size, rank)) is added to the owner's
+/// sum before two_shot re-quantizes it. Supported by allreduce with two_shot and one_shot
+/// (worker only: one quantization) and by reduce_scatter (worker only).
+struct ErrorFeedbackBuffers {
+  float* worker = nullptr;
+  float* server = nullptr;
+  bool any() const { return worker != nullptr || server != nullptr; }
+};
+
 struct CollectiveOptions {
   Algo algo = Algo::Auto;
   ReduceOp op = ReduceOp::Sum;
@@ -27,6 +39,7 @@ struct CollectiveOptions {
   /// Stochastic rounding: noise is a hash of (seed, step, rank, element index).
   uint64_t seed = 0;
   uint64_t step = 0;
+  ErrorFeedbackBuffers feedback;
 };
 
 constexpr int64_t kDefaultSliceElems = 1 << 16;
@@ -37,6 +50,11 @@ struct CollectiveStats {
   int64_t payload_bytes = 0; ///< bytes this rank sent, headers excluded
   int64_t header_bytes = 0;  ///< bytes of the call-check and message headers this rank sent
   int quantizations = 0;     ///< times each element was encoded on its way to the result
+  /// NaN/+-Inf elements in this rank's input and in its output (-1: the backend does not
+  /// count). Outputs of all-reduce and all-gather are equal on all ranks, so are their counts.
+  int64_t nonfinite_in = 0;
+  int64_t nonfinite_out = 0;
+  int64_t feedback_nonfinite = 0;  ///< NaN/Inf kept out of the error-feedback residuals
 };
 
 /// Element range [first, second) of chunk @p index when @p n elements are cut into

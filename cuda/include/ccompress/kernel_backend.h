@@ -12,6 +12,7 @@
 
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
+#include "ccompress/error.h"
 
 namespace ccompress {
 
@@ -78,6 +79,25 @@ class CC_API KernelBackend {
   }
   virtual bool reads_deferred() const { return false; }
   virtual void finish_reads() {}
+
+  /// The number of NaN and +-Inf among @p n elements of @p src (dtype @p t), for the per-call
+  /// report of the NaN/Inf policy; the executor calls it on a slice right after reading it
+  /// from the input or writing it to the output. -1: this backend does not count.
+  virtual int64_t count_nonfinite(const void* src, DType t, int64_t n) {
+    (void)src, (void)t, (void)n;
+    return -1;
+  }
+
+  /// Error feedback: residual[i] <- v[i] - decoded[i] where v[i], decoded[i] and their
+  /// difference are finite, else 0 (a NaN or Inf never enters a residual). Returns how
+  /// many elements were set to 0 that way. All three buffers hold n float32.
+  virtual int64_t feedback_residual(const float* v, const float* decoded, int64_t n,
+                                    float* residual) {
+    (void)v, (void)decoded, (void)n, (void)residual;
+    CC_CHECK_AS(Unsupported, false, "this kernel backend has no error feedback; "
+                                    "run without error_feedback or on host arrays");
+    return 0;
+  }
 };
 
 }  // namespace ccompress

@@ -128,6 +128,10 @@ Codec Codec::bind(DType input) const {
 int64_t Codec::wire_bytes(int64_t n) const {
   CC_CHECK(!unbound, "codec 'none' is unbound: bind it to a dtype first (Codec.bind(dtype))");
   CC_CHECK(n >= 0, "element count " << n << " is negative");
+  // Far beyond any real tensor; keeps every size formula below free of int64 overflow, so
+  // an absurd count read from a peer is refused instead of wrapping around.
+  CC_CHECK(n <= kMaxElements, "element count " << n << " exceeds the largest supported ("
+                                                << kMaxElements << ")");
   if (kind == CodecKind::Raw) return n * static_cast<int64_t>(dtype_size(raw_dtype));
   if (kind == CodecKind::Fp8E4M3 || kind == CodecKind::Fp8E5M2)
     return align_up(n, 4) + 4 * ceil_div(n, group);

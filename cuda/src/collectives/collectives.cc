@@ -83,12 +83,34 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   CollectiveStats stats;
   stats.header_bytes = check_same_call(t, call, opt.timeout_s);
 
+  const ErrorFeedbackBuffers& fb = opt.feedback;
+  if (fb.any()) {
+    CC_CHECK_AS(Unsupported, kind != CollectiveKind::AllGather,
+                "error feedback applies to allreduce and reduce_scatter, not allgather");
+    CC_CHECK_AS(Unsupported, !fb.server || kind == CollectiveKind::AllReduce,
+                "reduce_scatter quantizes once: pass a worker residual only");
+    ctx.worker_feedback = fb.worker != nullptr;
+    ctx.server_feedback = fb.server != nullptr;
+  }
   if (kind == CollectiveKind::AllGather)
     CC_CHECK(!inplace, "allgather cannot write its output over its input");
-  Plan plan = build_plan(kind, opt.algo, ctx, stats.algo);
+  Algo algo = opt.algo;
+  if (kind == CollectiveKind::AllReduce) {
+    algo = opt.algo == Algo::Auto ? choose_algo(n, dtype, ctx.codec, ctx.size) : opt.algo;
+    if (fb.any() && opt.algo == Algo::Auto && algo != Algo::OneShot)
+      algo = Algo::TwoShot;  // the schedules error feedback is defined for
+    CC_CHECK_AS(Unsupported,
+                !fb.any() || ctx.size == 1 || algo == Algo::TwoShot || algo == Algo::OneShot,
+                "error feedback is defined for two_shot (worker and server residuals) and "
+                "one_shot (worker residual); "
+                    << algo_name(algo)
+                    << " re-quantizes partial sums at every hop, which no per-rank residual "
+                       "corrects: use algo='two_shot' or 'auto'");
+  }
+  Plan plan = build_plan(kind, algo, ctx, stats.algo);
   stats.quantizations = plan.quantizations;
   ExecBuffers bufs{in, out, dtype, call_number};
-  SentBytes sent;
+  ExecResult done;
   if (OrderedTransport* ordered = t.ordered()) {
     // Every rank's plan: a message's group follows from its sender's dependencies.
     std::vector<Plan> plans(ctx.size);
@@ -96,14 +118,17 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
       PlanContext peer = ctx;
       peer.rank = p;
       Algo ran;
-      plans[p] = p == ctx.rank ? plan : build_plan(kind, opt.algo, peer, ran);
+      plans[p] = p == ctx.rank ? plan : build_plan(kind, algo, peer, ran);
     }
-    sent = execute_ordered(plans, ctx, bufs, *ordered, k, opt);
+    done = execute_ordered(plans, ctx, bufs, *ordered, k, opt);
   } else {
-    sent = execute(plan, ctx.codec, bufs, t, k, opt);
+    done = execute(plan, ctx.codec, bufs, t, k, opt);
   }
-  stats.payload_bytes = sent.payload;
-  stats.header_bytes += sent.headers;
+  stats.payload_bytes = done.payload;
+  stats.header_bytes += done.headers;
+  stats.nonfinite_in = done.nonfinite_in;
+  stats.nonfinite_out = done.nonfinite_out;
+  stats.feedback_nonfinite = done.feedback_nonfinite;
   return stats;
 }
 

@@ -20,7 +20,7 @@ class Runner {
          KernelBackend& k, const CollectiveOptions& opt)
       : plan_(plan), t_(t), steps_(plan, codec, bufs, k, opt, t.rank()) {}
 
-  SentBytes run(double timeout_s) {
+  ExecResult run(double timeout_s) {
     try {
       return run_all(timeout_s);
     } catch (...) {
@@ -30,7 +30,7 @@ class Runner {
   }
 
  private:
-  SentBytes run_all(double timeout_s) {
+  ExecResult run_all(double timeout_s) {
     const size_t n_ops = plan_.ops.size();
     pending_.assign(n_ops, 0);
     dependents_.assign(n_ops, {});
@@ -50,6 +50,7 @@ class Runner {
         int32_t id = ready_.top();
         ready_.pop();
         steps_.compute(plan_.ops[id]);
+        steps_.count_nonfinite(plan_.ops[id]);
         ++done;
         finish(id);
         continue;
@@ -58,7 +59,7 @@ class Runner {
       done += complete(t_.wait_some(inflight_, timeout_s));
     }
     steps_.finish();
-    return sent_;
+    return steps_.result();
   }
 
   void make_ready(int32_t id) {
@@ -71,8 +72,8 @@ class Runner {
     Request req;
     if (op.kind == OpKind::Send) {
       req = t_.isend(op.peer, steps_.send_message(op), bytes, op.tag);
-      sent_.payload += bytes - kMessageHeaderBytes;
-      sent_.headers += kMessageHeaderBytes;
+      steps_.result().payload += bytes - kMessageHeaderBytes;
+      steps_.result().headers += kMessageHeaderBytes;
     } else {
       req = t_.irecv(op.peer, steps_.recv_message(op), bytes, op.tag);
     }
@@ -107,13 +108,12 @@ class Runner {
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> ready_;
   std::vector<Request> inflight_;
   std::vector<int32_t> inflight_ops_;
-  SentBytes sent_;
 };
 
 }  // namespace
 
-SentBytes execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
-                KernelBackend& k, const CollectiveOptions& opt) {
+ExecResult execute(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, Transport& t,
+                   KernelBackend& k, const CollectiveOptions& opt) {
   Runner runner(plan, codec, bufs, t, k, opt);
   return runner.run(opt.timeout_s);
 }

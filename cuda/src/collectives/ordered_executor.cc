@@ -104,7 +104,7 @@ class OrderedRunner {
         steps_(plan_, ctx.codec, bufs, k, opt, ctx.rank),
         keys_(transfer_group_keys(plans, ctx)) {}
 
-  SentBytes run(double timeout_s) {
+  ExecResult run(double timeout_s) {
     const size_t n = plan_.ops.size();
     issued_.assign(n, false);
     group_of_.assign(n, -1);
@@ -120,7 +120,7 @@ class OrderedRunner {
     for (size_t i = 0; i < n; ++i) issue(int32_t(i));
     t_.drain(timeout_s);
     steps_.finish();
-    return sent_;
+    return steps_.result();
   }
 
  private:
@@ -140,6 +140,7 @@ class OrderedRunner {
       }
     }
     steps_.compute(op);
+    steps_.count_nonfinite(op);
     issued_[id] = true;
   }
 
@@ -153,8 +154,8 @@ class OrderedRunner {
       const int64_t bytes = steps_.message_bytes(op);
       if (op.kind == OpKind::Send) {
         group.push_back({true, op.peer, const_cast<void*>(steps_.send_message(op)), bytes, op.tag});
-        sent_.payload += bytes - kMessageHeaderBytes;
-        sent_.headers += kMessageHeaderBytes;
+        steps_.result().payload += bytes - kMessageHeaderBytes;
+        steps_.result().headers += kMessageHeaderBytes;
       } else {
         group.push_back({false, op.peer, steps_.recv_message(op), bytes, op.tag});
       }
@@ -173,7 +174,6 @@ class OrderedRunner {
   std::vector<std::pair<int, int64_t>> keys_;
   std::vector<bool> issued_;
   std::vector<int> group_of_;
-  SentBytes sent_;
 };
 
 }  // namespace
@@ -192,7 +192,7 @@ std::vector<std::pair<int, int64_t>> transfer_group_keys(const std::vector<Plan>
   return keys;
 }
 
-SentBytes execute_ordered(const std::vector<Plan>& plans, const PlanContext& ctx,
+ExecResult execute_ordered(const std::vector<Plan>& plans, const PlanContext& ctx,
                           const ExecBuffers& bufs, OrderedTransport& t, KernelBackend& k,
                           const CollectiveOptions& opt) {
   OrderedRunner runner(plans, ctx, bufs, t, k, opt);

@@ -30,7 +30,7 @@ std::vector<std::pair<int, int64_t>> transfer_group_keys(const std::vector<Plan>
 /// Runs plans[ctx.rank] over @p t: compute steps on the backend in dependency order, each
 /// transfer group posted once its sends' data is issued, then waits for the transfers
 /// (OrderedTransport::drain) and checks the received message headers.
-SentBytes execute_ordered(const std::vector<Plan>& plans, const PlanContext& ctx,
+ExecResult execute_ordered(const std::vector<Plan>& plans, const PlanContext& ctx,
                           const ExecBuffers& bufs, OrderedTransport& t, KernelBackend& k,
                           const CollectiveOptions& opt);
 

@@ -86,6 +86,13 @@ int PlanBuilder::add(Op op) {
   return id;
 }
 
+void PlanBuilder::with_feedback(Op& op, Feedback which, int64_t residual_off) {
+  CC_CHECK(op.n <= ctx_.slice_elems, "feedback encode of " << op.n << " elements exceeds a slice");
+  if (plan_.feedback_scratch < 0) plan_.feedback_scratch = alloc_acc(2 * ctx_.slice_elems);
+  op.feedback = which;
+  op.residual_off = residual_off;
+}
+
 void PlanBuilder::note_input_read(int id, int64_t off, int64_t elems) {
   if (!ctx_.inplace) return;
   input_read_ranges_.emplace_back(off, off + elems);
@@ -118,6 +125,7 @@ int PlanBuilder::encode_input(int64_t in_off, int64_t elems, int64_t wire_off, f
                               std::vector<int32_t> deps) {
   Op op{OpKind::Encode, elems, {BufKind::Input, in_off}, {BufKind::Wire, wire_off}, {}, -1, 0,
         in_off, false, divisor, std::move(deps)};
+  if (ctx_.worker_feedback) with_feedback(op, Feedback::Worker, in_off);
   int id = add(std::move(op));
   note_input_read(id, in_off, elems);
   return id;
@@ -127,6 +135,9 @@ int PlanBuilder::encode_acc(int64_t acc_off, int64_t elems, int64_t elem_index,
                             int64_t wire_off, float divisor, std::vector<int32_t> deps) {
   Op op{OpKind::Encode, elems, {BufKind::Acc, acc_off}, {BufKind::Wire, wire_off}, {}, -1, 0,
         elem_index, false, divisor, std::move(deps)};
+  if (ctx_.server_feedback)
+    with_feedback(op, Feedback::Server,
+                  elem_index - chunk_range(ctx_.n, ctx_.size, ctx_.rank).first);
   return add(std::move(op));
 }
 

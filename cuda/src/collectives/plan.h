@@ -34,6 +34,9 @@ enum class OpKind : uint8_t {
   DecodeOut,           ///< dst(Output) <- cast(decode(src(Wire)))
 };
 
+/// Which error-feedback residual an Encode folds in and updates.
+enum class Feedback : uint8_t { None, Worker, Server };
+
 struct Op {
   OpKind kind = OpKind::Send;
   int64_t n = 0;  ///< elements
@@ -44,6 +47,8 @@ struct Op {
   bool assign = false;
   float divisor = 1.f;
   std::vector<int32_t> deps;  ///< ops that must complete first (always earlier indices)
+  Feedback feedback = Feedback::None;  ///< Encode: v = src/divisor + residual is encoded
+  int64_t residual_off = 0;            ///< element offset into that residual
 };
 
 struct Plan {
@@ -51,6 +56,9 @@ struct Plan {
   int64_t acc_elems = 0;
   int64_t wire_bytes = 0;
   int quantizations = 0;
+  /// Acc offset of 2 * slice_elems floats of error-feedback scratch (-1: none). Compute
+  /// ops run one at a time, so every feedback Encode shares it.
+  int64_t feedback_scratch = -1;
 };
 
 /// What a schedule needs to know about the call.
@@ -63,6 +71,8 @@ struct PlanContext {
   int64_t slice_elems = kDefaultSliceElems;  ///< multiple of codec.align()
   ReduceOp op = ReduceOp::Sum;
   bool inplace = false;  ///< input and output are the same buffer
+  bool worker_feedback = false;  ///< every encode of Input folds in the worker residual
+  bool server_feedback = false;  ///< every encode of Acc folds in the server residual
 };
 
 /// Appends operations to a Plan, allocating scratch and keeping in-place calls safe: when
@@ -114,6 +124,7 @@ class PlanBuilder {
 
  private:
   int add(Op op);
+  void with_feedback(Op& op, Feedback which, int64_t residual_off);
   void note_input_read(int id, int64_t off, int64_t elems);
   void order_after_input_reads(Op& op, int64_t off, int64_t elems);
 

@@ -8,7 +8,7 @@ namespace ccompress {
 
 StepRunner::StepRunner(const Plan& plan, const Codec& codec, const ExecBuffers& bufs,
                        KernelBackend& k, const CollectiveOptions& opt, int rank)
-    : codec_(codec), bufs_(bufs), k_(k), opt_(opt), rank_(rank) {
+    : plan_(plan), codec_(codec), bufs_(bufs), k_(k), opt_(opt), rank_(rank) {
   // Accumulators, then wire buffers, in one block.
   const int64_t acc_bytes = align_up(std::max<int64_t>(plan.acc_elems, 1) * 4, 256);
   const int64_t total = acc_bytes + align_up(plan.wire_bytes + 8, 256);
@@ -79,6 +79,10 @@ void StepRunner::compute(const Op& op) {
   switch (op.kind) {
     case OpKind::Encode: {
       bool from_acc = op.src.kind == BufKind::Acc;
+      if (op.feedback != Feedback::None) {
+        encode_with_feedback(op, from_acc);
+        break;
+      }
       k_.encode(ptr(op.src), from_acc ? DType::Float32 : bufs_.dtype, op.n, codec_, op.divisor,
                 ctx, ptr(op.dst));
       break;
@@ -104,6 +108,34 @@ void StepRunner::compute(const Op& op) {
     case OpKind::Recv:
       break;
   }
+}
+
+void StepRunner::count_nonfinite(const Op& op) {
+  const BufRef* in = op.src.kind == BufKind::Input ? &op.src
+                     : op.x.kind == BufKind::Input ? &op.x : nullptr;
+  if (in) add_count(result_.nonfinite_in, k_.count_nonfinite(ptr(*in), bufs_.dtype, op.n));
+  if (op.dst.kind == BufKind::Output)
+    add_count(result_.nonfinite_out, k_.count_nonfinite(ptr(op.dst), bufs_.dtype, op.n));
+}
+
+// v = src / divisor + e is encoded; then e <- v - decode(those bytes), the value every
+// receiver adds, with NaN/Inf kept out of e (counted in result_.feedback_nonfinite).
+void StepRunner::encode_with_feedback(const Op& op, bool from_acc) {
+  const ErrorFeedbackBuffers& fb = opt_.feedback;
+  const EncodeContext ctx{opt_.seed, opt_.step, rank_, op.index};
+  float* e = (op.feedback == Feedback::Worker ? fb.worker : fb.server) + op.residual_off;
+  float* v = acc_ + plan_.feedback_scratch;
+  float* decoded = v + op.n;
+  if (from_acc) {
+    k_.finalize(static_cast<const float*>(ptr(op.src)), op.n, op.divisor, v, DType::Float32);
+  } else {
+    k_.load_accumulate(ptr(op.src), bufs_.dtype, op.n, v, true);
+    if (op.divisor != 1.f) k_.finalize(v, op.n, op.divisor, v, DType::Float32);
+  }
+  k_.load_accumulate(e, DType::Float32, op.n, v, false);
+  k_.encode(v, DType::Float32, op.n, codec_, 1.f, ctx, ptr(op.dst));
+  k_.decode_accumulate(ptr(op.dst), op.n, codec_, decoded, true);
+  result_.feedback_nonfinite += k_.feedback_residual(v, decoded, op.n, e);
 }
 
 }  // namespace ccompress

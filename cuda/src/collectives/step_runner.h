@@ -23,8 +23,13 @@ class StepRunner {
   StepRunner(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, KernelBackend& k,
              const CollectiveOptions& opt, int rank);
 
-  /// Runs a compute operation on the backend.
+  /// Runs a compute operation on the backend (error feedback included).
   void compute(const Op& op);
+  /// Adds the op's input elements (each is read by exactly one op) or output elements (each
+  /// written by exactly one) to the NaN/Inf counts; -1 sticks once the backend declines.
+  void count_nonfinite(const Op& op);
+  /// Bytes sent (added by the executor) and the counts.
+  ExecResult& result() { return result_; }
   /// Header plus payload bytes of a transfer operation.
   int64_t message_bytes(const Op& op) const;
   /// The message of a send, its header written (once per wire buffer and call: a buffer sent
@@ -41,7 +46,10 @@ class StepRunner {
  private:
   void* ptr(const BufRef& b) const;
   MessageHeader expected(const Op& op) const;
+  void encode_with_feedback(const Op& op, bool from_acc);
+  static void add_count(int64_t& total, int64_t c) { total = (total < 0 || c < 0) ? -1 : total + c; }
 
+  const Plan& plan_;
   const Codec& codec_;
   const ExecBuffers& bufs_;
   KernelBackend& k_;
@@ -52,6 +60,7 @@ class StepRunner {
   uint8_t* wire_ = nullptr;
   std::unordered_set<int64_t> headed_;  // wire offsets whose header is in place
   std::vector<std::pair<const void*, const Op*>> deferred_;
+  ExecResult result_;
 };
 
 }  // namespace ccompress

@@ -11,6 +11,7 @@
 #include "codecs/group_codec.h"
 #include "codecs/registry.h"
 #include "codecs/stochastic.h"
+#include "cpu/nonfinite.h"
 
 namespace ccompress {
 namespace {
@@ -335,6 +336,24 @@ void CpuBackend::finalize(const float* acc, int64_t n, float divisor, void* out,
     load_block(acc, DType::Float32, off, len, divisor, buf);
     store_block(buf, len, out, out_dtype, off);
   });
+}
+
+int64_t CpuBackend::count_nonfinite(const void* src, DType t, int64_t n) {
+  return ccompress::count_nonfinite(src, t, n).count;
+}
+
+int64_t CpuBackend::feedback_residual(const float* v, const float* decoded, int64_t n,
+                                      float* residual) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float d = codecs::add_rn(v[i], -decoded[i]);
+    bool finite = codecs::f32_is_finite(v[i]) && codecs::f32_is_finite(decoded[i]) &&
+                  codecs::f32_is_finite(d);
+    residual[i] = finite ? d : 0.f;
+    dropped += finite ? 0 : 1;
+  }
+  return dropped;
 }
 
 CpuBackend& cpu_backend() {

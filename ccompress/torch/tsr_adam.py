@@ -1,0 +1,61 @@
+"""TSR-Adam for PyTorch: :class:`torch.optim.Optimizer` over the NumPy TSR-Adam
+(``ccompress/tsr_adam.py``), so the core-space math is written once.
+
+    from ccompress.torch.tsr_adam import TSRAdam
+    opt = TSRAdam(model.named_parameters(), comm, cc.tsr.TSR(rank=32), lr=1e-3)
+    loss.backward(); opt.step()          # communicates the r x r cores, updates in place
+
+Parameters must be float32 CPU tensors (their NumPy views are updated in place); every rank
+of ``comm`` steps alike. The learning rate of param_groups[0] is used (schedulers work).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Tuple
+
+import numpy as np
+import torch
+
+from .._errors import InvalidArgument, Unsupported
+from ..tsr import TSR
+from ..tsr_adam import TSRAdam as NumpyTSRAdam
+
+
+class TSRAdam(torch.optim.Optimizer):
+    """AdamW with TSR-compressed gradients and core-space moments (see the NumPy class)."""
+
+    def __init__(self, named_params: Iterable[Tuple[str, torch.nn.Parameter]], comm,
+                 tsr: TSR = None, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, scale: float = 1.0, on_refresh: str = "rotate"):
+        named = [(n, p) for n, p in named_params if p.requires_grad]
+        for n, p in named:
+            if p.device.type != "cpu" or p.dtype != torch.float32 or not p.is_contiguous():
+                raise Unsupported(f"parameter {n}: TSRAdam updates contiguous float32 CPU "
+                                  f"tensors, got {p.dtype} on {p.device}")
+        if not named:
+            raise InvalidArgument("TSRAdam got no parameters that require grad")
+        super().__init__([p for _, p in named], {"lr": lr})
+        self._named = named
+        self.comm = comm
+        self.impl = NumpyTSRAdam({n: p.detach().numpy() for n, p in named}, tsr or TSR(),
+                                 lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                 scale=scale, on_refresh=on_refresh)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grads: Dict[str, Any] = {}
+        for n, p in self._named:
+            grads[n] = (p.grad.detach().numpy() if p.grad is not None
+                        else np.zeros(tuple(p.shape), np.float32))
+        self.impl.step(self.comm, grads, lr=self.param_groups[0]["lr"])
+        return loss
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"tsr_adam": self.impl.state_dict(), "lr": self.param_groups[0]["lr"]}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.impl.load_state_dict(state["tsr_adam"])
+        self.param_groups[0]["lr"] = state["lr"]
