@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "bindings.h"
+#include "collective_args.h"
 #include "ccompress/collectives.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/nonfinite.h"
@@ -18,31 +19,6 @@ namespace ccompress::py_bindings {
 namespace {
 
 const void* as_ptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
-
-py::dict stats_dict(const CollectiveStats& s) {
-  py::dict d;
-  d["algo"] = algo_name(s.algo);
-  d["payload_bytes"] = s.payload_bytes;
-  d["header_bytes"] = s.header_bytes;
-  d["quantizations"] = s.quantizations;
-  d["nonfinite_in"] = s.nonfinite_in >= 0 ? py::object(py::int_(s.nonfinite_in)) : py::none();
-  d["nonfinite_out"] = s.nonfinite_out >= 0 ? py::object(py::int_(s.nonfinite_out)) : py::none();
-  d["feedback_nonfinite"] = s.feedback_nonfinite;
-  return d;
-}
-
-CollectiveOptions make_options(const std::string& algo, const std::string& op,
-                               int64_t slice_elems, double timeout_s, uint64_t seed,
-                               uint64_t step) {
-  CollectiveOptions o;
-  o.seed = seed;
-  o.step = step;
-  o.algo = parse_algo(algo);
-  o.op = parse_reduce_op(op);
-  o.slice_elems = slice_elems;
-  o.timeout_s = timeout_s;
-  return o;
-}
 
 using CollectiveFn = CollectiveStats (*)(Transport&, KernelBackend&, const void*, void*, int64_t,
                                          DType, const Codec&, const CollectiveOptions&);
@@ -90,9 +66,17 @@ void bind_collectives(py::module_& m) {
       m, "InprocGroup", "N ranks as threads of this process; transport(r) is rank r's end.")
       .def(py::init<int>(), py::arg("size"))
       .def_property_readonly("size", &InprocGroup::size)
-      .def("transport", [](std::shared_ptr<InprocGroup> g, int rank) -> std::shared_ptr<Transport> {
-        return std::make_shared<InprocTransport>(g, rank);
-      });
+      .def(
+          "transport",
+          [](std::shared_ptr<InprocGroup> g, int rank, bool ordered) -> std::shared_ptr<Transport> {
+            if (!ordered) return std::make_shared<InprocTransport>(g, rank);
+            auto t = std::make_shared<InprocOrderedTransport>(g, rank);
+            t->barrier_timeout_s = 60.0;  // a wrong group order deadlocks: fail the test fast
+            return t;
+          },
+          py::arg("rank"), py::arg("ordered") = false,
+          "Rank `rank`'s end; ordered=True runs the ordered (NCCL-style) executor on the CPU, "
+          "for tests.");
 
   m.def("chunk_range", &chunk_range, py::arg("n"), py::arg("parts"), py::arg("index"),
         "Element range [begin, end) of chunk `index` when n elements are cut into `parts`.");

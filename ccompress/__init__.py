@@ -15,7 +15,8 @@ from . import _core
 from . import simulate
 from .codec import Codec
 from .error_feedback import ErrorFeedback
-from .communicator import ALGOS, OPS, Communicator, Work, run_inproc
+from .communicator import (ALGOS, OPS, Communicator, Work, nccl_unique_id, run_cuda_loopback,
+                           run_inproc)
 from .info import build_info
 
 __version__ = _core.__version__
@@ -23,6 +24,7 @@ chunk_range = _core.chunk_range
 
 __all__ = [
     "ALGOS", "OPS", "CCompressError", "Codec", "CollectiveTimeout", "Communicator", "CudaError",
-    "ErrorFeedback", "InvalidArgument", "MessageError", "MismatchError", "MpiError", "NcclError", "NonFiniteError", "Unsupported", "Work",
-    "build_info", "chunk_range", "run_inproc", "simulate",
+    "ErrorFeedback", "InvalidArgument", "MessageError", "MismatchError", "MpiError", "NcclError",
+    "NonFiniteError", "Unsupported", "Work", "build_info", "chunk_range", "nccl_unique_id",
+    "run_cuda_loopback", "run_inproc", "simulate",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -45,7 +45,8 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 @dataclass
 class ArrayView:
-    """A contiguous host buffer of a supported dtype, kept alive by ``owner``."""
+    """A contiguous buffer of a supported dtype, kept alive by ``owner``: host memory, or
+    the memory of CUDA device ``device``."""
 
     ptr: int
     n: int
@@ -53,6 +54,7 @@ class ArrayView:
     shape: Tuple[int, ...]
     readonly: bool
     owner: Any
+    device: Optional[int] = None
 
 
 def dtype_name(dt: Any) -> str:
@@ -100,14 +102,27 @@ def _view_numpy(x: np.ndarray, what: str) -> ArrayView:
                      not x.flags.writeable, x)
 
 
-def _view_dlpack(x: Any, what: str) -> ArrayView:
+def _export(x: Any, what: str, on_device: bool) -> Any:
     try:
-        capsule = x.__dlpack__()
-    except (RuntimeError, BufferError, TypeError) as e:
+        if on_device:
+            # stream=-1: no synchronisation by the producer; the communicator orders its work
+            # with the caller's stream itself. Producers that refuse -1 get the plain call.
+            try:
+                return x.__dlpack__(stream=-1)
+            except (TypeError, ValueError, BufferError):
+                pass
+        return x.__dlpack__()
+    except (RuntimeError, BufferError, TypeError, ValueError) as e:
         raise InvalidArgument(f"{what} cannot be exported through DLPack: {e}") from e
+
+
+def _view_dlpack(x: Any, what: str, on_device: bool = False) -> ArrayView:
+    capsule = _export(x, what, on_device)
     t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
-    if t.device.device_type not in (_KDL_CPU, _KDL_CUDA_HOST):
-        raise InvalidArgument(f"{what} is not in host memory (DLPack device type "
+    allowed = (_KDL_CUDA,) if on_device else (_KDL_CPU, _KDL_CUDA_HOST)
+    if t.device.device_type not in allowed:
+        where = "CUDA device" if on_device else "host"
+        raise InvalidArgument(f"{what} is not in {where} memory (DLPack device type "
                               f"{t.device.device_type})")
     code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
     if lanes == 1 and code == _KDL_FLOAT and bits in (32, 16):
@@ -129,7 +144,30 @@ def _view_dlpack(x: Any, what: str) -> ArrayView:
     n = int(np.prod(shape, dtype=np.int64)) if shape else 1
     ptr = (t.data or 0) + t.byte_offset
     # The capsule's own destructor releases the producer's tensor once we drop it.
-    return ArrayView(int(ptr), n, name, shape, False, (x, capsule))
+    device = int(t.device.device_id) if on_device else None
+    return ArrayView(int(ptr), n, name, shape, False, (x, capsule), device)
+
+
+def cuda_device_of(x: Any) -> Optional[int]:
+    """The CUDA device index of a DLPack array in device memory, else None (host arrays,
+    and arrays of other devices, which :func:`view` rejects with a clear message)."""
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is None or isinstance(x, np.ndarray):
+        return None
+    kind, index = dev()
+    return int(index) if int(kind) == _KDL_CUDA else None
+
+
+def device_view(x: Any, what: str = "x", writable: bool = False) -> ArrayView:
+    """Validates ``x`` as a contiguous CUDA array of a supported dtype (CuPy, PyTorch, JAX,
+    ... through DLPack); ``view`` is its host counterpart."""
+    if cuda_device_of(x) is None:
+        raise InvalidArgument(f"{what} is not a CUDA array; pass a CuPy array or a CUDA "
+                              "tensor, or use a host communicator for host arrays")
+    v = _view_dlpack(x, what, on_device=True)
+    if writable and v.readonly:
+        raise InvalidArgument(f"{what} is read-only; pass a writable array")
+    return v
 
 
 def view(x: Any, what: str = "x", writable: bool = False) -> ArrayView:
@@ -172,8 +210,17 @@ def empty_like(x: Any, shape: Tuple[int, ...], dtype: str) -> Any:
     that library cannot hand out writable host memory)."""
     if isinstance(x, np.ndarray):
         return np.empty(shape, dtype=x.dtype)
-    if hasattr(x, "new_empty"):  # PyTorch
+    if hasattr(x, "new_empty"):  # PyTorch, host or device
         return x.new_empty(shape)
+    device = cuda_device_of(x)
+    if device is not None and type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(device):
+            return cupy.empty(shape, dtype=x.dtype)
+    if device is not None:
+        raise InvalidArgument(f"cannot allocate a result like a {type(x).__name__} on the "
+                              "device; pass out= (an array of the result's size and dtype)")
     return np.empty(shape, dtype=numpy_dtype(dtype))
 
 

@@ -41,8 +41,9 @@ class Work:
 class Communicator:
     """A group of ranks that run compressed collectives together.
 
-    Build one with :meth:`from_mpi` (one process per rank) or :meth:`inproc` (ranks as
-    threads of this process). Every rank must make the same calls in the same order; a
+    Build one with :meth:`from_mpi` (one process per rank), :meth:`inproc` (ranks as
+    threads of this process) or :meth:`cuda_loopback` (virtual ranks on one GPU, for device
+    arrays). Every rank must make the same calls in the same order; a
     rank that passes a different count, dtype, codec, algo or op makes every rank raise
     :class:`MismatchError` instead of hanging.
 
@@ -75,6 +76,8 @@ class Communicator:
             raise InvalidArgument(f"slice_elems {slice_elems} must be positive")
         self._nonfinite = self._check_nonfinite(nonfinite)
         self._t = transport
+        # A device rank (ccompress._cuda.DeviceRank) reduces CUDA arrays; the others host arrays.
+        self._device: Optional[int] = getattr(transport, "device", None)
         self._timeout = float(timeout)
         self._slice = int(slice_elems or 0)
         self._seed = int(seed)
@@ -88,6 +91,10 @@ class Communicator:
         self._last: Optional[cf.Future] = None
         self.last_stats: Optional[dict] = None
         self._broken: Optional[str] = None
+        # from_mpi: the NCCL communicator that CUDA arrays go to, made at their first call.
+        self._mpi_comm: Any = None
+        self._nccl: Optional["Communicator"] = None
+        self._options = dict(timeout=timeout, slice_elems=slice_elems, seed=seed)
 
     # ---- construction ----
     @classmethod
@@ -107,7 +114,56 @@ class Communicator:
         handle = MPI._handleof(comm)
         if handle >= 1 << 63:  # mpi4py gives a sign-extended MPICH handle (Dup'd comms) unsigned
             handle -= 1 << 64
-        return cls(_mpi.MpiTransport(handle), _keepalive=comm, **kwargs)
+        self = cls(_mpi.MpiTransport(handle), _keepalive=comm, **kwargs)
+        self._mpi_comm = comm
+        return self
+
+    @classmethod
+    def from_nccl(cls, comm: Any = None, *, unique_id: Optional[bytes] = None,
+                  rank: Optional[int] = None, size: Optional[int] = None,
+                  device: Optional[int] = None, **kwargs: Any) -> "Communicator":
+        """A device communicator over NCCL (grouped ncclSend/ncclRecv on a comm stream, codec
+        kernels on a codec stream). Collective: every rank calls it.
+
+        Either pass an mpi4py communicator ``comm`` (rank 0 makes the NCCL unique id and
+        broadcasts it over MPI; rank and size are the MPI ones), or ``unique_id`` (from
+        :func:`nccl_unique_id` on one rank, shared by your own means) with ``rank`` and
+        ``size``. ``device`` defaults to rank modulo the visible device count. libnccl is
+        found at run time (``NCCL_ROOT``, the nvidia-nccl wheel, the system); without it,
+        or without a GPU, this raises :class:`Unsupported` saying which is missing.
+        """
+        cuda = _cuda_module()
+        path = _nccl_path()
+        if unique_id is None:
+            if comm is None:
+                try:
+                    from mpi4py import MPI
+                except ImportError as e:
+                    raise Unsupported("from_nccl needs unique_id, rank and size, or mpi4py "
+                                      "to share the id") from e
+                comm = MPI.COMM_WORLD
+            rank, size = comm.Get_rank(), comm.Get_size()
+            unique_id = comm.bcast(cuda.nccl_unique_id(path) if rank == 0 else None, root=0)
+        elif rank is None or size is None:
+            raise InvalidArgument("from_nccl with a unique_id needs rank= and size=")
+        if int(cuda.device_count()) == 0:
+            raise Unsupported("from_nccl needs a CUDA device; none is visible")
+        if device is None:
+            device = int(rank) % int(cuda.device_count())
+        t = cuda.nccl_rank(bytes(unique_id), int(size), int(rank), int(device), path)
+        return cls(t, _keepalive=comm, **kwargs)
+
+    @classmethod
+    def cuda_loopback(cls, size: int, device: int = 0, **kwargs: Any) -> List["Communicator"]:
+        """``size`` communicators of virtual ranks on CUDA device ``device``, one per rank
+        (give each to its own thread, see :func:`run_cuda_loopback`). They reduce CUDA
+        arrays (CuPy, PyTorch, any DLPack producer) with the whole CUDA pipeline: codec
+        kernels on each rank's codec stream, device-to-device copies on its comm stream."""
+        if not isinstance(size, int) or size < 1:
+            raise InvalidArgument(f"a loopback group needs size >= 1, got {size!r}")
+        cuda = _cuda_module()
+        ranks = cuda.loopback_group(size, int(device))
+        return [cls(r, **kwargs) for r in ranks]
 
     @classmethod
     def inproc(cls, size: int, **kwargs: Any) -> List["Communicator"]:
@@ -132,6 +188,11 @@ class Communicator:
         return self._t.name
 
     @property
+    def device(self) -> Optional[int]:
+        """The CUDA device of a device communicator; None for host communicators."""
+        return self._device
+
+    @property
     def bytes_sent(self) -> int:
         """Bytes this rank has put on the wire through this communicator (headers included)."""
         return self._t.bytes_sent
@@ -144,6 +205,15 @@ class Communicator:
 
     def barrier(self) -> None:
         self._t.barrier()
+
+    def _nccl_for(self, x: Any) -> Optional["Communicator"]:
+        """For a communicator from from_mpi, the NCCL communicator that CUDA arrays go to
+        (made collectively at the first CUDA call, which every rank makes alike)."""
+        if self._mpi_comm is None or _arrays.cuda_device_of(x) is None:
+            return None
+        if self._nccl is None:
+            self._nccl = Communicator.from_nccl(self._mpi_comm, **self._options)
+        return self._nccl
 
     # ---- collectives ----
     def allreduce(self, x: Any, codec: Any = "none", algo: str = "auto", op: str = "sum",
@@ -160,11 +230,24 @@ class Communicator:
         ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
         ``error_feedback`` is this tensor's :class:`~ccompress.ErrorFeedback` (two_shot,
         one_shot or auto): what the codec drops is carried into the next call.
+
+        CUDA arrays (device communicators, or from_mpi's NCCL side) run on the device,
+        ordered with ``stream`` (default: the current stream of the array's library): the
+        collective starts after the work issued there before the call, and that stream
+        waits for the result.
         """
+        nccl = self._nccl_for(x)
+        if nccl is not None:
+            return nccl.allreduce(x, codec, algo, op, out, async_op, stream, step, nonfinite,
+                                  error_feedback)
         auto = codec if autocodec.is_auto(codec) else None
+        if auto and self._device is not None:
+            raise Unsupported(f"codec {auto!r} chooses on host data; on a device communicator "
+                              "pass a codec spec (see ccompress-fidelity for the choice)")
         codec, algo, op = self._check_args("none" if auto else codec, algo, op, stream)
-        xv = _arrays.view(x, "x")
+        xv = self._view(x, "x")
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
+        s = self._stream(stream, x)
         fb = self._feedback(error_feedback, auto, xv.n)
         step = self._next_step(step)
         if algo == "auto" and self._model is not None and not auto and not fb:
@@ -174,7 +257,7 @@ class Communicator:
             body = lambda: self._auto_allreduce(auto, xv, ov, algo, op, step)  # noqa: E731
         else:
             body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op,  # noqa: E731
-                                            step, fb)
+                                            step, fb, s)
         return self._launch(self._counted(body, "allreduce", xv, ov, nonfinite), x, out,
                             async_op)
 
@@ -185,16 +268,21 @@ class Communicator:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
         ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks.
         ``error_feedback`` keeps its worker residual (one quantization; no server one)."""
+        nccl = self._nccl_for(x)
+        if nccl is not None:
+            return nccl.reduce_scatter(x, codec, op, out, async_op, stream, step, nonfinite,
+                                       error_feedback)
         codec, _, op = self._check_args(codec, "two_shot", op, stream)
-        xv = _arrays.view(x, "x")
+        xv = self._view(x, "x")
         lo, hi = _core.chunk_range(xv.n, self.size, self.rank)
         out, ov = self._output(x, xv, out, (hi - lo,), hi - lo, "reduce_scatter")
         fb = self._feedback(error_feedback, None, xv.n)
         if fb:
             fb = (fb[0], (fb[1][0], 0))
+        s = self._stream(stream, x)
         step = self._next_step(step)
         body = lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op,  # noqa: E731
-                                        step, fb)
+                                        step, fb, s)
         return self._launch(self._counted(body, "reduce_scatter", xv, ov, nonfinite), x, out,
                             async_op)
 
@@ -203,14 +291,19 @@ class Communicator:
                   nonfinite: Optional[str] = None) -> Any:
         """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
         decode(encode(x of that rank)), the caller's own part too."""
+        nccl = self._nccl_for(x)
+        if nccl is not None:
+            return nccl.allgather(x, codec, out, async_op, stream, step, nonfinite)
         codec, _, _ = self._check_args(codec, "one_shot", "sum", stream)
-        xv = _arrays.view(x, "x")
+        xv = self._view(x, "x")
         out, ov = self._output(x, xv, out, (self.size,) + xv.shape, xv.n * self.size,
                                "allgather")
         if xv.n and ov.ptr == xv.ptr:
             raise InvalidArgument("allgather cannot write its output over its input")
+        s = self._stream(stream, x)
         step = self._next_step(step)
-        body = lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step)  # noqa: E731
+        body = lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step,  # noqa: E731
+                                        None, s)
         return self._launch(self._counted(body, "allgather", xv, ov, nonfinite), x, out,
                             async_op)
 
@@ -229,6 +322,9 @@ class Communicator:
         on all ranks, so their counts are too; reduce-scatter chunks differ, so there the
         ranks add their counts with one exact one-element all-reduce first."""
         mode = self._nonfinite if nonfinite is None else self._check_nonfinite(nonfinite)
+        if mode == "raise" and self._device is not None:
+            raise Unsupported("nonfinite='raise' counts the output on the host; on a device "
+                              "communicator check the result yourself (e.g. isfinite().all())")
 
         def run() -> dict:
             stats = body()
@@ -259,19 +355,38 @@ class Communicator:
         return float(total[0])
 
     def _check_args(self, codec: Any, algo: str, op: str, stream: Any):
-        if stream is not None:
-            raise Unsupported("stream= applies to device arrays, which need the CUDA backend")
+        if stream is not None and self._device is None:
+            raise Unsupported("stream= applies to device arrays, which need a device "
+                              "communicator (Communicator.cuda_loopback or from_nccl)")
         if algo not in ALGOS:
             raise InvalidArgument(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
         if op not in OPS:
             raise InvalidArgument(f"unknown op {op!r}; use 'sum' or 'avg'")
         return Codec.parse(codec), algo, op
 
+    def _view(self, x: Any, what: str, writable: bool = False) -> _arrays.ArrayView:
+        """Host arrays on host communicators, CUDA arrays of this device on device ones."""
+        if self._device is None:
+            return _arrays.view(x, what, writable)
+        if _arrays.cuda_device_of(x) is None:
+            raise InvalidArgument(
+                f"{what} is not a CUDA array, but this communicator ({self.transport}) reduces "
+                f"device memory of cuda:{self._device}; pass a CuPy array or a CUDA tensor")
+        v = _arrays.device_view(x, what, writable)
+        if v.device != self._device:
+            raise InvalidArgument(f"{what} is on cuda:{v.device}, but this communicator uses "
+                                  f"cuda:{self._device}; move it there first")
+        return v
+
+    def _stream(self, stream: Any, x: Any) -> int:
+        """The caller's stream as a cudaStream_t handle (0 for host communicators)."""
+        return 0 if self._device is None else cuda_stream_handle(stream, x)
+
     def _output(self, x: Any, xv: _arrays.ArrayView, out: Any, shape, n: int, what: str):
         if out is None:
             out = _arrays.empty_like(x, shape, xv.dtype)
-            return out, _arrays.view(out, "out", writable=True)
-        ov = _arrays.view(out, "out", writable=True)
+            return out, self._view(out, "out", writable=True)
+        ov = self._view(out, "out", writable=True)
         if ov.n != n or ov.dtype != xv.dtype:
             raise InvalidArgument(
                 f"out holds {ov.n} elements of {ov.dtype}, but {what} of this x writes {n} "
@@ -286,6 +401,9 @@ class Communicator:
     def _feedback(self, ef: Any, auto: Optional[str], n: int):
         if ef is None:
             return None
+        if self._device is not None:
+            raise Unsupported("error_feedback keeps host residuals; the CUDA backend does not "
+                              "run it yet: use a host communicator for this tensor")
         if not isinstance(ef, ErrorFeedback):
             raise InvalidArgument(f"error_feedback must be a ccompress.ErrorFeedback, "
                                   f"got {type(ef).__name__}")
@@ -300,17 +418,24 @@ class Communicator:
         return self._step - 1 if step is None else int(step)
 
     def _collective(self, fn: Callable, xv, ov, codec: Codec, algo: str, op: str,
-                    step: int, feedback=None) -> dict:
+                    step: int, feedback=None, stream: int = 0) -> dict:
         """Runs one collective now (the caller keeps the issue order); ``feedback`` is
-        (ErrorFeedback, (worker address, server address))."""
+        (ErrorFeedback, (worker address, server address)). ``fn`` is the _core host
+        collective; a device rank runs its own method of the same name instead, ordered with
+        ``stream``."""
         residuals = feedback[1] if feedback else (0, 0)
         with self._lock:
             if self._broken:
                 raise CCompressError(f"this communicator is unusable: {self._broken}; "
                                      "create a new one (all ranks)")
             try:
-                stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
-                           self._slice, self._timeout, self._seed, step, *residuals)
+                if self._device is not None:
+                    stats = getattr(self._t, fn.__name__)(
+                        xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op, self._slice,
+                        self._timeout, self._seed, step, stream)
+                else:
+                    stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
+                               self._slice, self._timeout, self._seed, step, *residuals)
             except MismatchError:
                 raise  # every rank stopped at the same point: the group is still in step
             except CCompressError as e:
@@ -366,26 +491,99 @@ class Communicator:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._nccl is not None:
+            self._nccl.close()
 
     def __repr__(self) -> str:
         return f"Communicator(transport={self.transport}, rank={self.rank}, size={self.size})"
+
+
+def _cuda_module():
+    try:
+        from . import _cuda
+    except ImportError as e:
+        raise Unsupported(f"this ccompress build has no CUDA module ({e}); reinstall with nvcc "
+                          "on PATH (CCOMPRESS_CUDA=ON)") from e
+    return _cuda
+
+
+def _nccl_path() -> str:
+    from ._nccl import find_nccl
+
+    found = find_nccl()
+    if found["path"] is None:
+        raise Unsupported(found["reason"])
+    return str(found["path"])
+
+
+def nccl_unique_id() -> bytes:
+    """A fresh NCCL unique id for :meth:`Communicator.from_nccl` (make it on one rank and
+    share it with the others)."""
+    return _cuda_module().nccl_unique_id(_nccl_path())
+
+
+def cuda_stream_handle(stream: Any, x: Any = None) -> int:
+    """A cudaStream_t handle from ``stream``: an int, a CuPy stream (``.ptr``), a PyTorch
+    stream (``.cuda_stream``); None means the current stream of ``x``'s library (PyTorch's
+    ``torch.cuda.current_stream()``, CuPy's ``cupy.cuda.get_current_stream()``), else the
+    legacy default stream (0)."""
+    if stream is None:
+        lib = type(x).__module__.split(".")[0] if x is not None else ""
+        if lib == "torch":
+            import torch
+
+            return int(torch.cuda.current_stream(x.device).cuda_stream)
+        if lib == "cupy":
+            import cupy
+
+            return int(cupy.cuda.get_current_stream().ptr)
+        return 0
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    for attr in ("cuda_stream", "ptr"):
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return handle
+    raise InvalidArgument(f"stream of type {type(stream).__name__} is not a CUDA stream; pass "
+                          "an int handle, a CuPy stream or a torch.cuda.Stream")
 
 
 def run_inproc(size: int, fn: Callable[[Communicator], Any], **kwargs: Any) -> List[Any]:
     """Runs ``fn(comm)`` on ``size`` in-process ranks, one thread each, and returns the
     results in rank order. If any rank raises, the first error (lowest rank) is re-raised
     after all ranks have finished."""
-    comms = Communicator.inproc(size, **kwargs)
+    return _run_ranks(Communicator.inproc(size, **kwargs), fn)
+
+
+def run_cuda_loopback(size: int, fn: Callable[[Communicator], Any], device: int = 0,
+                      **kwargs: Any) -> List[Any]:
+    """:func:`run_inproc` for ``size`` virtual ranks on CUDA device ``device``
+    (:meth:`Communicator.cuda_loopback`)."""
+    return _run_ranks(Communicator.cuda_loopback(size, device, **kwargs), fn)
+
+
+def _run_ranks(comms: List[Communicator], fn: Callable[[Communicator], Any]) -> List[Any]:
+    def body(comm: Communicator, r: int) -> Any:
+        try:
+            return fn(comm)
+        finally:
+            comm.close()
+
+    return on_threads(comms, body)
+
+
+def on_threads(ranks: List[Any], fn: Callable[[Any, int], Any]) -> List[Any]:
+    """``fn(ranks[r], r)`` on one thread per rank; the results in rank order. If any rank
+    raises, the first error (lowest rank) is re-raised after all ranks have finished."""
+    size = len(ranks)
     results: List[Any] = [None] * size
     errors: List[Optional[BaseException]] = [None] * size
 
     def body(r: int) -> None:
         try:
-            results[r] = fn(comms[r])
+            results[r] = fn(ranks[r], r)
         except BaseException as e:  # noqa: BLE001 - re-raised below
             errors[r] = e
-        finally:
-            comms[r].close()
 
     threads = [threading.Thread(target=body, args=(r,), name=f"ccompress-inproc-{r}")
                for r in range(size)]
@@ -397,4 +595,3 @@ def run_inproc(size: int, fn: Callable[[Communicator], Any], **kwargs: Any) -> L
         if e is not None:
             raise e
     return results
-

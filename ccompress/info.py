@@ -52,11 +52,24 @@ def _cuda_info() -> Dict[str, Any]:
     return info
 
 
-def _nccl_info() -> Dict[str, Any]:
+def _nccl_info(cuda: Dict[str, Any]) -> Dict[str, Any]:
     from ._nccl import find_nccl
 
-    info: Dict[str, Any] = {"library": find_nccl(), "available": False}
-    info["reason"] = "the NCCL transport is part of the CUDA backend, which is not built yet"
+    lib = find_nccl()
+    info: Dict[str, Any] = {"library": lib, "available": False}
+    if lib["path"] is None:
+        info["reason"] = lib["reason"]
+    elif not cuda["built"]:
+        info["reason"] = "the CUDA module (which holds the NCCL transport) was not built"
+    elif not cuda["available"]:
+        info["reason"] = f"libnccl found, but no CUDA device: {cuda.get('reason', '')}"
+    else:
+        try:
+            from . import _cuda
+            info["loaded_version"] = _cuda.nccl_load(lib["path"])
+            info["available"] = True
+        except Exception as e:  # noqa: BLE001 - reported, not raised
+            info["reason"] = f"libnccl did not load: {e}"
     return info
 
 
@@ -70,10 +83,11 @@ def build_info() -> Dict[str, Any]:
         "transports": {"inproc": True},
         "mpi": _mpi_info(),
         "cuda": _cuda_info(),
-        "nccl": _nccl_info(),
     }
+    info["nccl"] = _nccl_info(info["cuda"])
     info["transports"]["mpi"] = info["mpi"]["available"]
-    info["transports"]["nccl"] = False
+    info["transports"]["nccl"] = info["nccl"]["available"]
+    info["transports"]["cuda_loopback"] = info["cuda"]["available"]
     for mod in ("numpy", "torch", "cupy"):
         m = sys.modules.get(mod)
         if m is None and mod == "numpy":

@@ -38,5 +38,5 @@ T="$ROOT/tests"
 exec "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir="$ROOT" \
   "$T/test_codec_math.py" "$T/test_fp8_conversion.py" "$T/test_taco.py" "$T/test_hint8.py" \
   "$T/test_nvfp4.py" "$T/test_int4.py" "$T/test_stochastic_rounding.py" "$T/test_cast_sr.py" \
-  "$T/test_collectives.py" "$T/test_autocodec.py" "$T/test_errors.py" \
+  "$T/test_collectives.py" "$T/test_ordered_executor.py" "$T/test_autocodec.py" "$T/test_errors.py" \
   "$T/test_message_header.py" "$T/test_fuzz.py" "$T/test_nonfinite.py" "$T/test_error_feedback.py" "$@"

@@ -24,3 +24,11 @@ def same_bits(arrays):
 def rel_l2(y, ref):
     y = np.asarray(y, dtype=np.float64)
     return float(np.linalg.norm(y - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+
+def run_on_threads(ranks, fn):
+    """fn(ranks[r], r) on one thread per rank, results in rank order (first error re-raised)."""
+    from ccompress.communicator import on_threads
+
+    return on_threads(ranks, fn)

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
@@ -55,6 +56,29 @@ class CC_API KernelBackend {
   /// out <- cast(acc / divisor) to @p out_dtype.
   virtual void finalize(const float* acc, int64_t n, float divisor, void* out,
                         DType out_dtype) = 0;
+
+  /// Scratch of at least @p bytes (256-byte aligned) in the memory this backend's kernels
+  /// work on, owned by the backend and reused by its next call; nullptr (the default) lets
+  /// the executor allocate host memory. Device backends return device memory here.
+  virtual void* workspace(int64_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+
+  /// dst (this backend's memory) <- @p bytes host bytes at @p src, ordered before the work
+  /// issued after it; @p src may be reused at once. Message headers go through here.
+  virtual void write_bytes(void* dst, const void* src, int64_t bytes) {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  /// A host copy of @p bytes at @p src (this backend's memory), read after the transfers
+  /// issued so far. Host backends return @p src itself; when reads_deferred(), the copy is
+  /// valid only once finish_reads() has returned, until the backend's next collective.
+  virtual const void* read_bytes(const void* src, int64_t bytes) {
+    (void)bytes;
+    return src;
+  }
+  virtual bool reads_deferred() const { return false; }
+  virtual void finish_reads() {}
 
   /// The number of NaN and +-Inf among @p n elements of @p src (dtype @p t), for the per-call
   /// report of the NaN/Inf policy; the executor calls it on a slice right after reading it

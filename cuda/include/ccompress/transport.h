@@ -16,6 +16,35 @@ namespace ccompress {
 
 using Request = int64_t;
 
+/// One transfer of a group posted to an OrderedTransport: a whole message to or from @p peer.
+/// Messages between one pair of ranks match in posting order (as NCCL's do); @p tag is the
+/// plan's tag, by which the executor orders a group so that both ends agree.
+struct Transfer {
+  bool send = false;
+  int peer = -1;
+  void* buf = nullptr;
+  int64_t bytes = 0;
+  int tag = 0;
+};
+
+/// A transport whose transfers run in the order they are posted, in groups, after the
+/// compute work issued before them (NCCL: grouped ncclSend/ncclRecv on a comm stream, ordered
+/// with the codec stream by events). The host never waits between groups, so the ordered
+/// executor (ordered_executor.cc) posts every rank's groups in one global order in which a
+/// group only needs the groups before it: no rank can wait for a peer that waits for it.
+class CC_API OrderedTransport {
+ public:
+  virtual ~OrderedTransport() = default;
+  /// Posts one group after the compute work issued so far; returns its number in this call.
+  virtual int post_group(const std::vector<Transfer>& group) = 0;
+  /// Compute work issued from now on starts after group @p g has completed.
+  virtual void compute_after(int g) = 0;
+  /// Blocks until every group of this call has completed; raises TimeoutError after
+  /// @p timeout_s seconds without completion (and the transport's own errors). The next
+  /// post_group starts a new call.
+  virtual void drain(double timeout_s) = 0;
+};
+
 class CC_API Transport {
  public:
   virtual ~Transport() = default;
@@ -37,6 +66,11 @@ class CC_API Transport {
   virtual void cancel(const std::vector<Request>& reqs) = 0;
   /// Synchronises all ranks of the group.
   virtual void barrier() = 0;
+  /// This transport's ordered interface for payload transfers, or nullptr when its
+  /// transfers complete under host polling (isend/irecv/wait_some), as MPI and inproc do.
+  /// Ordered transports still serve isend/irecv for the small host messages of the call
+  /// check, all posted before the first wait.
+  virtual OrderedTransport* ordered() { return nullptr; }
 
   /// Bytes this rank has sent through isend since creation (message headers included).
   int64_t bytes_sent() const { return bytes_sent_; }

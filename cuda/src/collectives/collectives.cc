@@ -5,6 +5,7 @@
 #include "ccompress/error.h"
 #include "collectives/executor.h"
 #include "collectives/header_check.h"
+#include "collectives/ordered_executor.h"
 #include "collectives/plan.h"
 
 namespace ccompress {
@@ -45,6 +46,32 @@ PlanContext make_context(Transport& t, int64_t n, DType dtype, const Codec& code
   return ctx;
 }
 
+}  // namespace
+
+Plan build_plan(CollectiveKind kind, Algo algo, const PlanContext& ctx, Algo& ran) {
+  if (kind == CollectiveKind::AllGather) {
+    ran = Algo::OneShot;
+    return build_allgather(ctx);
+  }
+  if (kind == CollectiveKind::ReduceScatter) {
+    ran = Algo::TwoShot;
+    return ctx.size == 1 ? build_single(ctx) : build_two_shot(ctx, true);
+  }
+  ran = algo == Algo::Auto ? choose_algo(ctx.n, ctx.dtype, ctx.codec, ctx.size) : algo;
+  if (ctx.size == 1) return build_single(ctx);
+  switch (ran) {
+    case Algo::Ring: return build_ring(ctx);
+    case Algo::TwoShot: return build_two_shot(ctx, false);
+    case Algo::Tree: return build_tree(ctx);
+    case Algo::OneShot: return build_one_shot(ctx);
+    case Algo::Auto: break;
+  }
+  CC_CHECK(false, "no schedule for algo " << algo_name(ran));
+  return Plan{};
+}
+
+namespace {
+
 CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const void* in,
                     void* out, int64_t n, DType dtype, const Codec& codec,
                     const CollectiveOptions& opt) {
@@ -56,7 +83,6 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   CollectiveStats stats;
   stats.header_bytes = check_same_call(t, call, opt.timeout_s);
 
-  Plan plan;
   const ErrorFeedbackBuffers& fb = opt.feedback;
   if (fb.any()) {
     CC_CHECK_AS(Unsupported, kind != CollectiveKind::AllGather,
@@ -66,40 +92,38 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
     ctx.worker_feedback = fb.worker != nullptr;
     ctx.server_feedback = fb.server != nullptr;
   }
-  if (kind == CollectiveKind::AllGather) {
+  if (kind == CollectiveKind::AllGather)
     CC_CHECK(!inplace, "allgather cannot write its output over its input");
-    stats.algo = Algo::OneShot;
-    plan = build_allgather(ctx);
-  } else if (kind == CollectiveKind::ReduceScatter) {
-    stats.algo = Algo::TwoShot;
-    plan = ctx.size == 1 ? build_single(ctx) : build_two_shot(ctx, true);
-  } else {
-    stats.algo = opt.algo == Algo::Auto ? choose_algo(n, dtype, ctx.codec, ctx.size) : opt.algo;
-    if (fb.any() && opt.algo == Algo::Auto && stats.algo != Algo::OneShot)
-      stats.algo = Algo::TwoShot;  // the schedules error feedback is defined for
+  Algo algo = opt.algo;
+  if (kind == CollectiveKind::AllReduce) {
+    algo = opt.algo == Algo::Auto ? choose_algo(n, dtype, ctx.codec, ctx.size) : opt.algo;
+    if (fb.any() && opt.algo == Algo::Auto && algo != Algo::OneShot)
+      algo = Algo::TwoShot;  // the schedules error feedback is defined for
     CC_CHECK_AS(Unsupported,
-                !fb.any() || ctx.size == 1 || stats.algo == Algo::TwoShot ||
-                    stats.algo == Algo::OneShot,
+                !fb.any() || ctx.size == 1 || algo == Algo::TwoShot || algo == Algo::OneShot,
                 "error feedback is defined for two_shot (worker and server residuals) and "
                 "one_shot (worker residual); "
-                    << algo_name(stats.algo)
+                    << algo_name(algo)
                     << " re-quantizes partial sums at every hop, which no per-rank residual "
                        "corrects: use algo='two_shot' or 'auto'");
-    if (ctx.size == 1) {
-      plan = build_single(ctx);
-    } else {
-      switch (stats.algo) {
-        case Algo::Ring: plan = build_ring(ctx); break;
-        case Algo::TwoShot: plan = build_two_shot(ctx, false); break;
-        case Algo::Tree: plan = build_tree(ctx); break;
-        case Algo::OneShot: plan = build_one_shot(ctx); break;
-        case Algo::Auto: break;
-      }
-    }
   }
+  Plan plan = build_plan(kind, algo, ctx, stats.algo);
   stats.quantizations = plan.quantizations;
   ExecBuffers bufs{in, out, dtype, call_number};
-  ExecResult done = execute(plan, ctx.codec, bufs, t, k, opt);
+  ExecResult done;
+  if (OrderedTransport* ordered = t.ordered()) {
+    // Every rank's plan: a message's group follows from its sender's dependencies.
+    std::vector<Plan> plans(ctx.size);
+    for (int p = 0; p < ctx.size; ++p) {
+      PlanContext peer = ctx;
+      peer.rank = p;
+      Algo ran;
+      plans[p] = p == ctx.rank ? plan : build_plan(kind, algo, peer, ran);
+    }
+    done = execute_ordered(plans, ctx, bufs, *ordered, k, opt);
+  } else {
+    done = execute(plan, ctx.codec, bufs, t, k, opt);
+  }
   stats.payload_bytes = done.payload;
   stats.header_bytes += done.headers;
   stats.nonfinite_in = done.nonfinite_in;

@@ -48,13 +48,20 @@ int PlanBuilder::sum_in_rank_order(const std::vector<int64_t>& wire,
   return prev;
 }
 
+namespace {
+int64_t slices_bound(const PlanContext& ctx) { return ceil_div(ctx.n, ctx.slice_elems) + 1; }
+}  // namespace
+
 int PlanBuilder::tag(int step, int chunk, int64_t slice) const {
   // Tag 0 belongs to the header exchange. Transports reduce tags modulo their limit;
   // equal tags between one pair still match in posting order, and wrapping needs
   // billions of messages in one collective.
-  int64_t slices_bound = ceil_div(ctx_.n, ctx_.slice_elems) + 1;
-  int64_t t = 1 + (int64_t(step) * ctx_.size + chunk) * slices_bound + slice;
+  int64_t t = 1 + (int64_t(step) * ctx_.size + chunk) * slices_bound(ctx_) + slice;
   return int(t % std::numeric_limits<int>::max());
+}
+
+int64_t PlanBuilder::tag_slice(const PlanContext& ctx, int tag) {
+  return (int64_t(tag) - 1) % slices_bound(ctx);
 }
 
 int64_t PlanBuilder::alloc_wire(int64_t elems) {

@@ -10,6 +10,7 @@
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
 #include "ccompress/collectives.h"
+#include "collectives/header_check.h"
 
 namespace ccompress {
 
@@ -88,6 +89,8 @@ class PlanBuilder {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> chunk_slices(size_t& most) const;
   /// A unique tag for (step, chunk, slice); both ends of a message compute the same one.
   int tag(int step, int chunk, int64_t slice) const;
+  /// The slice index a tag of this context carries (tag_slice(tag(t, c, s)) == s).
+  static int64_t tag_slice(const PlanContext& ctx, int tag);
 
   int64_t alloc_wire(int64_t elems);  ///< byte offset of a new wire buffer for elems
   int64_t alloc_acc(int64_t elems);   ///< element offset of a new accumulator
@@ -130,6 +133,10 @@ class PlanBuilder {
   std::vector<std::pair<int64_t, int64_t>> input_read_ranges_;
   std::vector<int32_t> input_read_ops_;
 };
+
+/// The plan of @p kind (and, for allreduce, @p algo, which Auto resolves first) for
+/// ctx.rank; sets @p ran to the schedule that runs.
+Plan build_plan(CollectiveKind kind, Algo algo, const PlanContext& ctx, Algo& ran);
 
 /// Schedules: each returns this rank's plan.
 Plan build_ring(const PlanContext& ctx);

@@ -25,11 +25,21 @@ constexpr int kDecodeThreads = 256;
 // Grid-stride loops cover any count; this only bounds the launch.
 constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
-template <class F>
+// Where an encode reads its values: an input of some dtype, or (the fused ring hop) an FP8
+// wire buffer decoded and added to an input, decode(wire) + x in that order, as on the CPU.
+struct Fp8Source {
+  const void* src = nullptr;  // input (kHop: the addend x)
+  DType src_dtype = DType::Float32;
+  const uint8_t* wire = nullptr;   // kHop only
+  const float* wire_scales = nullptr;
+};
+
+// dst may be the hop's own wire buffer (in place): a block reads its whole group into
+// registers, and the scale, before the __syncthreads that precedes its writes.
+template <class F, bool kHop>
 __global__ void __launch_bounds__(kEncodeThreads)
-    fp8_encode_kernel(const void* __restrict__ src, DType src_dtype, int64_t n, int group,
-                      float divisor, uint8_t* __restrict__ dst, float* __restrict__ scales,
-                      bool stochastic, EncodeContext ctx) {
+    fp8_encode_kernel(Fp8Source in, int64_t n, int group, float divisor, uint8_t* dst,
+                      float* scales, bool stochastic, EncodeContext ctx) {
   __shared__ int32_t warp_amax[kWarps];
   const int tid = threadIdx.x;
   if (blockIdx.x == 0 && n + tid < codecs::fp8_scales_offset(n)) dst[n + tid] = 0;
@@ -44,7 +54,9 @@ __global__ void __launch_bounds__(kEncodeThreads)
       int i = tid + k * kEncodeThreads;
       v[k] = 0.0f;
       if (i < len) {
-        float x = codecs::load_as_float(src, src_dtype, off + i);
+        float x = codecs::load_as_float(in.src, in.src_dtype, off + i);
+        if constexpr (kHop)
+          x = codecs::add_rn(codecs::group_dequantize<F>(in.wire[off + i], in.wire_scales[g]), x);
         v[k] = divisor != 1.0f ? codecs::div_rn(x, divisor) : x;
         amax = max(amax, codecs::finite_abs_bits(v[k]));
       }
@@ -71,14 +83,59 @@ __global__ void __launch_bounds__(kEncodeThreads)
   }
 }
 
-template <class F>
-__global__ void fp8_decode_accumulate_kernel(const uint8_t* __restrict__ src, int64_t n,
-                                             int group, const float* __restrict__ scales,
-                                             float* __restrict__ acc, bool assign) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    float x = codecs::group_dequantize<F>(src[i], scales[i / group]);
-    acc[i] = assign ? x : codecs::add_rn(acc[i], x);
+// Where an FP8 decode goes: into fp32 accumulators (assign or add), or cast to a dtype.
+struct Fp8Out {
+  float* acc = nullptr;
+  bool assign = true;
+  void* out = nullptr;  // kCast
+  DType out_dtype = DType::Float32;
+};
+
+constexpr int kDecodeVec = 16;  // elements per thread and step: one 16-byte load of codes
+
+// Each thread decodes 16 consecutive elements: one 16-byte load of their codes and, into
+// fp32 accumulators, four 16-byte loads / stores, where the pointers allow (`vec`).
+template <class F, bool kCast>
+__global__ void __launch_bounds__(kDecodeThreads)
+    fp8_decode_kernel(const uint8_t* __restrict__ src, int64_t n, int group,
+                      const float* __restrict__ scales, Fp8Out o, bool vec) {
+  const int64_t stride = int64_t(gridDim.x) * kDecodeThreads * kDecodeVec;
+  for (int64_t i = (int64_t(blockIdx.x) * kDecodeThreads + threadIdx.x) * kDecodeVec; i < n;
+       i += stride) {
+    const int len = static_cast<int>(min(int64_t(kDecodeVec), n - i));
+    const bool full = vec && len == kDecodeVec;
+    uint8_t q[kDecodeVec];
+    if (full) {
+      const uint4 r = *reinterpret_cast<const uint4*>(src + i);
+      const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int k = 0; k < kDecodeVec; ++k) q[k] = static_cast<uint8_t>(w[k >> 2] >> (8 * (k & 3)));
+    } else {
+#pragma unroll
+      for (int k = 0; k < kDecodeVec; ++k) q[k] = k < len ? src[i + k] : 0;
+    }
+    float v[kDecodeVec];
+#pragma unroll
+    for (int k = 0; k < kDecodeVec; ++k)
+      v[k] = k < len ? codecs::group_dequantize<F>(q[k], scales[(i + k) / group]) : 0.0f;
+    if constexpr (kCast) {
+      for (int k = 0; k < len; ++k) codecs::store_from_float(o.out, o.out_dtype, i + k, v[k]);
+    } else if (full) {
+      float4* a = reinterpret_cast<float4*>(o.acc + i);
+#pragma unroll
+      for (int k = 0; k < kDecodeVec / 4; ++k) {
+        float4 t = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+        if (!o.assign) {
+          const float4 b = a[k];
+          t = make_float4(codecs::add_rn(b.x, t.x), codecs::add_rn(b.y, t.y),
+                          codecs::add_rn(b.z, t.z), codecs::add_rn(b.w, t.w));
+        }
+        a[k] = t;
+      }
+    } else {
+      for (int k = 0; k < len; ++k)
+        o.acc[i + k] = o.assign ? v[k] : codecs::add_rn(o.acc[i + k], v[k]);
+    }
   }
 }
 
@@ -122,32 +179,84 @@ void launch_fp8_encode(const void* src, DType src_dtype, int64_t n, const Codec&
   uint8_t* wire = static_cast<uint8_t*>(dst);
   float* scales = reinterpret_cast<float*>(wire + codecs::fp8_scales_offset(n));
   int grid = grid_for(ceil_div(n, codec.group), 1);
+  Fp8Source in{src, src_dtype};
   if (codec.kind == CodecKind::Fp8E4M3) {
-    fp8_encode_kernel<Fp8E4M3><<<grid, kEncodeThreads, 0, stream>>>(
-        src, src_dtype, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+    fp8_encode_kernel<Fp8E4M3, false><<<grid, kEncodeThreads, 0, stream>>>(
+        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
   } else {
-    fp8_encode_kernel<Fp8E5M2><<<grid, kEncodeThreads, 0, stream>>>(
-        src, src_dtype, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+    fp8_encode_kernel<Fp8E5M2, false><<<grid, kEncodeThreads, 0, stream>>>(
+        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
   }
   check_launch("fp8 encode");
 }
 
-void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                  bool assign, cudaStream_t stream) {
+void launch_fp8_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                     const Codec& codec, float divisor, const EncodeContext& ctx,
+                                     void* dst, cudaStream_t stream) {
+  check_fp8(codec, n);
+  if (n == 0) return;
+  CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % 4 == 0,
+           "wire buffers must be 4-byte aligned");
+  const uint8_t* wire_in = static_cast<const uint8_t*>(src);
+  Fp8Source in{x, x_dtype, wire_in,
+               reinterpret_cast<const float*>(wire_in + codecs::fp8_scales_offset(n))};
+  uint8_t* wire = static_cast<uint8_t*>(dst);
+  float* scales = reinterpret_cast<float*>(wire + codecs::fp8_scales_offset(n));
+  int grid = grid_for(ceil_div(n, codec.group), 1);
+  if (codec.kind == CodecKind::Fp8E4M3) {
+    fp8_encode_kernel<Fp8E4M3, true><<<grid, kEncodeThreads, 0, stream>>>(
+        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+  } else {
+    fp8_encode_kernel<Fp8E5M2, true><<<grid, kEncodeThreads, 0, stream>>>(
+        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+  }
+  check_launch("fp8 decode_reduce_encode");
+}
+
+namespace {
+
+void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Fp8Out& o,
+                       cudaStream_t stream, const char* what) {
   check_fp8(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
   const uint8_t* wire = static_cast<const uint8_t*>(src);
   const float* scales = reinterpret_cast<const float*>(wire + codecs::fp8_scales_offset(n));
-  int grid = grid_for(n, kDecodeThreads);
+  const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(o.acc) % 16 == 0;
+  const int grid = grid_for(ceil_div(n, kDecodeVec), kDecodeThreads);
+  auto go = [&](auto fmt) {
+    using F = decltype(fmt);
+    if (o.out != nullptr) {
+      fp8_decode_kernel<F, true><<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, o, vec);
+    } else {
+      fp8_decode_kernel<F, false><<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, o, vec);
+    }
+  };
   if (codec.kind == CodecKind::Fp8E4M3) {
-    fp8_decode_accumulate_kernel<Fp8E4M3>
-        <<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, acc, assign);
+    go(Fp8E4M3{});
   } else {
-    fp8_decode_accumulate_kernel<Fp8E5M2>
-        <<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, acc, assign);
+    go(Fp8E5M2{});
   }
-  check_launch("fp8 decode_accumulate");
+  check_launch(what);
+}
+
+}  // namespace
+
+void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                  bool assign, cudaStream_t stream) {
+  Fp8Out o;
+  o.acc = acc;
+  o.assign = assign;
+  launch_fp8_decode(src, n, codec, o, stream, "fp8 decode_accumulate");
+}
+
+void launch_fp8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
+                          DType out_dtype, cudaStream_t stream) {
+  Fp8Out o;
+  o.out = out;
+  o.out_dtype = out_dtype;
+  launch_fp8_decode(src, n, codec, o, stream, "fp8 decode");
 }
 
 }  // namespace ccompress::cuda

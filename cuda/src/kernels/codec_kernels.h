@@ -26,6 +26,16 @@ void launch_fp8_encode(const void* src, DType src_dtype, int64_t n, const Codec&
                        float divisor, void* dst, cudaStream_t stream,
                        const EncodeContext& ctx = EncodeContext{});
 
+// The ring hop in one pass: dst <- encode((decode(src) + float(x)) / divisor) for an FP8
+// codec, the sum in that order; dst may be src (in place).
+void launch_fp8_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                     const Codec& codec, float divisor, const EncodeContext& ctx,
+                                     void* dst, cudaStream_t stream);
+
+// out <- cast(decode(src)) to out_dtype for an FP8 codec, in one pass.
+void launch_fp8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
+                          DType out_dtype, cudaStream_t stream);
+
 // acc <- decode(src) when assign, else acc += decode(src), for an FP8 codec; acc is fp32.
 void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
                                   bool assign, cudaStream_t stream);

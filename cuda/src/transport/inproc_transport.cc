@@ -1,5 +1,6 @@
 #include "transport/inproc_transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -8,30 +9,41 @@
 
 namespace ccompress {
 
-InprocGroup::InprocGroup(int size) : size_(size) {
+InprocGroup::InprocGroup(int size, std::shared_ptr<InprocCopier> copier)
+    : size_(size), copier_(std::move(copier)) {
   CC_CHECK(size >= 1, "an in-process group needs at least one rank, got " << size);
 }
 
 std::shared_ptr<InprocGroup::RequestState> InprocGroup::post(bool is_send, int src, int dst,
                                                              int tag, void* buf,
-                                                             int64_t bytes) {
+                                                             int64_t bytes,
+                                                             std::shared_ptr<void> ready) {
   auto st = std::make_shared<RequestState>();
   std::lock_guard<std::mutex> lock(mu_);
   Key key{src, dst, tag};
   auto& other_queue = is_send ? recvs_[key] : sends_[key];
   if (other_queue.empty()) {
-    (is_send ? sends_ : recvs_)[key].push_back({buf, bytes, st});
+    (is_send ? sends_ : recvs_)[key].push_back({buf, bytes, st, std::move(ready)});
     return st;
   }
   Posted other = other_queue.front();
   other_queue.pop_front();
-  const Posted& send = is_send ? Posted{buf, bytes, st} : other;
-  const Posted& recv = is_send ? other : Posted{buf, bytes, st};
+  const Posted mine{buf, bytes, st, std::move(ready)};
+  const Posted& send = is_send ? mine : other;
+  const Posted& recv = is_send ? other : mine;
   if (send.bytes != recv.bytes) {
     std::ostringstream os;
     os << "rank " << src << " sent " << send.bytes << " bytes (tag " << tag << ") where rank "
        << dst << " expected " << recv.bytes;
     st->error = other.state->error = os.str();
+  } else if (send.bytes > 0 && copier_ != nullptr) {
+    try {
+      st->pending = other.state->pending =
+          copier_->copy(recv.buf, send.buf, send.bytes, send.ready, recv.ready, dst);
+    } catch (const std::exception& e) {
+      st->error = other.state->error = e.what();
+      st->copy_failed = other.state->copy_failed = true;
+    }
   } else if (send.bytes > 0) {
     std::memcpy(recv.buf, send.buf, size_t(send.bytes));
   }
@@ -85,12 +97,20 @@ Request InprocTransport::track(std::shared_ptr<InprocGroup::RequestState> st) {
 Request InprocTransport::isend(int peer, const void* buf, int64_t bytes, int tag) {
   check_peer(peer);
   bytes_sent_ += bytes;
-  return track(group_->post(true, rank_, peer, tag, const_cast<void*>(buf), bytes));
+  return track(group_->post(true, rank_, peer, tag, const_cast<void*>(buf), bytes, post_ready()));
 }
 
 Request InprocTransport::irecv(int peer, void* buf, int64_t bytes, int tag) {
   check_peer(peer);
-  return track(group_->post(false, peer, rank_, tag, buf, bytes));
+  return track(group_->post(false, peer, rank_, tag, buf, bytes, post_ready()));
+}
+
+bool InprocTransport::complete_locked(InprocGroup::RequestState& st) {
+  if (!st.done) return false;
+  if (st.pending == nullptr || !st.error.empty()) return true;
+  if (!copy_finished(st.pending)) return false;
+  st.pending.reset();
+  return true;
 }
 
 std::vector<size_t> InprocTransport::collect_locked(const std::vector<Request>& reqs) {
@@ -98,7 +118,8 @@ std::vector<size_t> InprocTransport::collect_locked(const std::vector<Request>& 
   for (size_t i = 0; i < reqs.size(); ++i) {
     auto it = reqs_.find(reqs[i]);
     CC_CHECK(it != reqs_.end(), "unknown or already completed request " << reqs[i]);
-    if (!it->second->done) continue;
+    if (!complete_locked(*it->second)) continue;
+    CC_CHECK_AS(Error, !it->second->copy_failed, it->second->error);
     CC_CHECK_AS(MessageError, it->second->error.empty(), it->second->error);
     done.push_back(i);
   }
@@ -113,18 +134,25 @@ std::vector<size_t> InprocTransport::test_some(const std::vector<Request>& reqs)
 
 std::vector<size_t> InprocTransport::wait_some(const std::vector<Request>& reqs,
                                                double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  // Matching notifies the condition variable; an asynchronous copy does not, so while one
+  // is in flight the wait wakes up every 20 us to poll it.
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(timeout_s));
   std::unique_lock<std::mutex> lock(group_->mutex());
-  bool ok = group_->completed().wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
-    for (Request r : reqs) {
-      auto it = reqs_.find(r);
-      if (it == reqs_.end() || it->second->done) return true;
-    }
-    return false;
-  });
-  CC_CHECK_AS(TimeoutError, ok,
-              "rank " << rank_ << ": no message arrived for " << timeout_s
-                      << " s; a peer is missing, stuck or called a different collective");
-  return collect_locked(reqs);
+  while (true) {
+    std::vector<size_t> done = collect_locked(reqs);
+    if (!done.empty()) return done;
+    bool copying = false;
+    for (Request r : reqs) copying = copying || reqs_.at(r)->done;
+    const auto now = Clock::now();
+    CC_CHECK_AS(TimeoutError, now < deadline,
+                "rank " << rank_ << ": no message arrived for " << timeout_s
+                        << " s; a peer is missing, stuck or called a different collective");
+    group_->completed().wait_until(
+        lock, copying ? std::min(deadline, now + std::chrono::microseconds(20)) : deadline);
+  }
 }
 
 void InprocTransport::cancel(const std::vector<Request>& reqs) {
@@ -137,5 +165,18 @@ void InprocTransport::cancel(const std::vector<Request>& reqs) {
 }
 
 void InprocTransport::barrier() { group_->barrier(barrier_timeout_s); }
+
+int InprocOrderedTransport::post_group(const std::vector<Transfer>& group) {
+  std::vector<Request> reqs;
+  try {
+    for (const Transfer& x : group)
+      reqs.push_back(x.send ? isend(x.peer, x.buf, x.bytes, x.tag) : irecv(x.peer, x.buf, x.bytes, x.tag));
+    while (!reqs.empty()) erase_completed(reqs, wait_some(reqs, barrier_timeout_s));
+  } catch (...) {
+    cancel(reqs);
+    throw;
+  }
+  return groups_++;
+}
 
 }  // namespace ccompress

@@ -1,0 +1,146 @@
+// Device ranks for Python: one rank's transport and CUDA backend, running the collectives on
+// device buffers ordered with the caller's stream. Built from a one-GPU loopback group (N
+// virtual ranks as threads) or, with NCCL, from a communicator.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ccompress/collectives.h"
+#include "ccompress/error.h"
+#include "collective_args.h"
+#include "cuda_bindings.h"
+#include "kernels/device_collective.h"
+#include "transport/device_loopback.h"
+#include "transport/nccl_transport.h"
+
+namespace py = pybind11;
+
+namespace ccompress::py_bindings {
+
+namespace {
+
+// One rank's ends: what moves bytes, what runs kernels, and what must outlive both.
+struct DeviceRank {
+  std::shared_ptr<Transport> transport;
+  std::shared_ptr<cuda::CudaBackend> backend;
+  std::shared_ptr<void> keepalive;
+  std::shared_ptr<cuda::NcclTransport> nccl;  // set for NCCL ranks
+};
+
+cuda::NcclUniqueId unique_id_from(const py::bytes& b) {
+  std::string s = b;
+  CC_CHECK(s.size() == sizeof(cuda::NcclUniqueId),
+           "an NCCL unique id has " << sizeof(cuda::NcclUniqueId) << " bytes, got " << s.size());
+  cuda::NcclUniqueId id;
+  std::memcpy(id.internal, s.data(), s.size());
+  return id;
+}
+
+template <cuda::CollectiveFn Fn>
+py::dict call(DeviceRank& r, uintptr_t in, uintptr_t out, int64_t n, const std::string& dtype,
+              const py::object& codec, const std::string& algo, const std::string& op,
+              int64_t slice_elems, double timeout_s, uint64_t seed, uint64_t step,
+              uintptr_t stream) {
+  DType dt = parse_dtype(dtype);
+  Codec c = to_codec(codec, dt);
+  CollectiveOptions o = make_options(algo, op, slice_elems, timeout_s, seed, step);
+  CollectiveStats s;
+  {
+    py::gil_scoped_release release;  // ranks on threads run in parallel
+    s = cuda::run_device_collective(Fn, *r.transport, *r.backend,
+                                    reinterpret_cast<const void*>(in), reinterpret_cast<void*>(out),
+                                    n, dt, c, o, reinterpret_cast<cudaStream_t>(stream));
+  }
+  return stats_dict(s);
+}
+
+template <cuda::CollectiveFn Fn>
+void def_collective(py::class_<DeviceRank, std::shared_ptr<DeviceRank>>& cls, const char* name,
+                    const char* doc) {
+  cls.def(name, &call<Fn>, py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("dtype"),
+          py::arg("codec"), py::arg("algo"), py::arg("op"), py::arg("slice_elems"),
+          py::arg("timeout"), py::arg("seed") = 0, py::arg("step") = 0, py::arg("stream") = 0,
+          doc);
+}
+
+}  // namespace
+
+void bind_device_collectives(py::module_& m) {
+  py::class_<DeviceRank, std::shared_ptr<DeviceRank>> cls(
+      m, "DeviceRank", "One rank's transport and CUDA backend; collectives on device buffers.");
+  cls.def_property_readonly("rank", [](DeviceRank& r) { return r.transport->rank(); })
+      .def_property_readonly("size", [](DeviceRank& r) { return r.transport->size(); })
+      .def_property_readonly("name", [](DeviceRank& r) { return r.transport->name(); })
+      .def_property_readonly("bytes_sent", [](DeviceRank& r) { return r.transport->bytes_sent(); })
+      .def_property_readonly("device", [](DeviceRank& r) { return r.backend->streams().device(); })
+      .def("barrier", [](DeviceRank& r) { r.transport->barrier(); },
+           py::call_guard<py::gil_scoped_release>());
+  def_collective<&allreduce>(cls, "allreduce",
+                             "out <- reduction of in over all ranks, ordered with `stream`.");
+  def_collective<&reduce_scatter>(cls, "reduce_scatter",
+                                  "out <- this rank's chunk of the reduction of in.");
+  def_collective<&allgather>(cls, "allgather", "out <- every rank's decode(encode(in)).");
+
+  cls.def(
+      "nccl_allreduce",
+      [](DeviceRank& r, uintptr_t in, uintptr_t out, int64_t n, uintptr_t stream) {
+        CC_CHECK_AS(Unsupported, r.nccl != nullptr, "nccl_allreduce needs an NCCL rank");
+        py::gil_scoped_release release;
+        r.nccl->nccl_allreduce(reinterpret_cast<const float*>(in), reinterpret_cast<float*>(out), n,
+                               reinterpret_cast<cudaStream_t>(stream));
+      },
+      py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("stream") = 0,
+      "Plain float32 ncclAllReduce (sum), ordered with `stream`: the uncompressed baseline.");
+
+  m.def(
+      "nccl_load",
+      [](const std::string& path) { return cuda::load_nccl(path)->version_string(); },
+      py::arg("path"),
+      "Loads libnccl from `path` (once per process) and returns its version; raises "
+      "Unsupported when it cannot be loaded.");
+  m.def(
+      "nccl_unique_id",
+      [](const std::string& path) {
+        cuda::NcclUniqueId id = cuda::nccl_unique_id(*cuda::load_nccl(path));
+        return py::bytes(id.internal, sizeof id.internal);
+      },
+      py::arg("path") = "", "A fresh NCCL unique id (128 bytes) for nccl_rank.");
+  m.def(
+      "nccl_rank",
+      [](const py::bytes& unique_id, int size, int rank, int device, const std::string& path) {
+        cuda::NcclUniqueId id = unique_id_from(unique_id);
+        auto lib = cuda::load_nccl(path);
+        auto streams = std::make_shared<cuda::RankStreams>(device);
+        std::shared_ptr<cuda::NcclTransport> t;
+        {
+          py::gil_scoped_release release;  // ncclCommInitRank waits for every rank
+          t = std::make_shared<cuda::NcclTransport>(lib, id, size, rank, streams);
+        }
+        return std::make_shared<DeviceRank>(
+            DeviceRank{t, std::make_shared<cuda::CudaBackend>(streams), nullptr, t});
+      },
+      py::arg("unique_id"), py::arg("size"), py::arg("rank"), py::arg("device"),
+      py::arg("path") = "",
+      "Rank `rank` of an NCCL communicator of `size` ranks on CUDA device `device`; "
+      "collective over the ranks sharing `unique_id`.");
+
+  m.def(
+      "loopback_group",
+      [](int size, int device) {
+        auto group = std::make_shared<cuda::LoopbackGroup>(size, device);
+        std::vector<std::shared_ptr<DeviceRank>> ranks;
+        for (int r = 0; r < size; ++r)
+          ranks.push_back(std::make_shared<DeviceRank>(
+              DeviceRank{group->transports[r], group->backends[r], group}));
+        return ranks;
+      },
+      py::arg("size"), py::arg("device") = 0,
+      "`size` virtual ranks on one GPU (threads of this process), each with its own streams; "
+      "give each to its own thread.");
+}
+
+}  // namespace ccompress::py_bindings

@@ -1,0 +1,237 @@
+// CUDA KernelBackend: dispatch to the codec launchers. The ring hop and decode to a dtype are
+// one fused pass for raw and FP8 codecs; for the rotated and 4-bit families they run
+// as decode -> fp32 scratch -> add / cast -> encode, in the CPU backend's operation order, so
+// the bytes are the same.
+#include "kernels/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "ccompress/error.h"
+#include "kernels/codec_kernels.h"
+#include "kernels/elementwise_kernels.h"
+#include "kernels/hint8_kernels.h"
+#include "kernels/int4_kernels.h"
+#include "kernels/nvfp4_kernels.h"
+#include "kernels/taco_kernels.h"
+
+namespace ccompress::cuda {
+
+void check_cuda(int err, const char* what) {
+  auto e = static_cast<cudaError_t>(err);
+  if (e != cudaSuccess) cudaGetLastError();  // clear a sticky launch error for later checks
+  CC_CHECK_AS(CudaError, e == cudaSuccess, what << ": " << cudaGetErrorString(e));
+}
+
+DeviceGuard::DeviceGuard(int device, bool quiet) {
+  if (quiet) {
+    if (cudaGetDevice(&previous_) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+      cudaGetLastError();
+      previous_ = -1;
+    }
+    return;
+  }
+  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+RankStreams::RankStreams(int device) : device_(device) {
+  int count = device_count();
+  CC_CHECK_AS(Unsupported, count > 0, "no CUDA device is visible (no GPU, no driver, or "
+                                      "CUDA_VISIBLE_DEVICES hides them)");
+  CC_CHECK(device >= 0 && device < count,
+           "CUDA device " << device << " does not exist; " << count << " visible");
+  DeviceGuard g(device);
+  check_cuda(cudaStreamCreateWithFlags(&codec_, cudaStreamNonBlocking), "codec stream");
+  check_cuda(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "comm stream");
+  check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "ordering event");
+}
+
+RankStreams::~RankStreams() {
+  // Destroying a stream with work pending is allowed: the work still completes.
+  DeviceGuard g(device_, true);
+  cudaEventDestroy(event_);
+  cudaStreamDestroy(comm_);
+  cudaStreamDestroy(codec_);
+}
+
+void RankStreams::order(cudaStream_t first, cudaStream_t waiter) {
+  if (first == waiter) return;
+  check_cuda(cudaEventRecord(event_, first), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(waiter, event_, 0), "cudaStreamWaitEvent");
+}
+
+DeviceScratch::~DeviceScratch() {
+  if (ptr_ != nullptr) cudaFree(ptr_);  // cudaFree waits for the device to stop using it
+}
+
+void* DeviceScratch::get(int64_t bytes, cudaStream_t user_a, cudaStream_t user_b) {
+  if (bytes <= bytes_ && ptr_ != nullptr) return ptr_;
+  if (ptr_ != nullptr) {
+    check_cuda(cudaStreamSynchronize(user_a), "scratch growth: waiting for the codec stream");
+    check_cuda(cudaStreamSynchronize(user_b), "scratch growth: waiting for the comm stream");
+    check_cuda(cudaFree(ptr_), "cudaFree");
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  // Grow by half again so that a slowly growing sequence of calls reallocates rarely.
+  int64_t want = align_up(std::max<int64_t>(bytes + bytes / 2, 1 << 20), 256);
+  cudaError_t err = cudaMalloc(&ptr_, size_t(want));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    ptr_ = nullptr;
+    want = align_up(std::max<int64_t>(bytes, 1), 256);
+    err = cudaMalloc(&ptr_, size_t(want));
+  }
+  check_cuda(err, "cudaMalloc of collective scratch");
+  bytes_ = want;
+  return ptr_;
+}
+
+CudaBackend::CudaBackend(std::shared_ptr<RankStreams> streams) : streams_(std::move(streams)) {
+  CC_CHECK(streams_ != nullptr, "CudaBackend needs the rank's streams");
+}
+
+float* CudaBackend::temp(int64_t n) {
+  return static_cast<float*>(temp_.get(n * 4, streams_->codec(), streams_->comm()));
+}
+
+void* CudaBackend::workspace(int64_t bytes) {
+  // A new collective: the previous one waited for its reads (finish_reads) or failed, and
+  // a failed one's copies into the slots are harmless once ordered before new ones on the
+  // same stream.
+  slots_.reset();
+  return workspace_.get(bytes, streams_->codec(), streams_->comm());
+}
+
+void CudaBackend::write_bytes(void* dst, const void* src, int64_t bytes) {
+  // From pinned memory, so the copy never waits for the stream: a pageable source may make
+  // the driver synchronise. The slot outlives the copy: every header write precedes a send
+  // that completes before the collective returns.
+  void* slot = slots_.take(bytes);
+  std::memcpy(slot, src, size_t(bytes));
+  check_cuda(cudaMemcpyAsync(dst, slot, size_t(bytes), cudaMemcpyHostToDevice, streams_->codec()),
+             "writing a message header");
+}
+
+const void* CudaBackend::read_bytes(const void* src, int64_t bytes) {
+  void* slot = slots_.take(bytes);
+  check_cuda(cudaMemcpyAsync(slot, src, size_t(bytes), cudaMemcpyDeviceToHost, streams_->comm()),
+             "reading a message header");
+  return slot;
+}
+
+void CudaBackend::finish_reads() {
+  check_cuda(cudaStreamSynchronize(streams_->comm()), "waiting for the message headers");
+}
+
+PinnedSlots::~PinnedSlots() {
+  for (void* b : blocks_) cudaFreeHost(b);
+}
+
+void* PinnedSlots::take(int64_t bytes) {
+  CC_CHECK(bytes <= kSlotBytes, "a pinned read slot holds " << kSlotBytes << " bytes, not " << bytes);
+  const size_t block = size_t(next_ / kSlotsPerBlock);
+  if (block == blocks_.size()) {
+    void* p = nullptr;
+    check_cuda(cudaMallocHost(&p, size_t(kSlotsPerBlock * kSlotBytes)), "cudaMallocHost");
+    blocks_.push_back(p);
+  }
+  void* slot = static_cast<uint8_t*>(blocks_[block]) + (next_ % kSlotsPerBlock) * kSlotBytes;
+  ++next_;
+  return slot;
+}
+
+void CudaBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                         float divisor, const EncodeContext& ctx, void* dst) {
+  CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
+  cudaStream_t s = streams_->codec();
+  switch (codec.kind) {
+    case CodecKind::Raw:
+      launch_cast(src, src_dtype, nullptr, DType::Float32, n, divisor, dst, codec.raw_dtype,
+                  CastRounding{codec.stochastic, ctx}, s);
+      return;
+    case CodecKind::Fp8E4M3:
+    case CodecKind::Fp8E5M2:
+      launch_fp8_encode(src, src_dtype, n, codec, divisor, dst, s, ctx);
+      return;
+    case CodecKind::Taco: launch_taco_encode(src, src_dtype, n, codec, divisor, ctx, dst, s); return;
+    case CodecKind::HInt8: launch_hint8_encode(src, src_dtype, n, codec, divisor, ctx, dst, s); return;
+    case CodecKind::Nvfp4: launch_nvfp4_encode(src, src_dtype, n, codec, divisor, ctx, dst, s); return;
+    case CodecKind::Int4: launch_int4_encode(src, src_dtype, n, codec, divisor, ctx, dst, s); return;
+  }
+  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no encoder for codec '" << codec.name() << "'");
+}
+
+void CudaBackend::decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                    bool assign) {
+  CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
+  cudaStream_t s = streams_->codec();
+  switch (codec.kind) {
+    case CodecKind::Raw: launch_accumulate(src, codec.raw_dtype, n, acc, assign, s); return;
+    case CodecKind::Fp8E4M3:
+    case CodecKind::Fp8E5M2: launch_fp8_decode_accumulate(src, n, codec, acc, assign, s); return;
+    case CodecKind::Taco: launch_taco_decode_accumulate(src, n, codec, acc, assign, s); return;
+    case CodecKind::HInt8: launch_hint8_decode_accumulate(src, n, codec, acc, assign, s); return;
+    case CodecKind::Nvfp4: launch_nvfp4_decode_accumulate(src, n, codec, acc, assign, s); return;
+    case CodecKind::Int4: launch_int4_decode_accumulate(src, n, codec, acc, assign, s); return;
+  }
+  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no decoder for codec '" << codec.name() << "'");
+}
+
+void CudaBackend::decode(const void* src, int64_t n, const Codec& codec, void* out,
+                         DType out_dtype) {
+  CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
+  if (n == 0) return;
+  if (codec.kind == CodecKind::Raw) {
+    launch_cast(src, codec.raw_dtype, nullptr, DType::Float32, n, 1.0f, out, out_dtype,
+                CastRounding{}, streams_->codec());
+    return;
+  }
+  if (codec.kind == CodecKind::Fp8E4M3 || codec.kind == CodecKind::Fp8E5M2) {
+    launch_fp8_decode_to(src, n, codec, out, out_dtype, streams_->codec());
+    return;
+  }
+  float* t = temp(n);
+  decode_accumulate(src, n, codec, t, true);
+  launch_cast(t, DType::Float32, nullptr, DType::Float32, n, 1.0f, out, out_dtype,
+              CastRounding{}, streams_->codec());
+}
+
+void CudaBackend::load_accumulate(const void* src, DType src_dtype, int64_t n, float* acc,
+                                  bool assign) {
+  launch_accumulate(src, src_dtype, n, acc, assign, streams_->codec());
+}
+
+void CudaBackend::decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                       const Codec& codec, float divisor,
+                                       const EncodeContext& ctx, void* dst) {
+  CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
+  if (n == 0) return;
+  if (codec.kind == CodecKind::Raw) {  // one fused pass: cast(src + x) / divisor
+    launch_cast(src, codec.raw_dtype, x, x_dtype, n, divisor, dst, codec.raw_dtype,
+                CastRounding{codec.stochastic, ctx}, streams_->codec());
+    return;
+  }
+  if (codec.kind == CodecKind::Fp8E4M3 || codec.kind == CodecKind::Fp8E5M2) {  // fused too
+    launch_fp8_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, streams_->codec());
+    return;
+  }
+  float* t = temp(n);
+  decode_accumulate(src, n, codec, t, true);
+  launch_accumulate(x, x_dtype, n, t, false, streams_->codec());  // t = decode(src) + x
+  encode(t, DType::Float32, n, codec, divisor, ctx, dst);
+}
+
+void CudaBackend::finalize(const float* acc, int64_t n, float divisor, void* out,
+                           DType out_dtype) {
+  launch_cast(acc, DType::Float32, nullptr, DType::Float32, n, divisor, out, out_dtype,
+              CastRounding{}, streams_->codec());
+}
+
+}  // namespace ccompress::cuda

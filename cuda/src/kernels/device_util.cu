@@ -1,0 +1,62 @@
+#include "kernels/device_util.h"
+
+#include <cuda_runtime.h>
+
+#include "ccompress/error.h"
+#include "kernels/cuda_backend.h"
+
+namespace ccompress::cuda {
+
+void* device_alloc(int64_t bytes, int device) {
+  CC_CHECK(bytes >= 0, "cannot allocate " << bytes << " bytes");
+  DeviceGuard g(device);
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, size_t(bytes > 0 ? bytes : 1)), "cudaMalloc");
+  return p;
+}
+
+void device_free(void* p, int device) {
+  DeviceGuard g(device);
+  check_cuda(cudaFree(p), "cudaFree");
+}
+
+void copy_sync(void* dst, const void* src, int64_t bytes, cudaStream_t stream) {
+  if (bytes <= 0) return;
+  check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+void copy_async(void* dst, const void* src, int64_t bytes, cudaStream_t stream) {
+  if (bytes <= 0) return;
+  check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream),
+             "cudaMemcpyAsync");
+}
+
+void stream_synchronize(cudaStream_t stream) {
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+TimingEvent::TimingEvent(int device) : device_(device) {
+  DeviceGuard g(device);
+  check_cuda(cudaEventCreate(&event_), "cudaEventCreate");
+}
+
+TimingEvent::~TimingEvent() {
+  DeviceGuard g(device_, true);
+  cudaEventDestroy(event_);
+}
+
+void TimingEvent::record(cudaStream_t stream) {
+  DeviceGuard g(device_);
+  check_cuda(cudaEventRecord(event_, stream), "cudaEventRecord");
+}
+
+void TimingEvent::synchronize() { check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+
+float TimingEvent::elapsed_ms(const TimingEvent& start) const {
+  float ms = 0.f;
+  check_cuda(cudaEventElapsedTime(&ms, start.event_, event_), "cudaEventElapsedTime");
+  return ms;
+}
+
+}  // namespace ccompress::cuda

@@ -1,0 +1,37 @@
+// Small device-memory and timing helpers for the bindings, the GPU tests and perf scripts.
+// Plain C++ (no CUDA headers); every failure throws CudaError.
+#pragma once
+
+#include <cstdint>
+
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+
+namespace ccompress::cuda {
+
+void* device_alloc(int64_t bytes, int device);
+void device_free(void* p, int device);
+/// Copies between any host and device memory on @p stream and waits for that stream.
+void copy_sync(void* dst, const void* src, int64_t bytes, cudaStream_t stream);
+/// Asynchronous device-to-device copy on @p stream (the copy bandwidth baseline).
+void copy_async(void* dst, const void* src, int64_t bytes, cudaStream_t stream);
+void stream_synchronize(cudaStream_t stream);
+
+/// A timing event on one device.
+class TimingEvent {
+ public:
+  explicit TimingEvent(int device);
+  ~TimingEvent();
+  TimingEvent(const TimingEvent&) = delete;
+  TimingEvent& operator=(const TimingEvent&) = delete;
+  void record(cudaStream_t stream);
+  void synchronize();
+  /// Milliseconds from @p start to this event (both recorded and complete).
+  float elapsed_ms(const TimingEvent& start) const;
+
+ private:
+  int device_;
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace ccompress::cuda

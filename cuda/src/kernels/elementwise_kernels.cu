@@ -1,0 +1,211 @@
+// Element-wise kernels: each thread owns runs of 8 consecutive elements, read and written
+// with 16-byte vector accesses when every pointer is 16-byte aligned (scalar accesses for
+// the tail and for unaligned pointers), in a grid-stride loop that covers any count.
+#include "kernels/elementwise_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ccompress/error.h"
+#include "codecs/float_convert.h"
+#include "codecs/stochastic.h"
+
+namespace ccompress::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 8;                  // elements per thread and step
+constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride loops cover the rest
+
+template <DType T>
+__device__ __forceinline__ float load1(const void* p, int64_t i) {
+  if constexpr (T == DType::Float32) {
+    return static_cast<const float*>(p)[i];
+  } else if constexpr (T == DType::BFloat16) {
+    return codecs::bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+  } else {
+    return codecs::f16_to_float(static_cast<const uint16_t*>(p)[i]);
+  }
+}
+
+// v[0..8) <- elements i..i+8 of p; i is a multiple of 8 and p 16-byte aligned.
+template <DType T>
+__device__ __forceinline__ void load8(const void* p, int64_t i, float (&v)[kVec]) {
+  if constexpr (T == DType::Float32) {
+    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    const float4 a = q[0], b = q[1];
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+  } else {
+    const uint4 r = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i);
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const uint16_t h = static_cast<uint16_t>(w[k >> 1] >> (16 * (k & 1)));
+      v[k] = T == DType::BFloat16 ? codecs::bf16_to_float(h) : codecs::f16_to_float(h);
+    }
+  }
+}
+
+template <DType T>
+__device__ __forceinline__ uint16_t to16(float f, bool sr, uint64_t prefix, int64_t index) {
+  if (sr) {
+    const float u = codecs::sr_uniform_at(prefix, index);
+    return T == DType::BFloat16 ? codecs::bf16_from_float_sr(f, u)
+                                : codecs::f16_from_float_sr(f, u);
+  }
+  return T == DType::BFloat16 ? codecs::bf16_from_float(f) : codecs::f16_from_float(f);
+}
+
+template <DType T>
+__device__ __forceinline__ void store1(void* p, int64_t i, float f, bool sr, uint64_t prefix,
+                                       int64_t index) {
+  if constexpr (T == DType::Float32) {
+    static_cast<float*>(p)[i] = f;
+  } else {
+    static_cast<uint16_t*>(p)[i] = to16<T>(f, sr, prefix, index);
+  }
+}
+
+template <DType T>
+__device__ __forceinline__ void store8(void* p, int64_t i, const float (&v)[kVec], bool sr,
+                                       uint64_t prefix, int64_t index) {
+  if constexpr (T == DType::Float32) {
+    float4* q = reinterpret_cast<float4*>(static_cast<float*>(p) + i);
+    q[0] = make_float4(v[0], v[1], v[2], v[3]);
+    q[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      w[k] = uint32_t(to16<T>(v[2 * k], sr, prefix, index + 2 * k)) |
+             (uint32_t(to16<T>(v[2 * k + 1], sr, prefix, index + 2 * k + 1)) << 16);
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p) + i) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// dst <- cast((src [+ x]) [/ divisor]); src and dst may be the same buffer (each thread
+// reads its elements before writing them), hence no __restrict__. The addend is read with a per-element dtype switch
+// (it only appears in the raw ring hop, where x is the caller's input).
+template <DType S, DType D>
+__global__ void __launch_bounds__(kThreads)
+    cast_kernel(const void* src, const void* x, DType x_dtype, int64_t n, float divisor,
+                void* dst, bool vec, bool sr,
+                uint64_t prefix, int64_t index0) {
+  const int64_t stride = int64_t(gridDim.x) * kThreads * kVec;
+  for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += stride) {
+    float v[kVec];
+    const int len = static_cast<int>(min(int64_t(kVec), n - i));
+    const bool full = vec && len == kVec;
+    if (full) {
+      load8<S>(src, i, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = k < len ? load1<S>(src, i + k) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      if (x != nullptr && k < len) v[k] = codecs::add_rn(v[k], codecs::load_as_float(x, x_dtype, i + k));
+      if (divisor != 1.0f) v[k] = codecs::div_rn(v[k], divisor);
+    }
+    if (full) {
+      store8<D>(dst, i, v, sr, prefix, index0 + i);
+    } else {
+      for (int k = 0; k < len; ++k) store1<D>(dst, i + k, v[k], sr, prefix, index0 + i + k);
+    }
+  }
+}
+
+template <DType S>
+__global__ void __launch_bounds__(kThreads)
+    accumulate_kernel(const void* __restrict__ src, int64_t n, float* __restrict__ acc,
+                      bool assign, bool vec) {
+  const int64_t stride = int64_t(gridDim.x) * kThreads * kVec;
+  for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += stride) {
+    const int len = static_cast<int>(min(int64_t(kVec), n - i));
+    if (vec && len == kVec) {
+      float v[kVec], a[kVec];
+      load8<S>(src, i, v);
+      if (!assign) {
+        load8<DType::Float32>(acc, i, a);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = codecs::add_rn(a[k], v[k]);
+      }
+      store8<DType::Float32>(acc, i, v, false, 0, 0);
+    } else {
+      for (int k = 0; k < len; ++k) {
+        const float v = load1<S>(src, i + k);
+        acc[i + k] = assign ? v : codecs::add_rn(acc[i + k], v);
+      }
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+int grid_for(int64_t n) {
+  const int64_t blocks = ceil_div(ceil_div(n, kVec), kThreads);
+  return static_cast<int>(std::min(std::max<int64_t>(blocks, 1), kMaxBlocks));
+}
+
+void check_launch(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  CC_CHECK_AS(CudaError, err == cudaSuccess, what << " launch failed: " << cudaGetErrorString(err));
+}
+
+// Runs fn(std::integral_constant<DType, t>{}) for the runtime dtype t.
+template <class Fn>
+void with_dtype(DType t, Fn fn) {
+  switch (t) {
+    case DType::Float32: fn(std::integral_constant<DType, DType::Float32>{}); return;
+    case DType::BFloat16: fn(std::integral_constant<DType, DType::BFloat16>{}); return;
+    case DType::Float16: fn(std::integral_constant<DType, DType::Float16>{}); return;
+  }
+  CC_CHECK(false, "unsupported dtype " << int(t));
+}
+
+}  // namespace
+
+void launch_cast(const void* src, DType src_dtype, const void* x, DType x_dtype, int64_t n,
+                 float divisor, void* dst, DType dst_dtype, const CastRounding& rounding,
+                 cudaStream_t stream) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  if (n == 0) return;
+  // A cast to the same dtype is a copy, bits and all (the CPU backend's memmove), rounding
+  // mode or not.
+  if (src_dtype == dst_dtype && x == nullptr && divisor == 1.0f) {
+    if (src == dst) return;
+    cudaError_t err = cudaMemcpyAsync(dst, src, size_t(n) * dtype_size(src_dtype),
+                                      cudaMemcpyDeviceToDevice, stream);
+    CC_CHECK_AS(CudaError, err == cudaSuccess, "cast copy failed: " << cudaGetErrorString(err));
+    return;
+  }
+  CC_CHECK(!rounding.stochastic || dst_dtype != DType::Float32,
+           "stochastic rounding needs a 16-bit destination, got float32");
+  const bool vec = aligned16(src) && aligned16(dst);
+  const uint64_t prefix =
+      codecs::sr_prefix(rounding.ctx.seed, rounding.ctx.step, rounding.ctx.rank);
+  with_dtype(src_dtype, [&](auto s) {
+    with_dtype(dst_dtype, [&](auto d) {
+      cast_kernel<decltype(s)::value, decltype(d)::value><<<grid_for(n), kThreads, 0, stream>>>(
+          src, x, x_dtype, n, divisor, dst, vec, rounding.stochastic, prefix, rounding.ctx.index);
+    });
+  });
+  check_launch("cast");
+}
+
+void launch_accumulate(const void* src, DType src_dtype, int64_t n, float* acc, bool assign,
+                       cudaStream_t stream) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  if (n == 0) return;
+  const bool vec = aligned16(src) && aligned16(acc);
+  with_dtype(src_dtype, [&](auto s) {
+    accumulate_kernel<decltype(s)::value>
+        <<<grid_for(n), kThreads, 0, stream>>>(src, n, acc, assign, vec);
+  });
+  check_launch("accumulate");
+}
+
+}  // namespace ccompress::cuda

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One command for a machine with a GPU: builds ccompress for it, runs the GPU tests (every
+# codec's kernels bit-identical to the CPU backend, every algorithm on 2-4 virtual ranks of
+# the GPU bit-identical to the host collectives, stream ordering, CuPy/PyTorch inputs when
+# installed), then times every kernel at 256 MiB against the device-to-device copy bandwidth
+# measured in the same run, and the loopback pipeline. Writes logs and table.md under $OUT
+# (default build/gpu_check). Meant to finish in well under 8 minutes on an H100/H200.
+#
+# Environment: OUT, CMAKE_CUDA_ARCHITECTURES (default 90: this GPU only, a quicker build),
+# GPU_CHECK_MIB (kernel size, default 256), GPU_CHECK_SKIP_PIP=1 (no best-effort installs of
+# cupy-cuda13x / nvidia-nccl-cu13, e.g. on a machine without network).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-build/gpu_check}"
+mkdir -p "$OUT"
+export CMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}" CCOMPRESS_SKIP_TORCH=1
+start=$(date +%s)
+step() { echo "[gpu_check $(( $(date +%s) - start ))s] $*" >&2; }
+fail() { echo "[gpu_check] FAILED: $*" >&2; exit 1; }
+
+step "device"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
+  --format=csv,noheader | tee "$OUT/device.txt" || echo "nvidia-smi not available" | tee "$OUT/device.txt"
+
+step "build (scripts/setup.sh, CUDA architectures $CMAKE_CUDA_ARCHITECTURES; log $OUT/setup.log)"
+bash scripts/setup.sh >"$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; fail "build"; }
+PY="$ROOT/.venv/bin/python"
+if [ "${GPU_CHECK_SKIP_PIP:-0}" != 1 ]; then
+  step "best-effort: cupy-cuda13x and nvidia-nccl-cu13 (for the CuPy tests and NCCL)"
+  timeout 120 "$PY" -m pip install -q cupy-cuda13x nvidia-nccl-cu13 >"$OUT/pip.log" 2>&1 \
+    || echo "[gpu_check] (pip install failed or timed out: CuPy tests skip; see $OUT/pip.log)" >&2
+fi
+"$PY" -c "from ccompress import _cuda; n = _cuda.device_count(); print('devices:', n); assert n > 0" \
+  >"$OUT/devices.txt" 2>&1 || { cat "$OUT/devices.txt"; fail "no CUDA device visible to ccompress"; }
+"$PY" -m ccompress.info >"$OUT/build_info.json"
+
+step "GPU tests (log $OUT/tests.log)"
+# CCOMPRESS_REQUIRE_GPU turns a GPU test's skip into an error: here they must all run.
+CCOMPRESS_REQUIRE_GPU=1 "$PY" -m pytest -q -rs tests/test_cuda.py tests/test_ordered_executor.py \
+  >"$OUT/tests.log" 2>&1 || { tail -40 "$OUT/tests.log"; fail "GPU tests"; }
+tail -3 "$OUT/tests.log" >&2
+
+step "timings (kernels at ${GPU_CHECK_MIB:-256} MiB, loopback pipeline)"
+"$PY" perf/gpu_bench.py --mib "${GPU_CHECK_MIB:-256}" --out "$OUT" >"$OUT/bench.log" 2>&1 \
+  || { tail -30 "$OUT/bench.log"; fail "timings"; }
+cat "$OUT/table.md"
+step "done: $OUT/table.md (paste it into perf/RESULTS.md with the date and device)"
