@@ -4,7 +4,7 @@
 # fidelity extras safetensors and matplotlib), plus
 # CPU torch for the DLPack tests when it can. Quick on a re-run: the C++/CUDA build is redone
 # only when a file under cuda/ or bindings/, CMakeLists.txt or pyproject.toml has changed
-# (Python files need no reinstall: the install is editable).
+# (edits to Python files need no reinstall: the install is editable; adding a module does).
 #
 # Environment: PYTHON (default python3), CCOMPRESS_CUDA=AUTO|ON|OFF, CMAKE_CUDA_ARCHITECTURES,
 # MPI_HOME (another MPI than the mpich wheel), CCOMPRESS_SKIP_TORCH=1, CCOMPRESS_REQUIRE_TORCH=1
@@ -40,6 +40,9 @@ build_key() {
     "$PY" -VV
     echo "CCOMPRESS_CUDA=${CCOMPRESS_CUDA:-} ARCH=${CMAKE_CUDA_ARCHITECTURES:-} MPI_HOME=${MPI_HOME:-}"
     find CMakeLists.txt pyproject.toml cuda bindings -type f -print0 | sort -z | xargs -0 sha256sum
+    # The editable install maps the package's modules when it is made: a module or
+    # subpackage added or removed under ccompress/ needs a reinstall too.
+    find ccompress -name '*.py' | sort
   } | sha256sum | cut -c1-32
 }
 

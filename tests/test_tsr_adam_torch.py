@@ -21,9 +21,11 @@ def test_torch_steps_match_numpy_and_agree_across_ranks():
     rng = np.random.default_rng(3)
     xs = [torch.from_numpy(rng.standard_normal((P, 10, 16)).astype(np.float32)) for _ in range(4)]
     init = {n: p.detach().numpy().copy() for n, p in make_model(0).named_parameters()}
+    # Built here, not in the rank threads: torch's global generator is not per thread.
+    models = [make_model(0) for _ in range(P)]
 
     def torch_rank(comm):
-        model = make_model(0)
+        model = models[comm.rank]
         opt = TSRAdam(model.named_parameters(), comm, TSR(rank=3, refresh_every=2), lr=0.01,
                       weight_decay=0.1, scale=2.0)
         grads = []
