@@ -7,7 +7,9 @@
 # (default build/gpu_check). Meant to finish in well under 8 minutes on an H100/H200.
 #
 # Environment: OUT, CMAKE_CUDA_ARCHITECTURES (default 90: this GPU only, a quicker build),
-# GPU_CHECK_MIB (kernel size, default 256), GPU_CHECK_SKIP_PIP=1 (no best-effort installs of
+# GPU_CHECK_MIB (kernel size, default 256), GPU_CHECK_PYTHON (the Python to build into when it
+# holds the build tools, default python3), GPU_CHECK_VENV=1 (always build .venv with
+# scripts/setup.sh), GPU_CHECK_SKIP_PIP=1 (in the .venv build: no best-effort installs of
 # cupy-cuda13x / nvidia-nccl-cu13, e.g. on a machine without network).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,14 +25,29 @@ step "device"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
   --format=csv,noheader | tee "$OUT/device.txt" || echo "nvidia-smi not available" | tee "$OUT/device.txt"
 
-step "build (scripts/setup.sh, CUDA architectures $CMAKE_CUDA_ARCHITECTURES; log $OUT/setup.log)"
-bash scripts/setup.sh >"$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; fail "build"; }
-PY="$ROOT/.venv/bin/python"
-if [ "${GPU_CHECK_SKIP_PIP:-0}" != 1 ]; then
-  step "best-effort: cupy-cuda13x and nvidia-nccl-cu13 (for the CuPy tests and NCCL)"
-  timeout 120 "$PY" -m pip install -q cupy-cuda13x nvidia-nccl-cu13 >"$OUT/pip.log" 2>&1 \
-    || echo "[gpu_check] (pip install failed or timed out: CuPy tests skip; see $OUT/pip.log)" >&2
+# Two ways to build. A GPU image that already holds the build tools and the array libraries
+# (scikit-build-core, pybind11, numpy, ml_dtypes, pytest, CuPy: the lent H200 machines have no
+# network and hold all of these) gets ccompress installed into that Python with no download;
+# anywhere else scripts/setup.sh makes .venv, as for the CPU.
+SYS_PY="${GPU_CHECK_PYTHON:-python3}"
+if [ "${GPU_CHECK_VENV:-0}" != 1 ] && "$SYS_PY" -c \
+    "import scikit_build_core, pybind11, numpy, ml_dtypes, pytest, cupy" >/dev/null 2>&1; then
+  PY="$(command -v "$SYS_PY")"
+  step "build into $PY (its own build tools, no download; CUDA architectures $CMAKE_CUDA_ARCHITECTURES; log $OUT/setup.log)"
+  "$PY" -m pip install --no-build-isolation --no-deps --no-index \
+    -C build-dir=build/gpu-{wheel_tag} -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$CMAKE_CUDA_ARCHITECTURES" \
+    -v -e . >"$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; fail "build"; }
+else
+  step "build (scripts/setup.sh, CUDA architectures $CMAKE_CUDA_ARCHITECTURES; log $OUT/setup.log)"
+  bash scripts/setup.sh >"$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; fail "build"; }
+  PY="$ROOT/.venv/bin/python"
+  if [ "${GPU_CHECK_SKIP_PIP:-0}" != 1 ]; then
+    step "best-effort: cupy-cuda13x and nvidia-nccl-cu13 (for the CuPy tests and NCCL)"
+    timeout 120 "$PY" -m pip install -q cupy-cuda13x nvidia-nccl-cu13 >"$OUT/pip.log" 2>&1 \
+      || echo "[gpu_check] (pip install failed or timed out: CuPy tests skip; see $OUT/pip.log)" >&2
+  fi
 fi
+grep -E "ccompress (MPI transport|CUDA module):" "$OUT/setup.log" | sed 's/^.*-- /[gpu_check] /' >&2 || true
 "$PY" -c "from ccompress import _cuda; n = _cuda.device_count(); print('devices:', n); assert n > 0" \
   >"$OUT/devices.txt" 2>&1 || { cat "$OUT/devices.txt"; fail "no CUDA device visible to ccompress"; }
 "$PY" -m ccompress.info >"$OUT/build_info.json"
