@@ -15,8 +15,8 @@ from . import _core
 from . import simulate
 from .codec import Codec
 from .error_feedback import ErrorFeedback
-from .communicator import (ALGOS, OPS, Communicator, Work, nccl_unique_id, run_cuda_loopback,
-                           run_inproc)
+from ._device import nccl_unique_id
+from .communicator import ALGOS, OPS, Communicator, Work, run_cuda_loopback, run_inproc
 from .info import build_info
 
 __version__ = _core.__version__

@@ -62,7 +62,7 @@ def test_missing_libnccl_is_unsupported(monkeypatch):
 
 
 def test_stream_handles():
-    from ccompress.communicator import cuda_stream_handle
+    from ccompress._device import cuda_stream_handle
 
     class CupyLike:
         ptr = 1234
