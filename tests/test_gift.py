@@ -154,6 +154,9 @@ def test_sketched_moments_exact_for_low_rank_and_fewer_bytes(rng):
         gift = GIFT(rank=8, sketch=sketch, seed=3)
         before = comm.bytes_sent
         gift.observe(comm, {"w": moments[comm.rank] + extra["diag"], "small": np.eye(8)})
+        resumed = GIFT(rank=8, sketch=sketch, seed=3)
+        resumed.load_state_dict(gift.state_dict())
+        assert resumed.draws == gift.draws == (1 if sketch else 0)  # next sketch: new Omega
         return gift.second_moment, comm.bytes_sent - before
 
     def mean():
