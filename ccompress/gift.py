@@ -12,7 +12,11 @@ The gradient goes on the wire as G~ = G L^-T = (G D^-1/2) M^-1 and comes back as
 
 - A is an EMA of each rank's x^T x / tokens, all-reduced in float32 (exact codec) so every
   rank holds the same bits; the factor is refreshed when :meth:`observe` is called (every
-  K steps, the caller's choice), deterministically from those bits.
+  K steps, the caller's choice), deterministically from those bits. With ``sketch=k`` only
+  A Omega (in x k, Omega Gaussian drawn alike on every rank from a shared seed) and diag(A)
+  travel, O(in * k) instead of in x in, and A is rebuilt as the Nystrom approximation
+  Y (Omega^T Y)^+ Y^T plus the diagonal it misses: exact when rank(A) <= k, and cheap
+  enough to refresh the statistics every few steps.
 - Encode and decode use the same scales (the codec's own, sent on the wire); the sum is
   float32 (the collective's); error feedback (library-owned, :class:`ErrorFeedback`) is
   kept in the transformed coordinates. On refresh the worker residual is mapped into the
@@ -30,7 +34,7 @@ from typing import Any, Dict, Iterable, List, Mapping
 import numpy as np
 
 from ._errors import InvalidArgument
-from ._flat import allreduce_many, as_matrix
+from ._flat import allreduce_many, as_matrix, shared_gaussian
 from .codec import Codec
 from .error_feedback import ErrorFeedback
 
@@ -69,6 +73,18 @@ class Whitening:
         return self.dsqrt[:, None] * m
 
 
+def nystrom(y: np.ndarray, omega: np.ndarray, diag: np.ndarray) -> np.ndarray:
+    """Y (Omega^T Y)^+ Y^T (Y = A Omega, A symmetric PSD), plus the part of diag(A) it
+    misses (A minus a Nystrom approximation is PSD, so that part is >= 0 up to rounding)."""
+    core = omega.T @ y
+    s, v = np.linalg.eigh((core + core.T) / 2)
+    keep = s > max(float(s.max()), 0.0) * 1e-10
+    b = (y @ v[:, keep]) / np.sqrt(s[keep])
+    a = b @ b.T
+    a[np.diag_indices_from(a)] += np.maximum(diag - np.einsum("ij,ij->i", b, b), 0.0)
+    return a
+
+
 class GIFT:
     """Geometry-informed compressed all-reduce of weight gradients.
 
@@ -85,12 +101,19 @@ class GIFT:
         (perf/RESULTS.md), so 0.3 is the default.
       error_feedback: keep worker and server residuals (transformed coordinates).
       algo: schedule of the gradient all-reduce.
+      sketch: 0 to all-reduce the dense moments; k > 0 to all-reduce a k-column Nystrom
+        sketch and the diagonal instead (layers with in <= k + 1 still go dense).
+      seed: seed of the shared sketch matrices (the same on every rank).
     """
 
     def __init__(self, codec: str = "fp8_e4m3:g128", rank: int = 32, ema: float = 0.5,
-                 damping: float = 0.3, error_feedback: bool = True, algo: str = "two_shot"):
+                 damping: float = 0.3, error_feedback: bool = True, algo: str = "two_shot",
+                 sketch: int = 0, seed: int = 0):
         if not 0 <= ema < 1:
             raise InvalidArgument(f"GIFT ema {ema} must be in [0, 1)")
+        if sketch < 0:
+            raise InvalidArgument(f"GIFT sketch {sketch} must be >= 0 (0: dense moments)")
+        self.sketch, self.seed, self.draws = int(sketch), int(seed), 0
         self.codec, self.rank, self.ema, self.damping = Codec.parse(codec), rank, ema, damping
         self.algo = algo
         self.ef = ErrorFeedback() if error_feedback else None
@@ -105,7 +128,7 @@ class GIFT:
         """Folds this rank's input second moments (name -> x^T x / tokens, in x in) into
         the EMA after an exact float32 all-reduce, and refreshes those layers' factors."""
         names = sorted(moments)
-        avg = allreduce_many(comm, [np.asarray(moments[k], np.float32) for k in names])
+        avg = self._reduce_moments(comm, [np.asarray(moments[k], np.float64) for k in names])
         for k, a in zip(names, avg):
             old = self.second_moment.get(k)
             new = a.astype(np.float64) if old is None else self.ema * old + (1 - self.ema) * a
@@ -113,6 +136,26 @@ class GIFT:
             previous = self.factors.get(k)
             self.factors[k] = Whitening(new, self.rank, self.damping)
             self._remap_residual(k, previous)
+
+    def _reduce_moments(self, comm, mats: List[np.ndarray]) -> List[np.ndarray]:
+        """The rank-average of each moment: dense, or sketched (module docstring)."""
+        if not self.sketch:
+            return allreduce_many(comm, mats)
+        self.draws += 1
+        omegas = [None if m.shape[0] <= self.sketch + 1 else
+                  shared_gaussian(self.seed, (self.draws, i), (m.shape[0], self.sketch))
+                  for i, m in enumerate(mats)]
+        payload = []
+        for m, om in zip(mats, omegas):
+            payload += [m] if om is None else [m @ om, np.diag(m)]
+        red, out = allreduce_many(comm, payload), []
+        for om in omegas:
+            if om is None:
+                out.append(red.pop(0).astype(np.float64))
+            else:
+                y, diag = red.pop(0).astype(np.float64), red.pop(0).astype(np.float64)
+                out.append(nystrom(y, om, diag))
+        return out
 
     def select(self, comm, grads: Mapping[str, Any], candidates: Iterable[str],
                min_gain: float = 1.5) -> List[str]:
@@ -181,6 +224,7 @@ class GIFT:
         layers and selection table, and the error-feedback state (per rank)."""
         return {"second_moment": {k: v.copy() for k, v in self.second_moment.items()},
                 "layers": list(self.layers), "selection": list(self.selection),
+                "sketch_draws": self.draws,
                 "layout": [(k, list(s)) for k, s in self._layout],
                 "error_feedback": None if self.ef is None else self.ef.state_dict()}
 
@@ -189,6 +233,7 @@ class GIFT:
             self.second_moment = {k: np.array(v, np.float64)
                                   for k, v in state["second_moment"].items()}
             self.layers, self.selection = list(state["layers"]), list(state["selection"])
+            self.draws = int(state.get("sketch_draws", 0))
             self._layout = [(k, tuple(s)) for k, s in state["layout"]]
             if self.ef is not None and state["error_feedback"] is not None:
                 self.ef.load_state_dict(state["error_feedback"])

@@ -51,6 +51,10 @@ def parse(argv=None):
                          "of 1/4/8/16 in 60-step runs)")
     ap.add_argument("--gift-ema", type=float, default=None,
                     help="EMA weight of the old activation moment per collection (GIFT's default)")
+    ap.add_argument("--gift-every", type=int, default=50,
+                    help="steps between GIFT's activation-moment collections")
+    ap.add_argument("--gift-sketch", type=int, default=0,
+                    help="GIFT: all-reduce a k-column Nystrom sketch of the moments (0: dense)")
     ap.add_argument("--tsr-rank", type=int, default=32)
     ap.add_argument("--tsr-every", type=int, default=50, help="TSR refresh interval K")
     ap.add_argument("--tsr-ef", action="store_true", help="TSR with error feedback")

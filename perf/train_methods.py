@@ -12,10 +12,12 @@ from ccompress.powersgd import PowerSGD
 from ccompress.tsr import TSR
 
 CODECS = {"fp8": "fp8_e4m3:g128", "hint8": "hint8:g32", "nvfp4": "nvfp4"}
+# The source's quantizer is FP8 E5M2 with one scale per tensor; the nearest codec here is
+# E5M2 with one scale per 1024 elements (the largest group). Measured only, not trained with.
+SOURCE_FP8 = "fp8_e5m2:g1024"
 METHODS = (["exact"] + [f"{c}{s}" for c in CODECS for s in ("", "_ef")]
            + ["gift", "tsr", "tsr_reset", "powersgd"])
 BETAS = (0.9, 0.95)
-GIFT_EVERY = 50     # steps between activation-moment collections (factor refreshes)
 PSGD_RANK = 4
 
 
@@ -103,22 +105,28 @@ class TSRMethod(Method):
 
 class GIFTMethod(Method):
     """fp8 + GIFT + error feedback; activation moments of every Linear's input are
-    collected every GIFT_EVERY steps; layers are selected at step 0 from measured error."""
+    collected every ``--gift-every`` steps; layers are selected at step 0 from measured
+    error."""
 
     def __init__(self, torch, model, comm, args):
         super().__init__(torch, model, comm, args)
         from mpi4py import MPI
-        self.gift = GIFT(codec=CODECS["fp8"], rank=32,
+        self.gift = GIFT(codec=CODECS["fp8"], rank=32, sketch=args.gift_sketch,
+                         seed=args.seed,
                          **({} if args.gift_ema is None else {"ema": args.gift_ema}))
         self.meas = cc.Communicator.from_mpi(MPI.COMM_WORLD.Dup(), timeout=600)
         self.world = MPI.COMM_WORLD
         self.linears = {f"{n}.weight": m for n, m in model.named_modules()
                         if isinstance(m, torch.nn.Linear)}
         self.inputs, self.fidelity = {}, []
-        self.measure_at = {0, args.steps // 2, args.steps - 1}
+        self.every = args.gift_every
+        # step 0 and half-way (fresh statistics), the steps before those collections
+        # (stalest), and the last step
+        half = args.steps // 2 // self.every * self.every
+        self.measure_at = {0, self.every - 1, half, half + self.every - 1, args.steps - 1}
 
     def forward_backward(self, model, x, y, step):
-        if step % GIFT_EVERY:
+        if step % self.every:
             return super().forward_backward(model, x, y, step)
         hooks = [m.register_forward_hook(
             lambda mod, inp, out, k=k: self.inputs.__setitem__(k, inp[0].detach()))
@@ -154,6 +162,9 @@ class GIFTMethod(Method):
             wire = w.to_wire(g.astype(np.float64)).astype(np.float32)
             got["gift_fp8"] = w.from_wire(self.meas.allreduce(
                 wire, codec=CODECS["fp8"], algo="two_shot", op="avg").astype(np.float64))
+            got["e5m2"] = self.meas.allreduce(g, codec=SOURCE_FP8, algo="two_shot", op="avg")
+            got["gift_e5m2"] = w.from_wire(self.meas.allreduce(
+                wire, codec=SOURCE_FP8, algo="two_shot", op="avg").astype(np.float64))
             row = {"layer": k}
             for c, y in got.items():
                 e = y - ref
@@ -166,7 +177,7 @@ class GIFTMethod(Method):
     def report(self):
         return {"gift_ema": self.gift.ema, "gift_damping": self.gift.damping,
                 "gift_rank": self.gift.rank, "gift_selection": self.gift.selection, "gift_layers": self.gift.layers,
-                "gift_fidelity": self.fidelity, "nonfinite": self.gift.ef.nonfinite}
+                "gift_every": self.every, "gift_sketch": self.gift.sketch, "gift_fidelity": self.fidelity, "nonfinite": self.gift.ef.nonfinite}
 
 
 def make_method(name, torch, model, comm, args) -> Method:

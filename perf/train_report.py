@@ -18,16 +18,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN, END = "<!-- train_compare:begin -->", "<!-- train_compare:end -->"
 RUN = "nice -n 5 .venv/bin/mpiexec -n 4 .venv/bin/python perf/train_compare.py"
 COMMANDS = [f"{RUN} --methods all",
-            "# variants: rows tsr_K25, tsr_ef, tsr_r48, tsr_r56, tsr_r64, gift_ema0.95",
+            "# variants: rows tsr_K25, tsr_ef, tsr_r48, tsr_r56, tsr_r64, gift_ema0.95, then the "
+            "update multiplier 16 and GIFT's refresh interval / sketched statistics",
             f"{RUN} --methods tsr --tsr-every 25 --tag _K25",
             f"{RUN} --methods tsr --tsr-ef --tag _ef",
             f"{RUN} --methods tsr --tsr-rank 48 --tag _r48",
             f"{RUN} --methods tsr --tsr-rank 56 --tag _r56",
             f"{RUN} --methods tsr --tsr-rank 64 --tag _r64",
             f"{RUN} --methods gift --gift-ema 0.95 --tag _ema0.95",
+            f"{RUN} --methods tsr --tsr-scale 16 --tag _s16",
+            f"{RUN} --methods tsr --tsr-rank 48 --tsr-scale 16 --tag _r48_s16",
+            f"{RUN} --methods tsr --tsr-rank 56 --tsr-scale 16 --tag _r56_s16",
+            f"{RUN} --methods gift --gift-every 10 --tag _every10",
+            f"{RUN} --methods gift --gift-every 5 --tag _every5",
+            f"{RUN} --methods gift --gift-every 5 --gift-sketch 40 --tag _every5_sk40",
+            f"{RUN} --methods gift --gift-every 1 --gift-sketch 40 --tag _every1_sk40",
+            f"{RUN} --methods gift --gift-every 1 --gift-sketch 40 --gift-ema 0 "
+            "--tag _every1_sk40_ema0",
             "# seed control",
             f"{RUN} --methods exact,fp8_ef,nvfp4_ef --seed 1 --out build/train_compare_seed1",
             f"{RUN} --methods tsr --tsr-rank 56 --tag _r56 --seed 1 "
+            "--out build/train_compare_seed1",
+            f"{RUN} --methods tsr --tsr-rank 56 --tsr-scale S --tag _r56_sS --seed 1 "
+            "--out build/train_compare_seed1   # S = 4, 16, 32",
+            f"{RUN} --methods tsr --tsr-rank 48 --tsr-scale 16 --tag _r48_s16 --seed 1 "
             "--out build/train_compare_seed1",
             ".venv/bin/python perf/train_report.py"]
 
@@ -86,14 +100,41 @@ def gift_tables(r):
     return lines
 
 
+def gains(rows, plain, treated):
+    """min / median / max of the per-layer error ratios and how many reach 3x."""
+    g = sorted(row[plain] / row[treated] for row in rows)
+    return f"{g[0]:.2f}x / {g[len(g) // 2]:.2f}x / {g[-1]:.2f}x | {sum(x >= 3 for x in g)}/{len(g)}"
+
+
+def gift_summary(runs):
+    """Per-step gain distribution of every GIFT run, with the statistics' age, for the
+    trained quantizer (fp8 E4M3, a scale per 128) and the source's (E5M2, a scale per 1024)."""
+    lines = ["", "GIFT's one-step gain per step (8 layers; min / median / max of the per-layer "
+             "ratio plain / GIFT; age: steps since the last statistics collection; "
+             "e5m2 = fp8_e5m2:g1024, the nearest codec to the source's one scale per tensor):",
+             "", "| run | every | step | age | fp8 e4m3:g128 gain | >= 3x | e5m2:g1024 gain "
+             "| >= 3x |", "|---|---|---|---|---|---|---|---|"]
+    for name in [n for n in runs if n.startswith("gift")]:
+        every = runs[name].get("gift_every", 50)
+        for f in runs[name]["gift_fidelity"]:
+            rows = f["layers"]
+            e5 = gains(rows, "e5m2", "gift_e5m2") if "e5m2" in rows[0] else "- | -"
+            lines.append(f"| {name} | {every} | {f['step']} | {f['step'] % every} | "
+                         f"{gains(rows, 'fp8', 'gift_fp8')} | {e5} |")
+    return lines
+
+
 def seed_table(runs, other):
     """The same methods with another seed (initialisation and data order)."""
     lines = ["", "Seed control (seed 1: another initialisation and data order):", "",
-             "| method | seed 0 | seed 1 | seed 1 vs its exact |", "|---|---|---|---|"]
+             "| method | seed 0 | seed 1 | seed 1 vs its exact | fewer bytes (seed 1) |",
+             "|---|---|---|---|---|"]
     for name, r in other.items():
         rel = (r["final_val"] / other["exact"]["final_val"] - 1) * 100
-        lines.append(f"| {name} | {runs[name]['final_val']:.4f} | {r['final_val']:.4f} | "
-                     f"{rel:+.2f}% |")
+        fewer = other["exact"]["bytes_per_step"] / r["bytes_per_step"]
+        first = f"{runs[name]['final_val']:.4f}" if name in runs else "-"
+        lines.append(f"| {name} | {first} | {r['final_val']:.4f} | {rel:+.2f}% | "
+                     f"{fewer:.1f}x |")
     return lines
 
 
@@ -179,6 +220,7 @@ def main(argv=None) -> int:
     if os.path.isdir(control):
         md += seed_table(runs, load(control))
     md += goals(runs)
+    md += gift_summary(runs)
     if "gift" in runs:
         md += gift_tables(runs["gift"])
     md += ["", "![loss curves](plots/train_compare.png)", END]

@@ -139,3 +139,40 @@ def test_refresh_moves_the_worker_residual_into_the_new_coordinates(rng):
         assert np.abs(old).max() > 0
         assert np.allclose(new, old, rtol=1e-4, atol=1e-6 * np.abs(old).max())
         assert np.array_equal(bias, bias_after) and not server.any()
+
+
+def test_sketched_moments_exact_for_low_rank_and_fewer_bytes(rng):
+    """sketch=k: a rank-6 moment comes back exactly (Nystrom is exact up to rank k), with a
+    diagonal added the diagonal is still exact (it is sent), every rank holds the same
+    bits, in O(d k) bytes, not d x d; a rank above k is only approximated."""
+    d, k = 96, 12
+    common = rng.standard_normal((d, 6))  # every rank's moment in one 6-d subspace
+    moments = [common @ c @ c.T @ common.T for c in rng.standard_normal((P, 6, 6))]
+    extra = {"diag": np.zeros((d, d))}
+
+    def body(comm, sketch):
+        gift = GIFT(rank=8, sketch=sketch, seed=3)
+        before = comm.bytes_sent
+        gift.observe(comm, {"w": moments[comm.rank] + extra["diag"], "small": np.eye(8)})
+        resumed = GIFT(rank=8, sketch=sketch, seed=3)
+        resumed.load_state_dict(gift.state_dict())
+        assert resumed.draws == gift.draws == (1 if sketch else 0)  # next sketch: new Omega
+        return gift.second_moment, comm.bytes_sent - before
+
+    def mean():
+        return np.mean([(m + extra["diag"]).astype(np.float32).astype(np.float64)
+                        for m in moments], axis=0)
+
+    res = cc.run_inproc(P, lambda c: body(c, k))
+    low = mean()
+    assert np.abs(res[0][0]["w"] - low).max() < 1e-4 * np.abs(low).max()
+    assert np.array_equal(res[0][0]["small"], np.eye(8))  # small layers go dense
+    assert len({r[0]["w"].tobytes() for r in res}) == 1
+    dense = cc.run_inproc(P, lambda c: body(c, 0))
+    assert res[0][1] * 5 < dense[0][1]  # (k + 1) d + 64 floats against d^2 + 64
+    extra["diag"] = np.diag(np.linspace(0.01, 0.5, d)) * np.abs(low).max()
+    got, ref = cc.run_inproc(P, lambda c: body(c, k))[0][0]["w"], mean()
+    assert np.allclose(np.diag(got), np.diag(ref), rtol=1e-5)
+    assert np.abs(got - ref).max() > 1e-3 * np.abs(ref).max()  # full rank: approximated
+    with pytest.raises(cc.InvalidArgument, match="sketch"):
+        GIFT(sketch=-1)
