@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress import _core
 from ccompress._errors import InvalidArgument
-from conftest import rel_l2, same_bits
+from conftest import lib_decode, lib_encode, rel_l2, same_bits
 import fourbit_ref as ref
 
 F32 = np.float32
@@ -28,19 +27,6 @@ def kw_enc(spec):
 
 def kw_dec(spec):
     return {k: v for k, v in SPECS[spec].items() if k != "sr"}
-
-
-def lib_encode(spec, x, ctx=(0, 0, 0, 0)):
-    c = _core.Codec.parse(spec)
-    wire = np.full(c.wire_bytes(x.size), 0xAB, np.uint8)
-    _core.encode(c, x.ctypes.data, "float32", x.size, 1.0, wire.ctypes.data, *ctx)
-    return wire
-
-
-def lib_decode(spec, wire, n):
-    out = np.empty(n, np.float32)
-    _core.decode(_core.Codec.parse(spec), wire.ctypes.data, n, out.ctypes.data, "float32")
-    return out
 
 
 def heavy(rng, n):
@@ -76,7 +62,7 @@ def test_wire_and_decode_match_numpy_bit_for_bit(rng, spec):
     for n in [1, 2, 15, 16, 17, 33, 100, 257, 1000, 4099]:
         x = heavy(rng, n)
         ctx = (11, 5, 2, 1000)
-        wire = lib_encode(spec, x, ctx)
+        wire = lib_encode(spec, x, *ctx)
         want = ref.encode(x, "int4", ctx=ctx, **kw_enc(spec))
         bad = np.flatnonzero(wire != want)
         assert bad.size == 0, f"{spec} n={n}: bytes {bad[:8]} differ"
@@ -161,7 +147,7 @@ def test_per_element_bound(rng, spec):
     g, h, sb, sr = kw["group"], kw["rotation"], kw.get("scale_bits", 8), kw.get("sr", False)
     for n in [16, 1000, 4099]:
         x = heavy(rng, n)
-        wire = lib_encode(spec, x, ctx=(1, 2, 3, 4))
+        wire = lib_encode(spec, x, 1, 2, 3, 4)
         xp = lib_decode(spec, wire, n).astype(np.float64)
         d, s = ref.steps(wire, n, g, sb)
         d, s = d.astype(np.float64), float(s)

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress import _core
 from ccompress._errors import InvalidArgument
-from conftest import rel_l2, same_bits
+from conftest import lib_decode, lib_encode, rel_l2, same_bits
 import fourbit_ref as ref
 
 F32 = np.float32
@@ -19,19 +18,6 @@ SPECS = {  # spec -> reference kwargs
     "hnvfp4:g16:h2": dict(rotation=2),
 }
 SIZES = [1, 2, 15, 16, 17, 31, 33, 100, 257, 1000, 4099]
-
-
-def lib_encode(spec, x, ctx=(0, 0, 0, 0)):
-    c = _core.Codec.parse(spec)
-    wire = np.full(c.wire_bytes(x.size), 0xAB, np.uint8)  # garbage the encoder must overwrite
-    _core.encode(c, x.ctypes.data, "float32", x.size, 1.0, wire.ctypes.data, *ctx)
-    return wire
-
-
-def lib_decode(spec, wire, n):
-    out = np.empty(n, np.float32)
-    _core.decode(_core.Codec.parse(spec), wire.ctypes.data, n, out.ctypes.data, "float32")
-    return out
 
 
 def blocky(rng, n):
@@ -168,7 +154,7 @@ def test_per_element_bound(rng, spec):
     sr = spec.endswith(":sr")
     for n in [16, 1000, 4099]:
         x = blocky(rng, n).astype(np.float64)
-        wire = lib_encode(spec, x.astype(F32), ctx=(7, 3, 1, 0))
+        wire = lib_encode(spec, x.astype(F32), 7, 3, 1, 0)
         xp = lib_decode(spec, wire, n).astype(np.float64)
         d, s = ref.steps(wire, n, 16)
         d, s = d.astype(np.float64), float(s)

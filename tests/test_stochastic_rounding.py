@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress import _core
 from ccompress._errors import InvalidArgument
-from conftest import same_bits
+from conftest import lib_decode as decode, lib_encode as encode, same_bits
 import fourbit_ref as ref
 
 F32 = np.float32
@@ -21,20 +20,6 @@ FP8 = {"fp8_e4m3": (ml_dtypes.float8_e4m3fn, 448.0, 3, 121, 135),
        "fp8_e5m2": (ml_dtypes.float8_e5m2, 57344.0, 2, 113, 142)}
 SR_SPECS = ["fp8_e4m3:g128:sr", "fp8_e5m2:g32:sr", "nvfp4:sr", "hnvfp4:g16:sr", "hint4:g16:sr",
             "hint4:g32:s16:sr"]
-
-
-def encode(spec, x, seed=0, step=0, rank=0, index=0):
-    c = _core.Codec.parse(spec)
-    wire = np.full(c.wire_bytes(x.size), 0xAB, np.uint8)
-    _core.encode(c, x.ctypes.data, "float32", x.size, 1.0, wire.ctypes.data, seed, step, rank,
-                 index)
-    return wire
-
-
-def decode(spec, wire, n):
-    out = np.empty(n, F32)
-    _core.decode(_core.Codec.parse(spec), wire.ctypes.data, n, out.ctypes.data, "float32")
-    return out
 
 
 def ref_fp8_sr(x, fmt, g, seed, step, rank, index):

@@ -10,7 +10,7 @@ import pytest
 import ccompress as cc
 from ccompress import _core
 from ccompress._errors import InvalidArgument
-from conftest import rel_l2, same_bits
+from conftest import lib_decode as decode, lib_encode as encode, rel_l2, same_bits
 
 F32 = np.float32
 # base name -> (ml_dtypes type, FP8_MAX, mantissa bits, exponent bias)
@@ -75,20 +75,6 @@ def sr_uniform(seed, step, rank, idx):
 
 def abs_bits(v):
     return (np.asarray(v, F32).view(np.uint32) & 0x7FFFFFFF).astype(np.int64)
-
-
-def encode(codec, x, seed=0, step=0, rank=0, index=0):
-    wire = np.full(codec.wire_bytes(x.size), 0xAB, np.uint8)  # garbage in the padding
-    dt = {np.dtype(F32): "float32", np.dtype(np.float16): "float16",
-          np.dtype(ml_dtypes.bfloat16): "bfloat16"}[x.dtype]
-    _core.encode(codec, x.ctypes.data, dt, x.size, 1.0, wire.ctypes.data, seed, step, rank, index)
-    return wire
-
-
-def decode(codec, wire, n):
-    out = np.empty(n, F32)
-    _core.decode(codec, wire.ctypes.data, n, out.ctypes.data, "float32")
-    return out
 
 
 # ---- the TACO reference ----
