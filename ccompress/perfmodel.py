@@ -18,7 +18,7 @@ All formulas are per rank and follow the schedules in cuda/src/collectives/.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Iterable, Optional, Tuple
 
 ALGOS = ("ring", "two_shot", "tree", "one_shot")
@@ -193,8 +193,7 @@ class AlgoModel:
         when the model has no cost for that codec."""
         for c in self.codecs:
             if c.name == codec_name:
-                system = System(**{**self.system.__dict__, "ranks": ranks})
-                return choose_algo(system, n, dtype_bytes, c)
+                return choose_algo(replace(self.system, ranks=ranks), n, dtype_bytes, c)
         return None
 
 
