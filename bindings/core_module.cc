@@ -4,6 +4,7 @@
 #include "bindings.h"
 #include "error_translator.h"
 #include "ccompress/common.h"
+#include "cpu/isa_dispatch.h"
 
 namespace py = pybind11;
 
@@ -14,4 +15,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("__version__") = ccompress::version();
   bind_codec_math(m);
   bind_collectives(m);
+  m.def("cpu_isa", &ccompress::cpu_isa,
+        "Which copy of the host codec loops runs: 'avx2' (the CPU has AVX2) or 'baseline' "
+        "(SSE2, or forced with CCOMPRESS_CPU_ISA=baseline). Both give the same bits.");
 }

@@ -11,7 +11,7 @@ from ._errors import InvalidArgument, MessageError
 
 
 class Codec:
-    """A wire format, e.g. ``Codec.parse("fp8_e4m3:g128")``.
+    """A wire format, e.g. ``Codec("fp8_e4m3:g128")`` (the same as ``Codec.parse``).
 
     ``encode(x)`` gives the exact bytes a collective sends for ``x``;
     ``decode(buf, n, dtype)`` reads them back; ``roundtrip(x)`` does both;
@@ -20,8 +20,11 @@ class Codec:
 
     __slots__ = ("_c",)
 
-    def __init__(self, core_codec: "_core.Codec"):
-        self._c = core_codec
+    def __init__(self, spec: Union[str, "Codec", "_core.Codec"]):
+        if isinstance(spec, _core.Codec):
+            self._c = spec
+        else:
+            self._c = Codec.parse(spec)._c
 
     @staticmethod
     def parse(spec: Union[str, "Codec"]) -> "Codec":

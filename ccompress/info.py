@@ -80,6 +80,7 @@ def build_info() -> Dict[str, Any]:
         "version": _core.__version__,
         "python": sys.version.split()[0],
         "cpu_backend": True,
+        "cpu_isa": _core.cpu_isa(),
         "transports": {"inproc": True},
         "mpi": _mpi_info(),
         "cuda": _cuda_info(),

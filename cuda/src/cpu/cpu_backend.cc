@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "ccompress/error.h"
@@ -11,6 +14,7 @@
 #include "codecs/group_codec.h"
 #include "codecs/registry.h"
 #include "codecs/stochastic.h"
+#include "cpu/isa_dispatch.h"
 #include "cpu/nonfinite.h"
 
 namespace ccompress {
@@ -188,9 +192,18 @@ void family_decode(const CodecFamily& f, const uint8_t* src, int64_t n, const Co
   });
 }
 
-}  // namespace
+void load_accumulate_any_body(const void* src, DType src_dtype, int64_t n, float* acc,
+                                 bool assign) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  if (assign) {
+    for_each_loaded(src, src_dtype, 0, n, [acc](int64_t i, float v) { acc[i] = v; });
+  } else {
+    for_each_loaded(src, src_dtype, 0, n,
+                    [acc](int64_t i, float v) { acc[i] = codecs::add_rn(acc[i], v); });
+  }
+}
 
-void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+void encode_any_body(const void* src, DType src_dtype, int64_t n, const Codec& codec,
                         float divisor, const EncodeContext& ctx, void* dst) {
   if (const CodecFamily* f = registered_family(codec)) {
     float* run = run_scratch(n);
@@ -226,17 +239,17 @@ void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec
   });
 }
 
-void CpuBackend::decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+void decode_accumulate_any_body(const void* src, int64_t n, const Codec& codec, float* acc,
                                    bool assign) {
   if (const CodecFamily* f = registered_family(codec)) {
     float* run = run_scratch(n);
     family_decode(*f, static_cast<const uint8_t*>(src), n, codec, run);
-    load_accumulate(run, DType::Float32, n, acc, assign);
+    load_accumulate_any_body(run, DType::Float32, n, acc, assign);
     return;
   }
   check_args(codec, n);
   if (codec.kind == CodecKind::Raw) {
-    load_accumulate(src, codec.raw_dtype, n, acc, assign);
+    load_accumulate_any_body(src, codec.raw_dtype, n, acc, assign);
     return;
   }
   with_fp8_format(codec.kind, [&](auto fmt) {
@@ -256,7 +269,7 @@ void CpuBackend::decode_accumulate(const void* src, int64_t n, const Codec& code
   });
 }
 
-void CpuBackend::decode(const void* src, int64_t n, const Codec& codec, void* out,
+void decode_any_body(const void* src, int64_t n, const Codec& codec, void* out,
                         DType out_dtype) {
   if (const CodecFamily* f = registered_family(codec)) {
     float* run = run_scratch(n);
@@ -286,18 +299,7 @@ void CpuBackend::decode(const void* src, int64_t n, const Codec& codec, void* ou
   });
 }
 
-void CpuBackend::load_accumulate(const void* src, DType src_dtype, int64_t n, float* acc,
-                                 bool assign) {
-  CC_CHECK(n >= 0, "element count " << n << " is negative");
-  if (assign) {
-    for_each_loaded(src, src_dtype, 0, n, [acc](int64_t i, float v) { acc[i] = v; });
-  } else {
-    for_each_loaded(src, src_dtype, 0, n,
-                    [acc](int64_t i, float v) { acc[i] = codecs::add_rn(acc[i], v); });
-  }
-}
-
-void CpuBackend::decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+void decode_reduce_encode_any_body(const void* src, const void* x, DType x_dtype, int64_t n,
                                       const Codec& codec, float divisor,
                                       const EncodeContext& ctx, void* dst) {
   if (const CodecFamily* f = registered_family(codec)) {
@@ -328,7 +330,7 @@ void CpuBackend::decode_reduce_encode(const void* src, const void* x, DType x_dt
   zero_fp8_padding(dst, n);
 }
 
-void CpuBackend::finalize(const float* acc, int64_t n, float divisor, void* out,
+void finalize_any_body(const float* acc, int64_t n, float divisor, void* out,
                           DType out_dtype) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   float buf[kBlock];
@@ -338,11 +340,7 @@ void CpuBackend::finalize(const float* acc, int64_t n, float divisor, void* out,
   });
 }
 
-int64_t CpuBackend::count_nonfinite(const void* src, DType t, int64_t n) {
-  return ccompress::count_nonfinite(src, t, n).count;
-}
-
-int64_t CpuBackend::feedback_residual(const float* v, const float* decoded, int64_t n,
+int64_t feedback_residual_any_body(const float* v, const float* decoded, int64_t n,
                                       float* residual) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   int64_t dropped = 0;
@@ -354,6 +352,91 @@ int64_t CpuBackend::feedback_residual(const float* v, const float* decoded, int6
     dropped += finite ? 0 : 1;
   }
   return dropped;
+}
+
+
+// The entry points, each compiled for the baseline and for AVX2 (isa_dispatch.h).
+CC_CPU_DISPATCH(void, encode_any,
+                (const void* src, DType src_dtype, int64_t n, const Codec& codec, float divisor,
+                 const EncodeContext& ctx, void* dst),
+                (src, src_dtype, n, codec, divisor, ctx, dst))
+CC_CPU_DISPATCH(void, decode_accumulate_any,
+                (const void* src, int64_t n, const Codec& codec, float* acc, bool assign),
+                (src, n, codec, acc, assign))
+CC_CPU_DISPATCH(void, decode_any,
+                (const void* src, int64_t n, const Codec& codec, void* out, DType out_dtype),
+                (src, n, codec, out, out_dtype))
+CC_CPU_DISPATCH(void, load_accumulate_any,
+                (const void* src, DType src_dtype, int64_t n, float* acc, bool assign),
+                (src, src_dtype, n, acc, assign))
+CC_CPU_DISPATCH(void, decode_reduce_encode_any,
+                (const void* src, const void* x, DType x_dtype, int64_t n, const Codec& codec,
+                 float divisor, const EncodeContext& ctx, void* dst),
+                (src, x, x_dtype, n, codec, divisor, ctx, dst))
+CC_CPU_DISPATCH(void, finalize_any,
+                (const float* acc, int64_t n, float divisor, void* out, DType out_dtype),
+                (acc, n, divisor, out, out_dtype))
+CC_CPU_DISPATCH(int64_t, feedback_residual_any,
+                (const float* v, const float* decoded, int64_t n, float* residual),
+                (v, decoded, n, residual))
+
+}  // namespace
+
+void CpuBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                        float divisor, const EncodeContext& ctx, void* dst) {
+  encode_any(src, src_dtype, n, codec, divisor, ctx, dst);
+}
+
+void CpuBackend::decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                   bool assign) {
+  decode_accumulate_any(src, n, codec, acc, assign);
+}
+
+void CpuBackend::decode(const void* src, int64_t n, const Codec& codec, void* out,
+                        DType out_dtype) {
+  decode_any(src, n, codec, out, out_dtype);
+}
+
+void CpuBackend::load_accumulate(const void* src, DType src_dtype, int64_t n, float* acc,
+                                 bool assign) {
+  load_accumulate_any(src, src_dtype, n, acc, assign);
+}
+
+void CpuBackend::decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                      const Codec& codec, float divisor,
+                                      const EncodeContext& ctx, void* dst) {
+  decode_reduce_encode_any(src, x, x_dtype, n, codec, divisor, ctx, dst);
+}
+
+void CpuBackend::finalize(const float* acc, int64_t n, float divisor, void* out,
+                          DType out_dtype) {
+  finalize_any(acc, n, divisor, out, out_dtype);
+}
+
+int64_t CpuBackend::count_nonfinite(const void* src, DType t, int64_t n) {
+  return ccompress::count_nonfinite(src, t, n).count;
+}
+
+int64_t CpuBackend::feedback_residual(const float* v, const float* decoded, int64_t n,
+                                      float* residual) {
+  return feedback_residual_any(v, decoded, n, residual);
+}
+
+void* CpuBackend::workspace(int64_t bytes) {
+  CC_CHECK(bytes >= 0, "workspace of " << bytes << " bytes");
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<void, Free> block;
+  thread_local int64_t capacity = 0;
+  if (bytes > capacity || !block) {
+    const int64_t want = std::max<int64_t>((bytes + 255) & ~int64_t(255), 256);
+    block.reset();  // release the old block before taking the larger one
+    block.reset(std::aligned_alloc(256, static_cast<size_t>(want)));
+    if (!block) throw std::bad_alloc();
+    capacity = want;
+  }
+  return block.get();
 }
 
 CpuBackend& cpu_backend() {

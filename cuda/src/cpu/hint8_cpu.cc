@@ -10,6 +10,7 @@
 #include "codecs/rotation_blocks.h"
 #include "codecs/stochastic.h"
 #include "cpu/fast_wht.h"
+#include "cpu/isa_dispatch.h"
 
 namespace ccompress {
 namespace {
@@ -64,7 +65,8 @@ void store_scale(const Codec& c, uint8_t* sc, int64_t gi, int32_t i, const codec
 }
 
 // Block by block: rotate, group amaxes, (s8) the block exponent, scales, codes.
-void encode(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx, uint8_t* dst) {
+void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
+                 uint8_t* dst) {
   float y[kMaxRotation];
   int32_t amax[kMaxRotation / kMinGroup];
   uint8_t* sc = dst + codecs::rot_scales_offset(n);
@@ -114,7 +116,7 @@ void encode(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
   }
 }
 
-void decode(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   const uint8_t* sc = src + codecs::rot_scales_offset(n);
   const int8_t* q = reinterpret_cast<const int8_t*>(src);
   const int64_t blocks = codecs::rot_block_count(n, c.rotation);
@@ -137,6 +139,14 @@ void decode(const uint8_t* src, int64_t n, const Codec& c, float* out) {
       for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(v[j], codecs::random_sign(j));
   }
 }
+
+// Compiled for the baseline and for AVX2 (isa_dispatch.h).
+CC_CPU_DISPATCH(void, encode,
+                (const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
+                 uint8_t* dst),
+                (x, n, c, ctx, dst))
+CC_CPU_DISPATCH(void, decode, (const uint8_t* src, int64_t n, const Codec& c, float* out),
+                (src, n, c, out))
 
 [[maybe_unused]] const bool kRegistered = register_codec_family(
     {"hint8", CodecKind::HInt8, configure, name, wire_bytes, encode, decode,

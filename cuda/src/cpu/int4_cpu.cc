@@ -45,6 +45,7 @@
 #include "codecs/int4.h"
 #include "codecs/registry.h"
 #include "cpu/fourbit_cpu.h"
+#include "cpu/isa_dispatch.h"
 
 namespace ccompress {
 namespace {
@@ -87,13 +88,22 @@ int64_t wire_bytes(const Codec& c, int64_t n) {
   return codecs::fourbit_layout(n, c.group, c.scale_bits / 8).total;
 }
 
-void encode(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx, uint8_t* dst) {
+void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
+                 uint8_t* dst) {
   cpu4::encode_run<codecs::Int4>(x, n, c, ctx, dst);
 }
 
-void decode(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   cpu4::decode_run<codecs::Int4>(src, n, c, out);
 }
+
+// Compiled for the baseline and for AVX2 (isa_dispatch.h).
+CC_CPU_DISPATCH(void, encode,
+                (const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
+                 uint8_t* dst),
+                (x, n, c, ctx, dst))
+CC_CPU_DISPATCH(void, decode, (const uint8_t* src, int64_t n, const Codec& c, float* out),
+                (src, n, c, out))
 
 [[maybe_unused]] const bool kRegistered = register_codec_family(
     {"hint4", CodecKind::Int4, configure, name, wire_bytes, encode, decode, kHelp});

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "ccompress/error.h"
+#include "cpu/isa_dispatch.h"
 
 namespace ccompress {
 
@@ -28,18 +29,25 @@ NonFiniteCount count_bits(const void* data, int64_t n, U exp_mask) {
   return r;
 }
 
-}  // namespace
-
-NonFiniteCount count_nonfinite(const void* data, DType dtype, int64_t n) {
-  CC_CHECK(n >= 0, "element count " << n << " is negative");
-  if (n == 0) return {};
-  CC_CHECK(data != nullptr, "null buffer for " << n << " elements");
+NonFiniteCount count_any_body(const void* data, DType dtype, int64_t n) {
   switch (dtype) {
     case DType::Float32: return count_bits<uint32_t>(data, n, 0x7F800000u);
     case DType::BFloat16: return count_bits<uint16_t>(data, n, uint16_t(0x7F80u));
     case DType::Float16: return count_bits<uint16_t>(data, n, uint16_t(0x7C00u));
   }
   return {};
+}
+
+CC_CPU_DISPATCH(NonFiniteCount, count_any, (const void* data, DType dtype, int64_t n),
+                (data, dtype, n))
+
+}  // namespace
+
+NonFiniteCount count_nonfinite(const void* data, DType dtype, int64_t n) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  if (n == 0) return {};
+  CC_CHECK(data != nullptr, "null buffer for " << n << " elements");
+  return count_any(data, dtype, n);
 }
 
 }  // namespace ccompress

@@ -11,6 +11,7 @@
 #include "codecs/stochastic.h"
 #include "codecs/taco.h"
 #include "cpu/fast_wht.h"
+#include "cpu/isa_dispatch.h"
 
 namespace ccompress {
 namespace {
@@ -114,7 +115,8 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   }
 }
 
-void encode(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx, uint8_t* dst) {
+void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
+                 uint8_t* dst) {
   if (c.fp8_format == 0) {
     encode_run<Fp8E4M3>(x, n, c, ctx, dst);
   } else {
@@ -122,13 +124,21 @@ void encode(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
   }
 }
 
-void decode(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   if (c.fp8_format == 0) {
     decode_run<Fp8E4M3>(src, n, c, out);
   } else {
     decode_run<Fp8E5M2>(src, n, c, out);
   }
 }
+
+// Compiled for the baseline and for AVX2 (isa_dispatch.h).
+CC_CPU_DISPATCH(void, encode,
+                (const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
+                 uint8_t* dst),
+                (x, n, c, ctx, dst))
+CC_CPU_DISPATCH(void, decode, (const uint8_t* src, int64_t n, const Codec& c, float* out),
+                (src, n, c, out))
 
 [[maybe_unused]] const bool kRegistered =
     register_codec_family({"taco", CodecKind::Taco, configure_e4m3, name, wire_bytes, encode,

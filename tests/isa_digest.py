@@ -1,0 +1,78 @@
+"""Prints digests of the host codec loops' outputs (encode, decode, and all-reduce,
+reduce-scatter and all-gather on 3 in-process ranks for every schedule, with averaging, error
+feedback and NaN/Inf counts). tests/test_cpu_isa.py runs it once with the AVX2 copies of the
+loops and once with CCOMPRESS_CPU_ISA=baseline: the two must print the same digests."""
+import hashlib
+import json
+
+import numpy as np
+
+import ccompress as cc
+from ccompress import _core
+from fuzz_decoders import DTYPES, FAMILY_SPECS, _random_input
+
+SPECS = [s for specs in FAMILY_SPECS.values() for s in specs] + [
+    "fp8_e4m3:g128:sr", "bf16:sr", "taco:g128:sr", "hint8:sr", "nvfp4:sr", "hint4:sr"]
+COLLECTIVE_CODECS = ["none", "bf16", "fp8_e4m3:g128", "fp8_e5m2:g16:sr", "taco:g128", "hint8",
+                     "nvfp4", "hint4"]
+SIZES = [1, 17, 1000, 70_001]
+
+
+def digest(*arrays) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).view(np.uint8).tobytes())
+    return h.hexdigest()
+
+
+def codec_digests(rng) -> dict:
+    out = {}
+    for spec in SPECS:
+        codec = cc.Codec(spec)
+        for dtype in DTYPES:
+            for n in SIZES:
+                x = _random_input(rng, n, dtype)
+                enc = codec.encode(x)
+                out[f"{spec} {dtype} {n}"] = digest(enc, codec.decode(enc, n, dtype))
+    return out
+
+
+def collective_digests(rng) -> dict:
+    n = 50_003
+    inputs = {dt: [_random_input(rng, n, dt) for _ in range(3)] for dt in ("float32", "bfloat16")}
+
+    def body(comm):
+        res = {}
+        for dt, parts in inputs.items():
+            x = parts[comm.rank]
+            for codec in COLLECTIVE_CODECS:
+                for algo in cc.ALGOS:
+                    if algo == "auto":
+                        continue
+                    for op in ("sum", "avg"):
+                        y = comm.allreduce(x, codec=codec, algo=algo, op=op, step=1)
+                        st = comm.last_stats
+                        res[f"allreduce {dt} {codec} {algo} {op}"] = (
+                            digest(y), st["nonfinite_in"], st["nonfinite_out"])
+                ef = cc.ErrorFeedback()
+                for step in range(2):
+                    y = comm.allreduce(x, codec=codec, algo="two_shot", op="avg", step=step,
+                                       error_feedback=ef)
+                res[f"feedback {dt} {codec}"] = (digest(y, *ef.state_dict().values()),)
+                rs = comm.reduce_scatter(x, codec=codec, op="avg")
+                ag = comm.allgather(x[: n // 3], codec=codec)
+                res[f"scatter/gather {dt} {codec}"] = (digest(rs, ag),)
+        return res
+
+    ranks = cc.run_inproc(3, body, slice_elems=4096)
+    return {f"rank{r} {k}": v for r, res in enumerate(ranks) for k, v in res.items()}
+
+
+def main() -> None:
+    rng = np.random.default_rng(20261130)
+    result = {"isa": _core.cpu_isa(), **codec_digests(rng), **collective_digests(rng)}
+    print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The AVX2 and baseline copies of the host codec loops (cuda/src/cpu/isa_dispatch.h) give the
+same bits for every codec family, dtype, schedule, averaging, error feedback and NaN/Inf
+count: tests/isa_digest.py runs once per copy, in its own process because the copy is picked
+once per process."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ccompress import _core
+
+HERE = Path(__file__).resolve().parent
+
+
+def digests(isa: str) -> dict:
+    env = dict(os.environ, CCOMPRESS_CPU_ISA=isa)
+    out = subprocess.run([sys.executable, str(HERE / "isa_digest.py")], cwd=HERE, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_avx2_and_baseline_loops_give_the_same_bits():
+    if _core.cpu_isa() != "avx2":
+        pytest.skip("this CPU has no AVX2 (or CCOMPRESS_CPU_ISA=baseline is set): "
+                    "only the baseline copy can run here")
+    fast, base = digests("auto"), digests("baseline")
+    assert (fast.pop("isa"), base.pop("isa")) == ("avx2", "baseline")
+    assert len(fast) > 700 and fast.keys() == base.keys()
+    differ = sorted(k for k in fast if fast[k] != base[k])
+    assert not differ, f"{len(differ)} outputs differ between the copies, e.g. {differ[:5]}"
+
+
+def test_bad_isa_setting_is_a_typed_error():
+    code = ("import numpy as np, ccompress as cc\n"
+            "try:\n"
+            "    cc.run_inproc(2, lambda c: c.allreduce(np.ones(8, np.float32), codec='fp8_e4m3:g128'))\n"
+            "except cc.InvalidArgument as e:\n"
+            "    print('InvalidArgument', e)\n")
+    env = dict(os.environ, CCOMPRESS_CPU_ISA="sse9")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "InvalidArgument" in out.stdout and "CCOMPRESS_CPU_ISA='sse9'" in out.stdout
