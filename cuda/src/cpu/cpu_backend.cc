@@ -206,8 +206,13 @@ void load_accumulate_any_body(const void* src, DType src_dtype, int64_t n, float
 void encode_any_body(const void* src, DType src_dtype, int64_t n, const Codec& codec,
                         float divisor, const EncodeContext& ctx, void* dst) {
   if (const CodecFamily* f = registered_family(codec)) {
-    float* run = run_scratch(n);
-    load_block(src, src_dtype, 0, n, divisor, run);
+    // Families read fp32: other input is converted (and divided) into the run buffer first.
+    const float* run = static_cast<const float*>(src);
+    if (src_dtype != DType::Float32 || divisor != 1.0f) {
+      float* buf = run_scratch(n);
+      load_block(src, src_dtype, 0, n, divisor, buf);
+      run = buf;
+    }
     family_encode(*f, run, n, codec, ctx, static_cast<uint8_t*>(dst));
     return;
   }

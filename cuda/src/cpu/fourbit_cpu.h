@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "ccompress/codec.h"
 #include "ccompress/kernel_backend.h"
 #include "codecs/fourbit.h"
 #include "codecs/group_codec.h"
+#include "codecs/nvfp4.h"
 #include "codecs/stochastic.h"
+#include "cpu/e2m1_avx2.h"
+#include "cpu/isa_dispatch.h"
 
 namespace ccompress::cpu4 {
 
@@ -21,6 +25,20 @@ inline float* coef_scratch(int64_t n) {
   thread_local std::vector<float> buf;
   if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
   return buf.data();
+}
+
+// Full groups that e2m1_avx2.h encodes or decodes (NVFP4, round to nearest, on an AVX2 CPU);
+// fourbit_cpu's loops do the rest of the run.
+template <class Q>
+inline int64_t avx2_groups(int64_t n, const Codec& c) {
+#ifdef CC_HAVE_E2M1_AVX2
+  if (std::is_same_v<Q, codecs::E2M1> && !c.stochastic && c.group == codecs::kNvfp4Block &&
+      cpu_use_avx2())
+    return n / codecs::kNvfp4Block;
+#endif
+  (void)n;
+  (void)c;
+  return 0;
 }
 
 // Calls fn(first, length) for each rotation block of a run (rotation_blocks.h).
@@ -108,7 +126,11 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   const float s = codecs::fourbit_run_scale(amax, Q::kQMax, sbits);
   const codecs::FourBitLayout lay = codecs::fourbit_layout(n, g, sb);
   uint8_t nib[1024];  // one group's nibbles (g <= 256 for these codecs)
-  for (int64_t k = 0, off = 0; off < n; ++k, off += g) {
+  int64_t k = avx2_groups<Q>(n, c);
+#ifdef CC_HAVE_E2M1_AVX2
+  if (k > 0) e2m1_encode_groups_avx2(y, k, s, dst, dst + lay.scales);
+#endif
+  for (int64_t off = k * g; off < n; ++k, off += g) {
     const int64_t len = std::min<int64_t>(g, n - off);
     const float* v = y + off;
     int32_t ga = 0;
@@ -144,7 +166,11 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   // Dequantized nibble values, tabulated from Q::dequantize itself.
   float lut[16];
   for (int i = 0; i < 16; ++i) lut[i] = Q::dequantize(static_cast<uint8_t>(i));
-  for (int64_t k = 0, off = 0; off < n; ++k, off += g) {
+  int64_t k = avx2_groups<Q>(n, c);
+#ifdef CC_HAVE_E2M1_AVX2
+  if (k > 0) e2m1_decode_groups_avx2(src, src + lay.scales, k, s, out);
+#endif
+  for (int64_t off = k * g; off < n; ++k, off += g) {
     const int64_t len = std::min<int64_t>(g, n - off);
     uint32_t code = 0;
     for (int64_t i = 0; i < sb; ++i) code |= uint32_t(src[lay.scales + k * sb + i]) << (8 * i);

@@ -1,0 +1,124 @@
+#include "cpu/e2m1_avx2.h"
+
+#ifdef CC_HAVE_E2M1_AVX2
+
+#include <immintrin.h>
+
+#include "codecs/fourbit.h"
+#include "codecs/nvfp4.h"
+
+namespace ccompress::cpu4 {
+
+namespace {
+
+constexpr int32_t kScaleBits = 8;  // E4M3 group scales
+
+// Nibbles of 8 elements x (int32 lanes, 0..15), as codecs::fourbit_quantize<E2M1>(x, d):
+// v = x / d (or 0 when d is 0), magnitude by the seven exact comparisons of
+// E2M1::magnitude_rn, the sign bit for a non-zero magnitude, kNibbleNaN for non-finite x.
+__attribute__((target("avx2"))) inline __m256i quantize8(__m256 x, float d) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000),
+                                            _mm256_and_si256(_mm256_castps_si256(x), abs_mask));
+  const __m256 v = d > 0.0f ? _mm256_div_ps(x, _mm256_set1_ps(d)) : _mm256_setzero_ps();
+  const __m256 a = _mm256_and_ps(v, _mm256_castsi256_ps(abs_mask));
+  // Each true comparison is -1 as an integer; the magnitude code is minus their sum.
+  __m256i m = _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_GT_OQ));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.75f), _CMP_GE_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.25f), _CMP_GT_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.75f), _CMP_GE_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(2.5f), _CMP_GT_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(3.5f), _CMP_GE_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(5.0f), _CMP_GT_OQ)));
+  m = _mm256_sub_epi32(_mm256_setzero_si256(), m);
+  const __m256i sign8 = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(v), 31), 3);
+  const __m256i nonzero = _mm256_cmpgt_epi32(m, _mm256_setzero_si256());
+  const __m256i q = _mm256_or_si256(m, _mm256_and_si256(sign8, nonzero));
+  return _mm256_blendv_epi8(_mm256_set1_epi32(codecs::kNibbleNaN), q, finite);
+}
+
+// Largest finite |x| of 16 elements as bits (codecs::finite_abs_bits, then max).
+__attribute__((target("avx2"))) inline int32_t amax16(__m256 x0, __m256 x1) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i inf = _mm256_set1_epi32(0x7F800000);
+  __m256i a0 = _mm256_and_si256(_mm256_castps_si256(x0), abs_mask);
+  __m256i a1 = _mm256_and_si256(_mm256_castps_si256(x1), abs_mask);
+  a0 = _mm256_and_si256(a0, _mm256_cmpgt_epi32(inf, a0));
+  a1 = _mm256_and_si256(a1, _mm256_cmpgt_epi32(inf, a1));
+  __m256i m = _mm256_max_epi32(a0, a1);
+  m = _mm256_max_epi32(m, _mm256_permute2x128_si256(m, m, 1));
+  m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0x4E));
+  m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0xB1));
+  return _mm256_cvtsi256_si32(m);
+}
+
+// Values of 8 nibbles (the low 8 bytes of q8, one nibble each) times d, as
+// codecs::fourbit_dequantize<E2M1>: the magnitude of codes 0..7, bit 3 the sign, and
+// kNibbleNaN alone NaN.
+__attribute__((target("avx2"))) inline __m256 dequantize8(__m128i q8, __m256 d) {
+  const __m256 magnitudes = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+  const __m256i q = _mm256_cvtepu8_epi32(q8);
+  __m256 v = _mm256_permutevar8x32_ps(magnitudes, _mm256_and_si256(q, _mm256_set1_epi32(7)));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(8)), 28);
+  v = _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+  const __m256i nan = _mm256_cmpeq_epi32(q, _mm256_set1_epi32(codecs::kNibbleNaN));
+  v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+                       _mm256_castsi256_ps(nan));
+  return _mm256_mul_ps(v, d);
+}
+
+}  // namespace
+
+__attribute__((target("avx2"))) void e2m1_encode_groups_avx2(const float* y, int64_t ngroups,
+                                                             float s, uint8_t* codes,
+                                                             uint8_t* scales) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // Batches of 8 groups: the scalar scale steps of a batch are independent, so they overlap
+  // in the pipeline instead of each waiting on its own chain of divisions.
+  constexpr int64_t kBatch = 8;
+  for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
+    const int64_t nb = ngroups - k0 < kBatch ? ngroups - k0 : kBatch;
+    int32_t amax[kBatch];
+    float step[kBatch];
+    for (int64_t j = 0; j < nb; ++j)
+      amax[j] = amax16(_mm256_loadu_ps(y + 16 * (k0 + j)), _mm256_loadu_ps(y + 16 * (k0 + j) + 8));
+    for (int64_t j = 0; j < nb; ++j) {
+      const uint32_t code =
+          codecs::encode_group_scale(amax[j], codecs::E2M1::kQMax, s, kScaleBits, false);
+      scales[k0 + j] = static_cast<uint8_t>(code);
+      step[j] = codecs::group_step(code, s, kScaleBits);
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t k = k0 + j;
+      const __m256 x0 = _mm256_loadu_ps(y + 16 * k), x1 = _mm256_loadu_ps(y + 16 * k + 8);
+      // 16 nibbles, one per byte in element order: packs interleave the 128-bit halves,
+      // the permute puts the four 4-byte runs back in order.
+      __m256i n = _mm256_packus_epi32(quantize8(x0, step[j]), quantize8(x1, step[j]));
+      n = _mm256_packus_epi16(n, _mm256_setzero_si256());
+      const __m128i e = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(n, order));
+      // Byte pair (2i, 2i+1) as one 16-bit lane: low nibble 2i, high nibble 2i+1.
+      __m128i w = _mm_or_si128(e, _mm_srli_epi16(e, 4));
+      w = _mm_and_si128(w, _mm_set1_epi16(0xFF));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + 8 * k), _mm_packus_epi16(w, w));
+    }
+  }
+}
+
+__attribute__((target("avx2"))) void e2m1_decode_groups_avx2(const uint8_t* codes,
+                                                             const uint8_t* scales,
+                                                             int64_t ngroups, float s,
+                                                             float* out) {
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (int64_t k = 0; k < ngroups; ++k) {
+    const __m256 d = _mm256_set1_ps(codecs::group_step(scales[k], s, kScaleBits));
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * k));
+    const __m128i e = _mm_unpacklo_epi8(_mm_and_si128(b, low4),
+                                        _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+    _mm256_storeu_ps(out + 16 * k, dequantize8(e, d));
+    _mm256_storeu_ps(out + 16 * k + 8, dequantize8(_mm_srli_si128(e, 8), d));
+  }
+}
+
+}  // namespace ccompress::cpu4
+
+#endif

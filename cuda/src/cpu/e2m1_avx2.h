@@ -1,0 +1,26 @@
+// NVFP4's full 16-element groups (round to nearest, E4M3 group scales) with AVX2 intrinsics:
+// two 8-wide vectors per group. They compute exactly what fourbit_cpu.h's scalar loop does for
+// those groups (the same IEEE divisions and multiplies, the same comparisons), so the bits
+// match the scalar loop and the CUDA kernels; tests/test_nvfp4.py and tests/test_cpu_isa.py
+// check it. Callers use them only when cpu_use_avx2() (isa_dispatch.h).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CC_HAVE_E2M1_AVX2 1
+
+namespace ccompress::cpu4 {
+
+/// Groups 0..ngroups-1 of y (16 elements each) under run scale s: packed nibbles to
+/// codes[8k .. 8k+8), E4M3 scale codes to scales[k].
+void e2m1_encode_groups_avx2(const float* y, int64_t ngroups, float s, uint8_t* codes,
+                             uint8_t* scales);
+
+/// The inverse: 16 * ngroups values to out.
+void e2m1_decode_groups_avx2(const uint8_t* codes, const uint8_t* scales, int64_t ngroups,
+                             float s, float* out);
+
+}  // namespace ccompress::cpu4
+
+#endif
