@@ -173,6 +173,12 @@ float* run_scratch(int64_t n) {
   return buf.data();
 }
 
+// Whether [a, a + a_bytes) and [b, b + b_bytes) do not overlap.
+bool disjoint(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa + static_cast<uintptr_t>(a_bytes) <= pb || pb + static_cast<uintptr_t>(b_bytes) <= pa;
+}
+
 // A run of a family is its pieces (Codec::run_block) encoded one after the other.
 void family_encode(const CodecFamily& f, const float* x, int64_t n, const Codec& c,
                    const EncodeContext& ctx, uint8_t* dst) {
@@ -247,8 +253,13 @@ void encode_any_body(const void* src, DType src_dtype, int64_t n, const Codec& c
 void decode_accumulate_any_body(const void* src, int64_t n, const Codec& codec, float* acc,
                                    bool assign) {
   if (const CodecFamily* f = registered_family(codec)) {
+    const uint8_t* wire = static_cast<const uint8_t*>(src);
+    if (assign && disjoint(wire, codec.wire_bytes(n), acc, n * 4)) {
+      family_decode(*f, wire, n, codec, acc);  // straight into the accumulator
+      return;
+    }
     float* run = run_scratch(n);
-    family_decode(*f, static_cast<const uint8_t*>(src), n, codec, run);
+    family_decode(*f, wire, n, codec, run);
     load_accumulate_any_body(run, DType::Float32, n, acc, assign);
     return;
   }
@@ -277,8 +288,13 @@ void decode_accumulate_any_body(const void* src, int64_t n, const Codec& codec, 
 void decode_any_body(const void* src, int64_t n, const Codec& codec, void* out,
                         DType out_dtype) {
   if (const CodecFamily* f = registered_family(codec)) {
+    const uint8_t* wire = static_cast<const uint8_t*>(src);
+    if (out_dtype == DType::Float32 && disjoint(wire, codec.wire_bytes(n), out, n * 4)) {
+      family_decode(*f, wire, n, codec, static_cast<float*>(out));  // no copy for fp32 output
+      return;
+    }
     float* run = run_scratch(n);
-    family_decode(*f, static_cast<const uint8_t*>(src), n, codec, run);
+    family_decode(*f, wire, n, codec, run);
     store_block(run, n, out, out_dtype, 0);
     return;
   }

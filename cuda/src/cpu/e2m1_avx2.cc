@@ -67,27 +67,68 @@ __attribute__((target("avx2"))) inline __m256 dequantize8(__m128i q8, __m256 d) 
   return _mm256_mul_ps(v, d);
 }
 
+// codecs::group_step(code, s, 8) of 8 E4M3 codes (int32 lanes, 0..0x7F): fp8_to_float of a
+// non-negative code (subnormal m * 2^-9, normal (e + 120) << 23 | m << 20, 0x7F NaN) times s.
+__attribute__((target("avx2"))) inline __m256 steps8(__m256i q, __m256 vs) {
+  const __m256i qe = _mm256_and_si256(_mm256_srli_epi32(q, 3), _mm256_set1_epi32(15));
+  const __m256i qm = _mm256_and_si256(q, _mm256_set1_epi32(7));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(qm), _mm256_set1_ps(0x1p-9f));
+  const __m256i normal = _mm256_or_si256(
+      _mm256_slli_epi32(_mm256_add_epi32(qe, _mm256_set1_epi32(127 - codecs::Fp8E4M3::kBias)), 23),
+      _mm256_slli_epi32(qm, 20));
+  __m256 g = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub,
+                              _mm256_castsi256_ps(_mm256_cmpeq_epi32(qe, _mm256_setzero_si256())));
+  g = _mm256_blendv_ps(g, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+                       _mm256_castsi256_ps(_mm256_cmpeq_epi32(q, _mm256_set1_epi32(0x7F))));
+  return _mm256_mul_ps(g, vs);
+}
+
+// The E4M3 scale codes of 8 groups of largest finite |x| amax (bits) under run scale s, and
+// their steps: codecs::encode_group_scale(amax, 6, s, 8, false) and steps8, lane by lane:
+// t = (amax / 6) / s, then fp8_from_float<E4M3>(t) (t is finite and >= 0).
+__attribute__((target("avx2"))) inline void scales8(__m256i amax, float s, int32_t* code,
+                                                    float* step) {
+  const __m256 vs = _mm256_set1_ps(s);
+  const __m256 t = _mm256_div_ps(
+      _mm256_div_ps(_mm256_castsi256_ps(amax), _mm256_set1_ps(codecs::E2M1::kQMax)), vs);
+  // fp8_from_float: add C = 2^(e + 23 - 3) (e clamped to E4M3's normal binades) so that the
+  // fp32 adder rounds t to the E4M3 spacing, then read the significand off the sum.
+  constexpr uint32_t kMinExp = 128 - codecs::Fp8E4M3::kBias;
+  constexpr uint32_t kMaxExp = codecs::Fp8E4M3::kMaxF32Bits >> 23;
+  const __m256i a = _mm256_castps_si256(t);
+  __m256i e = _mm256_srli_epi32(a, 23);
+  e = _mm256_min_epu32(_mm256_max_epu32(e, _mm256_set1_epi32(kMinExp)),
+                       _mm256_set1_epi32(kMaxExp));
+  const __m256i c = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(23 - 3)), 23);
+  const __m256i k = _mm256_sub_epi32(
+      _mm256_castps_si256(_mm256_add_ps(t, _mm256_castsi256_ps(c))), c);
+  __m256i q = _mm256_add_epi32(
+      _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(kMinExp)), 3), k);
+  const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
+  const __m256i limit = _mm256_blendv_epi8(_mm256_set1_epi32(codecs::Fp8E4M3::kMaxCode),
+                                           _mm256_set1_epi32(codecs::kFp8NaN), nan);
+  q = _mm256_min_epu32(q, limit);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(code), q);
+  _mm256_storeu_ps(step, steps8(q, vs));
+}
+
 }  // namespace
 
 __attribute__((target("avx2"))) void e2m1_encode_groups_avx2(const float* y, int64_t ngroups,
                                                              float s, uint8_t* codes,
                                                              uint8_t* scales) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  // Batches of 8 groups: the scalar scale steps of a batch are independent, so they overlap
-  // in the pipeline instead of each waiting on its own chain of divisions.
+  // Batches of 8 groups: their scales are computed in one vector.
   constexpr int64_t kBatch = 8;
   for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
     const int64_t nb = ngroups - k0 < kBatch ? ngroups - k0 : kBatch;
-    int32_t amax[kBatch];
-    float step[kBatch];
+    alignas(32) int32_t amax[kBatch] = {};
+    alignas(32) int32_t code[kBatch];
+    alignas(32) float step[kBatch];
     for (int64_t j = 0; j < nb; ++j)
       amax[j] = amax16(_mm256_loadu_ps(y + 16 * (k0 + j)), _mm256_loadu_ps(y + 16 * (k0 + j) + 8));
-    for (int64_t j = 0; j < nb; ++j) {
-      const uint32_t code =
-          codecs::encode_group_scale(amax[j], codecs::E2M1::kQMax, s, kScaleBits, false);
-      scales[k0 + j] = static_cast<uint8_t>(code);
-      step[j] = codecs::group_step(code, s, kScaleBits);
-    }
+    scales8(_mm256_load_si256(reinterpret_cast<const __m256i*>(amax)), s, code, step);
+    for (int64_t j = 0; j < nb; ++j) scales[k0 + j] = static_cast<uint8_t>(code[j]);
     for (int64_t j = 0; j < nb; ++j) {
       const int64_t k = k0 + j;
       const __m256 x0 = _mm256_loadu_ps(y + 16 * k), x1 = _mm256_loadu_ps(y + 16 * k + 8);
@@ -109,13 +150,24 @@ __attribute__((target("avx2"))) void e2m1_decode_groups_avx2(const uint8_t* code
                                                              int64_t ngroups, float s,
                                                              float* out) {
   const __m128i low4 = _mm_set1_epi8(0x0F);
-  for (int64_t k = 0; k < ngroups; ++k) {
-    const __m256 d = _mm256_set1_ps(codecs::group_step(scales[k], s, kScaleBits));
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * k));
-    const __m128i e = _mm_unpacklo_epi8(_mm_and_si128(b, low4),
-                                        _mm_and_si128(_mm_srli_epi16(b, 4), low4));
-    _mm256_storeu_ps(out + 16 * k, dequantize8(e, d));
-    _mm256_storeu_ps(out + 16 * k + 8, dequantize8(_mm_srli_si128(e, 8), d));
+  const __m256 vs = _mm256_set1_ps(s);
+  for (int64_t k0 = 0; k0 < ngroups; k0 += 8) {
+    const int64_t nb = ngroups - k0 < 8 ? ngroups - k0 : 8;
+    alignas(8) uint8_t code[8] = {};
+    for (int64_t j = 0; j < nb; ++j) code[j] = scales[k0 + j];
+    alignas(32) float step[8];
+    _mm256_store_ps(step, steps8(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                     reinterpret_cast<const __m128i*>(code))),
+                                 vs));
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t k = k0 + j;
+      const __m256 d = _mm256_set1_ps(step[j]);
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * k));
+      const __m128i e = _mm_unpacklo_epi8(_mm_and_si128(b, low4),
+                                          _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+      _mm256_storeu_ps(out + 16 * k, dequantize8(e, d));
+      _mm256_storeu_ps(out + 16 * k + 8, dequantize8(_mm_srli_si128(e, 8), d));
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 #include "transport/mpi_transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <thread>
@@ -83,23 +84,40 @@ Request MpiTransport::irecv(int peer, void* buf, int64_t bytes, int tag) {
 }
 
 std::vector<size_t> MpiTransport::test_some(const std::vector<Request>& reqs) {
-  std::vector<size_t> done;
+  // One MPI_Testsome over all of them: each MPI test call runs MPI's progress engine (over
+  // TCP, an epoll_wait system call), so testing requests one by one cost a progress pass per
+  // request in flight.
+  std::vector<MPI_Request> mpi(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
     auto it = pending_.find(reqs[i]);
     CC_CHECK(it != pending_.end(), "unknown or already completed request " << reqs[i]);
-    int flag = 0;
-    MPI_Status status;
-    check(MPI_Test(&it->second.req, &flag, &status), "MPI_Test");
-    if (!flag) continue;
-    if (it->second.expected_bytes >= 0) {
-      int count = 0;
-      MPI_Get_count(&status, MPI_BYTE, &count);
-      CC_CHECK_AS(MessageError, count == it->second.expected_bytes,
-                  "rank " << rank_ << " expected " << it->second.expected_bytes
-                          << " bytes from rank " << it->second.peer << " but got " << count);
+    mpi[i] = it->second.req;
+  }
+  std::vector<size_t> done;
+  if (mpi.empty()) return done;
+  std::vector<int> index(mpi.size());
+  std::vector<MPI_Status> status(mpi.size());
+  int count = 0;
+  check(MPI_Testsome(int(mpi.size()), mpi.data(), &count, index.data(), status.data()),
+        "MPI_Testsome");
+  if (count == MPI_UNDEFINED) return done;
+  std::vector<std::pair<int, MPI_Status>> finished;
+  for (int j = 0; j < count; ++j) finished.emplace_back(index[j], status[j]);
+  std::sort(finished.begin(), finished.end(),  // the caller's order, not MPI's
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [i, st] : finished) {
+    auto it = pending_.find(reqs[size_t(i)]);
+    const int64_t expected = it->second.expected_bytes;
+    const int peer = it->second.peer;
+    pending_.erase(it);  // completed: MPI has freed the request
+    if (expected >= 0) {
+      int got = 0;
+      MPI_Get_count(&st, MPI_BYTE, &got);
+      CC_CHECK_AS(MessageError, got == expected,
+                  "rank " << rank_ << " expected " << expected << " bytes from rank " << peer
+                          << " but got " << got);
     }
-    pending_.erase(it);
-    done.push_back(i);
+    done.push_back(size_t(i));
   }
   return done;
 }
