@@ -36,8 +36,9 @@ def test_avx2_and_baseline_loops_give_the_same_bits():
 
 def test_bad_isa_setting_is_a_typed_error():
     code = ("import numpy as np, ccompress as cc\n"
+            "x = np.ones(8, np.float32)\n"
             "try:\n"
-            "    cc.run_inproc(2, lambda c: c.allreduce(np.ones(8, np.float32), codec='fp8_e4m3:g128'))\n"
+            "    cc.run_inproc(2, lambda c: c.allreduce(x, codec='fp8_e4m3:g128'))\n"
             "except cc.InvalidArgument as e:\n"
             "    print('InvalidArgument', e)\n")
     env = dict(os.environ, CCOMPRESS_CPU_ISA="sse9")

@@ -199,7 +199,7 @@ void family_decode(const CodecFamily& f, const uint8_t* src, int64_t n, const Co
 }
 
 void load_accumulate_any_body(const void* src, DType src_dtype, int64_t n, float* acc,
-                                 bool assign) {
+                              bool assign) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   if (assign) {
     for_each_loaded(src, src_dtype, 0, n, [acc](int64_t i, float v) { acc[i] = v; });
@@ -210,7 +210,7 @@ void load_accumulate_any_body(const void* src, DType src_dtype, int64_t n, float
 }
 
 void encode_any_body(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                        float divisor, const EncodeContext& ctx, void* dst) {
+                     float divisor, const EncodeContext& ctx, void* dst) {
   if (const CodecFamily* f = registered_family(codec)) {
     // Families read fp32: other input is converted (and divided) into the run buffer first.
     const float* run = static_cast<const float*>(src);
@@ -251,7 +251,7 @@ void encode_any_body(const void* src, DType src_dtype, int64_t n, const Codec& c
 }
 
 void decode_accumulate_any_body(const void* src, int64_t n, const Codec& codec, float* acc,
-                                   bool assign) {
+                                bool assign) {
   if (const CodecFamily* f = registered_family(codec)) {
     const uint8_t* wire = static_cast<const uint8_t*>(src);
     if (assign && disjoint(wire, codec.wire_bytes(n), acc, n * 4)) {
@@ -286,7 +286,7 @@ void decode_accumulate_any_body(const void* src, int64_t n, const Codec& codec, 
 }
 
 void decode_any_body(const void* src, int64_t n, const Codec& codec, void* out,
-                        DType out_dtype) {
+                     DType out_dtype) {
   if (const CodecFamily* f = registered_family(codec)) {
     const uint8_t* wire = static_cast<const uint8_t*>(src);
     if (out_dtype == DType::Float32 && disjoint(wire, codec.wire_bytes(n), out, n * 4)) {
@@ -321,8 +321,8 @@ void decode_any_body(const void* src, int64_t n, const Codec& codec, void* out,
 }
 
 void decode_reduce_encode_any_body(const void* src, const void* x, DType x_dtype, int64_t n,
-                                      const Codec& codec, float divisor,
-                                      const EncodeContext& ctx, void* dst) {
+                                   const Codec& codec, float divisor,
+                                   const EncodeContext& ctx, void* dst) {
   if (const CodecFamily* f = registered_family(codec)) {
     float* run = run_scratch(n);
     family_decode(*f, static_cast<const uint8_t*>(src), n, codec, run);
@@ -352,7 +352,7 @@ void decode_reduce_encode_any_body(const void* src, const void* x, DType x_dtype
 }
 
 void finalize_any_body(const float* acc, int64_t n, float divisor, void* out,
-                          DType out_dtype) {
+                       DType out_dtype) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   float buf[kBlock];
   for_each_group(n, kBlock, [&](int64_t, int64_t off, int64_t len) {
@@ -362,7 +362,7 @@ void finalize_any_body(const float* acc, int64_t n, float divisor, void* out,
 }
 
 int64_t feedback_residual_any_body(const float* v, const float* decoded, int64_t n,
-                                      float* residual) {
+                                   float* residual) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   int64_t dropped = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -374,7 +374,6 @@ int64_t feedback_residual_any_body(const float* v, const float* decoded, int64_t
   }
   return dropped;
 }
-
 
 // The entry points, each compiled for the baseline and for AVX2 (isa_dispatch.h).
 CC_CPU_DISPATCH(void, encode_any,

@@ -104,13 +104,7 @@ void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   cpu4::decode_run<codecs::E2M1>(src, n, c, out);
 }
 
-// Compiled for the baseline and for AVX2 (isa_dispatch.h).
-CC_CPU_DISPATCH(void, encode,
-                (const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                 uint8_t* dst),
-                (x, n, c, ctx, dst))
-CC_CPU_DISPATCH(void, decode, (const uint8_t* src, int64_t n, const Codec& c, float* out),
-                (src, n, c, out))
+CC_CPU_DISPATCH_CODEC_FAMILY()
 
 [[maybe_unused]] const bool kRegistered =
     register_codec_family({"nvfp4", CodecKind::Nvfp4, configure, name, wire_bytes, encode,

@@ -132,13 +132,7 @@ void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   }
 }
 
-// Compiled for the baseline and for AVX2 (isa_dispatch.h).
-CC_CPU_DISPATCH(void, encode,
-                (const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                 uint8_t* dst),
-                (x, n, c, ctx, dst))
-CC_CPU_DISPATCH(void, decode, (const uint8_t* src, int64_t n, const Codec& c, float* out),
-                (src, n, c, out))
+CC_CPU_DISPATCH_CODEC_FAMILY()
 
 [[maybe_unused]] const bool kRegistered =
     register_codec_family({"taco", CodecKind::Taco, configure_e4m3, name, wire_bytes, encode,
