@@ -15,7 +15,9 @@ mean(diag A)), ``source r=R`` (the source's factor: rank R + residual diagonal c
 >= 1e-3, L = chol(A_hat + 1e-3 I)), ``chol d=D`` (Cholesky root of the dense A + D I
 instead of our near-symmetric root), statistics from the same step, from earlier steps,
 GIFT's default schedule (EMA 0.5 of collections every 50 steps), or the averaged
-gradient's own G^T G from previous steps (``grad``, EMA beta) or this step (oracle).
+gradient's own G^T G from previous steps (``grad``, EMA beta) or this step (oracle);
+``output-only`` / ``two-sided``: the output-side K-FAC factor S = E[delta delta^T] alone or
+with A (ccompress.gift.Kronecker's algebra), dense, low-rank, Nystrom-sketched or stale.
 """
 from __future__ import annotations
 
