@@ -31,7 +31,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 import ccompress as cc  # noqa: E402
-from ccompress.gift import Whitening, nystrom  # noqa: E402
+from ccompress.gift import Kronecker, Whitening, nystrom  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 P = 4
@@ -92,27 +92,17 @@ class Sym(Source):
         self.l = (u * np.sqrt(np.clip(lam, 0, None))) @ u.T
 
 
-class TwoSided:
-    """Both K-FAC factors: G~ = S^-1/2-ish G A^-1/2-ish (each a Whitening), and back."""
+class OutputOnly:
+    """The output-side factor alone: L_S^-1 G and back."""
 
-    def __init__(self, a, s, rank, damping, damping_out):
-        self.right = Whitening(a, rank, damping)
-        self.left = None if s is None else Whitening(s, rank, damping_out)
+    def __init__(self, s, rank, damping):
+        self.left = Whitening(s, rank, damping)
 
     def to_wire(self, g):
-        h = self.right.to_wire(g)
-        return h if self.left is None else self.left.to_wire(h.T).T
+        return np.ascontiguousarray(self.left.to_wire(g.T).T)
 
     def from_wire(self, h):
-        h = h if self.left is None else self.left.from_wire(h.T).T
-        return self.right.from_wire(h)
-
-
-class OutputOnly(TwoSided):
-    def __init__(self, s, rank, damping):
-        self.right = Whitening(np.eye(1), 1, 0.0)
-        self.right.to_wire = self.right.from_wire = lambda g: g
-        self.left = Whitening(s, rank, damping)
+        return np.ascontiguousarray(self.left.from_wire(h.T).T)
 
 
 def rel_err(q, quant, grads, t=None):
@@ -164,18 +154,18 @@ def variants(cap, step, layer, grads, full_grid):
     s = cap[f"s{step}:{layer}"]
     for ds in (0.1, 0.3, 1.0):
         out.append((f"output-only d={ds}", OutputOnly(s, len(s), ds)))
-        out.append((f"two-sided r=full d=0.3 dout={ds}", TwoSided(a, s, d, 0.3, ds)))
+        out.append((f"two-sided r=full d=0.3 dout={ds}", Kronecker(a, s, d, 0.3, ds)))
     for rank in (32, 64):
-        out.append((f"two-sided r={rank} d=0.3 dout=1.0", TwoSided(a, s, rank, 0.3, 1.0)))
+        out.append((f"two-sided r={rank} d=0.3 dout=1.0", Kronecker(a, s, rank, 0.3, 1.0)))
         out.append((f"two-sided sketch40 r={rank} d=0.3 dout=1.0",
-                    TwoSided(sketched(a, 40), sketched(s, 40), rank, 0.3, 1.0)))
+                    Kronecker(sketched(a, 40), sketched(s, 40), rank, 0.3, 1.0)))
     for lag in (1, 10):
         if f"s{step - lag}:{layer}" in cap:
-            out.append((f"two-sided lag {lag} r=full d=0.3 dout=1.0", TwoSided(
+            out.append((f"two-sided lag {lag} r=full d=0.3 dout=1.0", Kronecker(
                 cap[f"a{step - lag}:{layer}"], cap[f"s{step - lag}:{layer}"], d, 0.3, 1.0)))
     for ds in (0.3, 1.0):
         out.append((f"two-sided schedule r=32 d=0.3 dout={ds}",
-                    TwoSided(schedule_moment(cap, step, layer), schedule_moment(
+                    Kronecker(schedule_moment(cap, step, layer), schedule_moment(
                         cap, step, layer, tag="s"), 32, 0.3, ds)))
     mean = np.mean([g.astype(np.float64) for g in grads], axis=0)
     for damp in (0.01, 0.1):
