@@ -9,6 +9,10 @@ dense solve: with B = D^-1/2 U diag(sqrt(lam)) = Q diag(sig) Z^T (thin SVD, Q: i
 
 The gradient goes on the wire as G~ = G L^-T = (G D^-1/2) M^-1 and comes back as G~ L^T =
 (G~ M) D^1/2, where M^-1 = I + Q diag(1/sqrt(1 + sig^2) - 1) Q^T: O(in * r) per row.
+Optionally the output side too (the other K-FAC factor S = E[delta delta^T], same form):
+G~ = L_S^-1 G L_A^-T. On the tiny GPT's real gradients the input side alone lowers fp8's
+one-step error 2-2.5x after the first 100 steps even with dense, fresh statistics; both
+sides 3-4x (perf/gift_study.py).
 
 - A is an EMA of each rank's x^T x / tokens, all-reduced in float32 (exact codec) so every
   rank holds the same bits; the factor is refreshed when :meth:`observe` is called (every
@@ -29,7 +33,7 @@ All tensors of a step travel in one all-reduce (one ErrorFeedback for the packed
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 import numpy as np
 
@@ -73,6 +77,26 @@ class Whitening:
         return self.dsqrt[:, None] * m
 
 
+class Kronecker:
+    """Both K-FAC factors of a layer, A ~ L_A L_A^T (input side) and S ~ L_S L_S^T (output
+    side, S = E[delta delta^T] of the loss gradient of the layer's output): the gradient
+    goes on the wire as L_S^-1 G L_A^-T and comes back as L_S G~ L_A^T (each factor a
+    :class:`Whitening`)."""
+
+    def __init__(self, a: np.ndarray, s: np.ndarray, rank: int, damping: float,
+                 damping_out: float):
+        self.right = Whitening(a, rank, damping)
+        self.left = Whitening(s, rank, damping_out)
+
+    def to_wire(self, g: np.ndarray) -> np.ndarray:
+        """L_S^-1 G L_A^-T."""
+        return np.ascontiguousarray(self.left.to_wire(self.right.to_wire(g).T).T)
+
+    def from_wire(self, h: np.ndarray) -> np.ndarray:
+        """L_S H L_A^T."""
+        return self.right.from_wire(np.ascontiguousarray(self.left.from_wire(h.T).T))
+
+
 def nystrom(y: np.ndarray, omega: np.ndarray, diag: np.ndarray) -> np.ndarray:
     """Y (Omega^T Y)^+ Y^T (Y = A Omega, A symmetric PSD), plus the part of diag(A) it
     misses (A minus a Nystrom approximation is PSD, so that part is >= 0 up to rounding)."""
@@ -104,38 +128,61 @@ class GIFT:
       sketch: 0 to all-reduce the dense moments; k > 0 to all-reduce a k-column Nystrom
         sketch and the diagonal instead (layers with in <= k + 1 still go dense).
       seed: seed of the shared sketch matrices (the same on every rank).
+      damping_out: damping of the output-side factor (relative to its mean diagonal),
+        used for the layers whose output moments :meth:`observe` was given.
     """
 
     def __init__(self, codec: str = "fp8_e4m3:g128", rank: int = 32, ema: float = 0.5,
                  damping: float = 0.3, error_feedback: bool = True, algo: str = "two_shot",
-                 sketch: int = 0, seed: int = 0):
+                 sketch: int = 0, seed: int = 0, damping_out: float = 1.0):
         if not 0 <= ema < 1:
             raise InvalidArgument(f"GIFT ema {ema} must be in [0, 1)")
         if sketch < 0:
             raise InvalidArgument(f"GIFT sketch {sketch} must be >= 0 (0: dense moments)")
         self.sketch, self.seed, self.draws = int(sketch), int(seed), 0
         self.codec, self.rank, self.ema, self.damping = Codec.parse(codec), rank, ema, damping
-        self.algo = algo
+        self.algo, self.damping_out = algo, damping_out
         self.ef = ErrorFeedback() if error_feedback else None
         self.second_moment: Dict[str, np.ndarray] = {}
-        self.factors: Dict[str, Whitening] = {}
+        self.output_moment: Dict[str, np.ndarray] = {}
+        self.factors: Dict[str, Any] = {}  # Whitening, or Kronecker with output moments
         self.layers: List[str] = []
         self.selection: List[Dict[str, Any]] = []
         self._layout: List[Any] = []  # (name, matrix shape) of the packed buffer
 
     # ---- geometry ----
-    def observe(self, comm, moments: Mapping[str, Any]) -> None:
+    def observe(self, comm, moments: Mapping[str, Any],
+                output_moments: Optional[Mapping[str, Any]] = None) -> None:
         """Folds this rank's input second moments (name -> x^T x / tokens, in x in) into
-        the EMA after an exact float32 all-reduce, and refreshes those layers' factors."""
+        the EMA after an exact float32 all-reduce, and refreshes those layers' factors.
+        With ``output_moments`` (name -> delta^T delta / tokens, out x out, delta the loss
+        gradient of the layer's output) those layers get both K-FAC factors
+        (:class:`Kronecker`); the output moments travel in the same all-reduce."""
         names = sorted(moments)
-        avg = self._reduce_moments(comm, [np.asarray(moments[k], np.float64) for k in names])
-        for k, a in zip(names, avg):
-            old = self.second_moment.get(k)
-            new = a.astype(np.float64) if old is None else self.ema * old + (1 - self.ema) * a
-            self.second_moment[k] = new
+        outs = sorted(output_moments or {})
+        if not set(outs) <= set(names):
+            raise InvalidArgument(f"output moments of {sorted(set(outs) - set(names))} come "
+                                  "without input moments; give both for every such layer")
+        mats = [np.asarray(moments[k], np.float64) for k in names]
+        mats += [np.asarray(output_moments[k], np.float64) for k in outs]
+        avg = self._reduce_moments(comm, mats)
+        for store, keys, got in ((self.second_moment, names, avg[:len(names)]),
+                                 (self.output_moment, outs, avg[len(names):])):
+            for k, a in zip(keys, got):
+                old = store.get(k)
+                store[k] = a.astype(np.float64) if old is None else \
+                    self.ema * old + (1 - self.ema) * a
+        for k in names:
             previous = self.factors.get(k)
-            self.factors[k] = Whitening(new, self.rank, self.damping)
+            self.factors[k] = self._factor(k)
             self._remap_residual(k, previous)
+
+    def _factor(self, k: str):
+        """Layer k's factor from the EMA moments: two-sided when it has output moments."""
+        if k in self.output_moment:
+            return Kronecker(self.second_moment[k], self.output_moment[k], self.rank,
+                             self.damping, self.damping_out)
+        return Whitening(self.second_moment[k], self.rank, self.damping)
 
     def _reduce_moments(self, comm, mats: List[np.ndarray]) -> List[np.ndarray]:
         """The rank-average of each moment: dense, or sketched (module docstring)."""
@@ -223,6 +270,7 @@ class GIFT:
         """EMA moments (identical on every rank: factors are rebuilt from them), the treated
         layers and selection table, and the error-feedback state (per rank)."""
         return {"second_moment": {k: v.copy() for k, v in self.second_moment.items()},
+                "output_moment": {k: v.copy() for k, v in self.output_moment.items()},
                 "layers": list(self.layers), "selection": list(self.selection),
                 "sketch_draws": self.draws,
                 "layout": [(k, list(s)) for k, s in self._layout],
@@ -232,6 +280,8 @@ class GIFT:
         try:
             self.second_moment = {k: np.array(v, np.float64)
                                   for k, v in state["second_moment"].items()}
+            self.output_moment = {k: np.array(v, np.float64)
+                                  for k, v in state.get("output_moment", {}).items()}
             self.layers, self.selection = list(state["layers"]), list(state["selection"])
             self.draws = int(state.get("sketch_draws", 0))
             self._layout = [(k, tuple(s)) for k, s in state["layout"]]
@@ -239,5 +289,4 @@ class GIFT:
                 self.ef.load_state_dict(state["error_feedback"])
         except (KeyError, TypeError, AttributeError) as e:
             raise InvalidArgument(f"not a GIFT state_dict ({e})") from e
-        self.factors = {k: Whitening(a, self.rank, self.damping)
-                        for k, a in self.second_moment.items()}
+        self.factors = {k: self._factor(k) for k in self.second_moment}

@@ -55,6 +55,9 @@ def parse(argv=None):
                     help="steps between GIFT's activation-moment collections")
     ap.add_argument("--gift-sketch", type=int, default=0,
                     help="GIFT: all-reduce a k-column Nystrom sketch of the moments (0: dense)")
+    ap.add_argument("--gift-rank", type=int, default=32, help="GIFT: rank of each factor")
+    ap.add_argument("--gift-output", action="store_true",
+                    help="GIFT: the output-side K-FAC factor too (two-sided whitening)")
     ap.add_argument("--tsr-rank", type=int, default=32)
     ap.add_argument("--tsr-every", type=int, default=50, help="TSR refresh interval K")
     ap.add_argument("--tsr-ef", action="store_true", help="TSR with error feedback")

@@ -104,21 +104,22 @@ class TSRMethod(Method):
 
 
 class GIFTMethod(Method):
-    """fp8 + GIFT + error feedback; activation moments of every Linear's input are
-    collected every ``--gift-every`` steps; layers are selected at step 0 from measured
-    error."""
+    """fp8 + GIFT + error feedback; activation moments of every Linear's input (and with
+    ``--gift-output`` of the loss gradient of its output) are collected every
+    ``--gift-every`` steps; layers are selected at step 0 from measured error."""
 
     def __init__(self, torch, model, comm, args):
         super().__init__(torch, model, comm, args)
         from mpi4py import MPI
-        self.gift = GIFT(codec=CODECS["fp8"], rank=32, sketch=args.gift_sketch,
+        self.gift = GIFT(codec=CODECS["fp8"], rank=args.gift_rank, sketch=args.gift_sketch,
                          seed=args.seed,
                          **({} if args.gift_ema is None else {"ema": args.gift_ema}))
         self.meas = cc.Communicator.from_mpi(MPI.COMM_WORLD.Dup(), timeout=600)
         self.world = MPI.COMM_WORLD
         self.linears = {f"{n}.weight": m for n, m in model.named_modules()
                         if isinstance(m, torch.nn.Linear)}
-        self.inputs, self.fidelity = {}, []
+        self.inputs, self.deltas, self.fidelity = {}, {}, []
+        self.output_side = args.gift_output
         self.every = args.gift_every
         # step 0 and half-way (fresh statistics), the steps before those collections
         # (stalest), and the last step
@@ -131,17 +132,25 @@ class GIFTMethod(Method):
         hooks = [m.register_forward_hook(
             lambda mod, inp, out, k=k: self.inputs.__setitem__(k, inp[0].detach()))
             for k, m in self.linears.items()]
+        if self.output_side:
+            hooks += [m.register_full_backward_hook(
+                lambda mod, gin, gout, k=k: self.deltas.__setitem__(k, gout[0].detach()))
+                for k, m in self.linears.items()]
         loss = super().forward_backward(model, x, y, step)
         for h in hooks:
             h.remove()
-        moments = {}
-        for k, a in self.inputs.items():
-            a = a.reshape(-1, a.shape[-1])
-            moments[k] = (a.T @ a / a.shape[0]).numpy()
-        self.gift.observe(self.comm, moments)
+        moments, out_moments = ({k: self._moment(a) for k, a in got.items()}
+                                for got in (self.inputs, self.deltas))
+        self.gift.observe(self.comm, moments, out_moments if self.output_side else None)
         if step == 0:
             self.gift.select(self.comm, self.grads(), list(self.linears), min_gain=1.1)
         return loss
+
+    @staticmethod
+    def _moment(a):
+        """x^T x / tokens of one layer's per-token vectors."""
+        a = a.reshape(-1, a.shape[-1])
+        return (a.T @ a / a.shape[0]).numpy()
 
     def sync(self, grads, step):
         if step in self.measure_at:
@@ -176,6 +185,7 @@ class GIFTMethod(Method):
 
     def report(self):
         return {"gift_ema": self.gift.ema, "gift_damping": self.gift.damping,
+                "gift_output": self.output_side, "gift_damping_out": self.gift.damping_out,
                 "gift_rank": self.gift.rank, "gift_selection": self.gift.selection, "gift_layers": self.gift.layers,
                 "gift_every": self.every, "gift_sketch": self.gift.sketch, "gift_fidelity": self.fidelity, "nonfinite": self.gift.ef.nonfinite}
 
