@@ -16,6 +16,12 @@ sketches are all-reduced (the mean gradient is what gets a basis):
     B      = allreduce_avg(Q^T M_i)                             # k x n, communicated
     B      = W S Z^T (small SVD);  U = Q W[:, :r],  V = Z[:, :r]
 
+With ``basis_ema`` = beta > 0 the range finder sketches, in place of M_i, this rank's running
+average A_i <- beta A_i + (1 - beta) M_i (A_i = M_i at the first step), kept every step at no
+traffic: the bases follow the directions the gradient keeps over ~1/(1 - beta) steps rather
+than one step's minibatch noise, at the same bytes (sketches are linear, so the all-reduced
+sketch is that of the mean of the ranks' averages).
+
 Every phase packs all tensors into one collective, so the transport counts every byte. The
 rotations R_u = U_new^T U_old, R_v = V_new^T V_old of a refresh are returned, so an
 optimizer can carry its core-space moments into the new bases (see tsr_adam.py). Tensors
@@ -51,15 +57,21 @@ class TSR:
       power_iters: power iterations of the range finder (each: two more all-reduces).
       codec: wire codec of the core all-reduce (sketches and dense tensors are exact).
       error_feedback: keep e_i, the part of M_i outside the bases.
+      basis_ema: beta of the running average of M_i whose range gives the bases (0: the
+        refresh step's M_i alone).
       seed: seed of the shared sketches.
     """
 
     def __init__(self, rank: int = 32, refresh_every: int = 100, oversample: int = 5,
                  power_iters: int = 0, codec: str = "none", error_feedback: bool = False,
-                 seed: int = 0):
+                 seed: int = 0, basis_ema: float = 0.0):
         if rank < 1 or refresh_every < 1 or oversample < 0 or power_iters < 0:
             raise InvalidArgument("TSR needs rank >= 1, refresh_every >= 1, oversample >= 0, "
                                   "power_iters >= 0")
+        if not 0.0 <= basis_ema < 1.0:
+            raise InvalidArgument(f"TSR basis_ema {basis_ema}: use 0 <= beta < 1 (0: no average)")
+        self.basis_ema = float(basis_ema)
+        self.average: Dict[str, np.ndarray] = {}
         self.rank, self.refresh_every, self.oversample = rank, refresh_every, oversample
         self.power_iters, self.codec, self.error_feedback = power_iters, codec, error_feedback
         self.seed = int(seed)
@@ -86,9 +98,10 @@ class TSR:
         for k in low:
             mk = as_matrix(np.asarray(grads[k], np.float32))
             m[k] = mk + self.error[k] if self.error_feedback and k in self.error else mk
+        basis_of = self._running_average(m) if self.basis_ema else m
         rotations = {}
         if self.step % self.refresh_every == 0 or any(k not in self.u for k in low):
-            rotations = self._refresh(comm, m)
+            rotations = self._refresh(comm, basis_of)
         local = [self.u[k].T @ m[k] @ self.v[k] for k in low]
         plain = [np.asarray(grads[k], np.float32) for k in dense]
         if self.codec == "none":  # one collective for cores and dense tensors
@@ -103,6 +116,14 @@ class TSR:
         return TSRStep(dict(zip(low, cores)),
                        {k: e.reshape(np.shape(grads[k])) for k, e in zip(dense, exact)},
                        rotations)
+
+    def _running_average(self, m: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """A_i <- beta A_i + (1 - beta) M_i per matrix (A_i = M_i when new); returns A."""
+        b = np.float32(self.basis_ema)
+        for k, mk in m.items():
+            a = self.average.get(k)
+            self.average[k] = mk.copy() if a is None else b * a + (1 - b) * mk
+        return {k: self.average[k] for k in m}
 
     def _refresh(self, comm, m: Dict[str, np.ndarray]):
         names = sorted(m)
@@ -129,10 +150,11 @@ class TSR:
         return rotations
 
     def state_dict(self) -> Dict[str, Any]:
-        """Bases (identical on every rank), residuals (per rank), step."""
+        """Bases (identical on every rank), residuals and running averages (per rank), step."""
         return {"step": self.step, "u": {k: a.copy() for k, a in self.u.items()},
                 "v": {k: a.copy() for k, a in self.v.items()},
-                "error": {k: a.copy() for k, a in self.error.items()}}
+                "error": {k: a.copy() for k, a in self.error.items()},
+                "average": {k: a.copy() for k, a in self.average.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         try:
@@ -140,5 +162,7 @@ class TSR:
             self.u = {k: np.array(a, np.float32) for k, a in state["u"].items()}
             self.v = {k: np.array(a, np.float32) for k, a in state["v"].items()}
             self.error = {k: np.array(a, np.float32) for k, a in state["error"].items()}
+            self.average = {k: np.array(a, np.float32)
+                            for k, a in state.get("average", {}).items()}
         except (KeyError, TypeError, AttributeError) as e:
             raise InvalidArgument(f"not a TSR state_dict ({e})") from e

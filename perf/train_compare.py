@@ -61,6 +61,10 @@ def parse(argv=None):
     ap.add_argument("--tsr-rank", type=int, default=32)
     ap.add_argument("--tsr-every", type=int, default=50, help="TSR refresh interval K")
     ap.add_argument("--tsr-ef", action="store_true", help="TSR with error feedback")
+    ap.add_argument("--tsr-codec", default="none",
+                    help="TSR: wire codec of the r x r cores (e.g. bf16; sketches stay exact)")
+    ap.add_argument("--tsr-basis-ema", type=float, default=0.0,
+                    help="TSR: bases from a running average of each rank's gradient (beta)")
     ap.add_argument("--tag", default="", help="suffix of the result names (variants)")
     ap.add_argument("--corpus", default="")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "train_compare"))

@@ -90,7 +90,9 @@ class TSRMethod(Method):
         self.args = args
         self.opt = TSRAdam(model.named_parameters(), comm,
                            TSR(rank=args.tsr_rank, refresh_every=args.tsr_every,
-                               error_feedback=args.tsr_ef), lr=args.lr,
+                               error_feedback=args.tsr_ef, basis_ema=args.tsr_basis_ema,
+                               codec=args.tsr_codec),
+                           lr=args.lr,
                            betas=BETAS, on_refresh=on_refresh, scale=args.tsr_scale)
 
     def step(self, model, lr, step):
@@ -100,7 +102,8 @@ class TSRMethod(Method):
     def report(self):
         a = self.args
         return {"rank": a.tsr_rank, "refresh_every": a.tsr_every, "on_refresh": self.on_refresh,
-                "scale": a.tsr_scale, "error_feedback": a.tsr_ef}
+                "scale": a.tsr_scale, "error_feedback": a.tsr_ef, "basis_ema": a.tsr_basis_ema,
+                "core_codec": a.tsr_codec}
 
 
 class GIFTMethod(Method):
