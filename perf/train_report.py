@@ -58,6 +58,9 @@ COMMANDS = [f"{RUN} --methods all",
             f"{RUN} --methods exact --steps 600 --seed S --out build/train_compare_600_seedS",
             f"{RUN} --methods tsr --tsr-rank 56 --tsr-scale 16 --tag _r56_s16 --steps 600 "
             "--seed S --out build/train_compare_600_seedS",
+            "# TSR variants over 600 steps (seed 0): the flags of each row of that table",
+            f"{RUN} --methods tsr --steps 600 --seed 0 --out build/train_compare_600_seed0 "
+            "FLAGS --tag _NAME",
             ".venv/bin/python perf/train_report.py"]
 
 
@@ -180,6 +183,36 @@ def tsr_seed_table(results, runs):
             "|---|---|---|---|---|---|---|"] + rows
 
 
+def long_run_table(results):
+    """Every TSR variant of the 600-step seed-0 folder against that folder's exact run, with
+    the settings each JSON records (the command: RUN --methods tsr --steps 600 --seed 0
+    --out build/train_compare_600_seed0 plus the flags shown)."""
+    folder = os.path.join(os.path.dirname(results), "train_compare_600_seed0")
+    if not os.path.isdir(folder):
+        return []
+    got = load(folder)
+    ex = got["exact"]
+    lines = ["", "TSR variants over 600 steps, seed 0 (exact ends at "
+             f"{ex['final_val']:.4f}, {ex['bytes_per_step']:,.0f} bytes/step):", "",
+             "| run | flags | final loss | vs exact | bytes/step | fewer bytes | within 2% at >= 10x |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in got.items():
+        if not name.startswith("tsr"):
+            continue
+        c = r["config"]
+        flags = (f"--tsr-rank {c['tsr_rank']} --tsr-scale {c['tsr_scale']:g} "
+                 f"--tsr-every {c['tsr_every']}"
+                 + (f" --tsr-basis-ema {c['tsr_basis_ema']:g}" if c.get("tsr_basis_ema") else "")
+                 + (f" --tsr-codec {c['tsr_codec']}" if c.get("tsr_codec", "none") != "none" else "")
+                 + (" --tsr-ef" if c.get("tsr_ef") else ""))
+        rel = (r["final_val"] / ex["final_val"] - 1) * 100
+        fewer = ex["bytes_per_step"] / r["bytes_per_step"]
+        ok = abs(rel) <= 2 and fewer >= 10
+        lines.append(f"| {name} | `{flags}` | {r['final_val']:.4f} | {rel:+.2f}% | "
+                     f"{r['bytes_per_step']:,.0f} | {fewer:.2f}x | {'yes' if ok else 'no'} |")
+    return lines
+
+
 def goals(runs):
     """The issue's three targets, checked against this run."""
     ex = runs["exact"]
@@ -262,6 +295,7 @@ def main(argv=None) -> int:
     if os.path.isdir(control):
         md += seed_table(runs, load(control))
     md += tsr_seed_table(args.results, runs)
+    md += long_run_table(args.results)
     md += goals(runs)
     md += gift_summary(runs)
     if "gift" in runs:
