@@ -55,7 +55,10 @@ class TSR:
       refresh_every: steps between basis refreshes (K).
       oversample: extra sketch columns p.
       power_iters: power iterations of the range finder (each: two more all-reduces).
-      codec: wire codec of the core all-reduce (sketches and dense tensors are exact).
+      codec: wire codec of the core all-reduce (dense tensors are exact).
+      sketch_codec: wire codec of the refresh sketches ("none": exact). The sketches only
+        choose a subspace, so a coarse codec (bf16) costs little accuracy and halves the
+        refresh traffic, which buys more frequent refreshes or more rank at the same bytes.
       error_feedback: keep e_i, the part of M_i outside the bases.
       basis_ema: beta of the running average of M_i whose range gives the bases (0: the
         refresh step's M_i alone).
@@ -64,7 +67,7 @@ class TSR:
 
     def __init__(self, rank: int = 32, refresh_every: int = 100, oversample: int = 5,
                  power_iters: int = 0, codec: str = "none", error_feedback: bool = False,
-                 seed: int = 0, basis_ema: float = 0.0):
+                 seed: int = 0, basis_ema: float = 0.0, sketch_codec: str = "none"):
         if rank < 1 or refresh_every < 1 or oversample < 0 or power_iters < 0:
             raise InvalidArgument("TSR needs rank >= 1, refresh_every >= 1, oversample >= 0, "
                                   "power_iters >= 0")
@@ -74,6 +77,7 @@ class TSR:
         self.average: Dict[str, np.ndarray] = {}
         self.rank, self.refresh_every, self.oversample = rank, refresh_every, oversample
         self.power_iters, self.codec, self.error_feedback = power_iters, codec, error_feedback
+        self.sketch_codec = sketch_codec
         self.seed = int(seed)
         self.u: Dict[str, np.ndarray] = {}
         self.v: Dict[str, np.ndarray] = {}
@@ -130,14 +134,15 @@ class TSR:
         ks = {k: min(self.rank + self.oversample, *m[k].shape) for k in names}
         omega = {k: shared_gaussian(self.seed, (self.step, name_tag(k)),
                                     (m[k].shape[1], ks[k])).astype(np.float32) for k in names}
-        y = dict(zip(names, allreduce_many(comm, [m[k] @ omega[k] for k in names])))
+        codec = self.sketch_codec
+        y = dict(zip(names, allreduce_many(comm, [m[k] @ omega[k] for k in names], codec)))
         for _ in range(self.power_iters):
             q = {k: orthonormal_columns(y[k]).astype(np.float32) for k in names}
-            z = allreduce_many(comm, [m[k].T @ q[k] for k in names])
+            z = allreduce_many(comm, [m[k].T @ q[k] for k in names], codec)
             z = {k: orthonormal_columns(zk).astype(np.float32) for k, zk in zip(names, z)}
-            y = dict(zip(names, allreduce_many(comm, [m[k] @ z[k] for k in names])))
+            y = dict(zip(names, allreduce_many(comm, [m[k] @ z[k] for k in names], codec)))
         q = {k: orthonormal_columns(y[k]).astype(np.float32) for k in names}
-        b = allreduce_many(comm, [q[k].T @ m[k] for k in names])
+        b = allreduce_many(comm, [q[k].T @ m[k] for k in names], codec)
         rotations = {}
         for k, bk in zip(names, b):
             w, _, zt = np.linalg.svd(bk.astype(np.float64), full_matrices=False)

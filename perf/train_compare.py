@@ -62,7 +62,9 @@ def parse(argv=None):
     ap.add_argument("--tsr-every", type=int, default=50, help="TSR refresh interval K")
     ap.add_argument("--tsr-ef", action="store_true", help="TSR with error feedback")
     ap.add_argument("--tsr-codec", default="none",
-                    help="TSR: wire codec of the r x r cores (e.g. bf16; sketches stay exact)")
+                    help="TSR: wire codec of the r x r cores (e.g. bf16)")
+    ap.add_argument("--tsr-sketch-codec", default="none",
+                    help="TSR: wire codec of the refresh sketches (e.g. bf16; none: exact)")
     ap.add_argument("--tsr-basis-ema", type=float, default=0.0,
                     help="TSR: bases from a running average of each rank's gradient (beta)")
     ap.add_argument("--tag", default="", help="suffix of the result names (variants)")

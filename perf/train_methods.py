@@ -91,7 +91,7 @@ class TSRMethod(Method):
         self.opt = TSRAdam(model.named_parameters(), comm,
                            TSR(rank=args.tsr_rank, refresh_every=args.tsr_every,
                                error_feedback=args.tsr_ef, basis_ema=args.tsr_basis_ema,
-                               codec=args.tsr_codec),
+                               codec=args.tsr_codec, sketch_codec=args.tsr_sketch_codec),
                            lr=args.lr,
                            betas=BETAS, on_refresh=on_refresh, scale=args.tsr_scale)
 
@@ -103,7 +103,7 @@ class TSRMethod(Method):
         a = self.args
         return {"rank": a.tsr_rank, "refresh_every": a.tsr_every, "on_refresh": self.on_refresh,
                 "scale": a.tsr_scale, "error_feedback": a.tsr_ef, "basis_ema": a.tsr_basis_ema,
-                "core_codec": a.tsr_codec}
+                "core_codec": a.tsr_codec, "sketch_codec": a.tsr_sketch_codec}
 
 
 class GIFTMethod(Method):
