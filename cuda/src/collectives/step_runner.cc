@@ -13,10 +13,7 @@ StepRunner::StepRunner(const Plan& plan, const Codec& codec, const ExecBuffers& 
   const int64_t acc_bytes = align_up(std::max<int64_t>(plan.acc_elems, 1) * 4, 256);
   const int64_t total = acc_bytes + align_up(plan.wire_bytes + 8, 256);
   uint8_t* block = static_cast<uint8_t*>(k.workspace(total));
-  if (block == nullptr) {
-    host_.reset(new uint64_t[total / 8]);
-    block = reinterpret_cast<uint8_t*>(host_.get());
-  }
+  CC_CHECK(block != nullptr, "the kernel backend gave no workspace for " << total << " bytes");
   acc_ = reinterpret_cast<float*>(block);
   wire_ = block + acc_bytes;
 }

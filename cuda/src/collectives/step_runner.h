@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <unordered_set>
 #include <vector>
 
@@ -19,7 +18,7 @@ namespace ccompress {
 class StepRunner {
  public:
   /// Takes the accumulators and wire buffers of @p plan from the backend's workspace (device
-  /// memory for a device backend) or, when it has none, from a host allocation.
+  /// memory for a device backend, reused host memory otherwise).
   StepRunner(const Plan& plan, const Codec& codec, const ExecBuffers& bufs, KernelBackend& k,
              const CollectiveOptions& opt, int rank);
 
@@ -55,7 +54,6 @@ class StepRunner {
   KernelBackend& k_;
   const CollectiveOptions& opt_;
   int rank_;
-  std::unique_ptr<uint64_t[]> host_;
   float* acc_ = nullptr;
   uint8_t* wire_ = nullptr;
   std::unordered_set<int64_t> headed_;  // wire offsets whose header is in place

@@ -2,10 +2,7 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <vector>
 
 #include "ccompress/error.h"
@@ -440,23 +437,6 @@ int64_t CpuBackend::count_nonfinite(const void* src, DType t, int64_t n) {
 int64_t CpuBackend::feedback_residual(const float* v, const float* decoded, int64_t n,
                                       float* residual) {
   return feedback_residual_any(v, decoded, n, residual);
-}
-
-void* CpuBackend::workspace(int64_t bytes) {
-  CC_CHECK(bytes >= 0, "workspace of " << bytes << " bytes");
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<void, Free> block;
-  thread_local int64_t capacity = 0;
-  if (bytes > capacity || !block) {
-    const int64_t want = std::max<int64_t>((bytes + 255) & ~int64_t(255), 256);
-    block.reset();  // release the old block before taking the larger one
-    block.reset(std::aligned_alloc(256, static_cast<size_t>(want)));
-    if (!block) throw std::bad_alloc();
-    capacity = want;
-  }
-  return block.get();
 }
 
 CpuBackend& cpu_backend() {

@@ -8,7 +8,7 @@
 namespace ccompress {
 
 // One instance serves every thread at once: its only state is per thread (the collective
-// workspace and the codec families' run buffer). Scaled codecs are processed one group at a
+// workspace, KernelBackend's host default, and the codec families' run buffer). Scaled codecs are processed one group at a
 // time through a stack buffer; nothing is allocated per call once a thread has seen its
 // largest call.
 class CC_API CpuBackend : public KernelBackend {
@@ -30,11 +30,6 @@ class CC_API CpuBackend : public KernelBackend {
   int64_t count_nonfinite(const void* src, DType t, int64_t n) override;
   int64_t feedback_residual(const float* v, const float* decoded, int64_t n,
                             float* residual) override;
-  // Per calling thread (a rank's thread, or a communicator's async worker), grown to the
-  // largest request and kept until the thread ends. A fresh block per call would be
-  // page-faulted in again every time: at 64 MiB the kernel's page zeroing cost more than the
-  // FP8 codec (perf record of `ccompress-perf allreduce -b 64M` under mpiexec -n 4).
-  void* workspace(int64_t bytes) override;
 };
 
 // The process-wide instance.
