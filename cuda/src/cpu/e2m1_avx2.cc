@@ -12,6 +12,7 @@ namespace ccompress::cpu4 {
 namespace {
 
 constexpr int32_t kScaleBits = 8;  // E4M3 group scales
+constexpr int64_t kBatch = 8;      // groups whose scales are computed in one vector
 
 // Nibbles of 8 elements x (int32 lanes, 0..15), as codecs::fourbit_quantize<E2M1>(x, d):
 // v = x / d (or 0 when d is 0), magnitude by the seven exact comparisons of
@@ -118,8 +119,6 @@ __attribute__((target("avx2"))) void e2m1_encode_groups_avx2(const float* y, int
                                                              float s, uint8_t* codes,
                                                              uint8_t* scales) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  // Batches of 8 groups: their scales are computed in one vector.
-  constexpr int64_t kBatch = 8;
   for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
     const int64_t nb = ngroups - k0 < kBatch ? ngroups - k0 : kBatch;
     alignas(32) int32_t amax[kBatch] = {};
@@ -151,11 +150,11 @@ __attribute__((target("avx2"))) void e2m1_decode_groups_avx2(const uint8_t* code
                                                              float* out) {
   const __m128i low4 = _mm_set1_epi8(0x0F);
   const __m256 vs = _mm256_set1_ps(s);
-  for (int64_t k0 = 0; k0 < ngroups; k0 += 8) {
-    const int64_t nb = ngroups - k0 < 8 ? ngroups - k0 : 8;
-    alignas(8) uint8_t code[8] = {};
+  for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
+    const int64_t nb = ngroups - k0 < kBatch ? ngroups - k0 : kBatch;
+    alignas(8) uint8_t code[kBatch] = {};
     for (int64_t j = 0; j < nb; ++j) code[j] = scales[k0 + j];
-    alignas(32) float step[8];
+    alignas(32) float step[kBatch];
     _mm256_store_ps(step, steps8(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
                                      reinterpret_cast<const __m128i*>(code))),
                                  vs));
