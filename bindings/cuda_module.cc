@@ -118,7 +118,29 @@ void bind_backend(py::module_& m) {
                        parse_dtype(out_dtype));
           },
           py::arg("acc_ptr"), py::arg("n"), py::arg("divisor"), py::arg("out_ptr"),
-          py::arg("out_dtype"));
+          py::arg("out_dtype"))
+      .def(
+          "count_nonfinite",
+          [](CudaBackend& k, uintptr_t src, const std::string& dtype, int64_t n, uintptr_t count) {
+            cuda::DeviceGuard g(k.streams().device());
+            k.count_nonfinite(ptr(src), parse_dtype(dtype), n, static_cast<int64_t*>(ptr(count)));
+          },
+          py::arg("src_ptr"), py::arg("dtype"), py::arg("n"), py::arg("count_ptr"),
+          "Adds the NaN/Inf count of the buffer to the int64 at count_ptr (device memory).")
+      .def(
+          "feedback_residual",
+          [](CudaBackend& k, uintptr_t v, uintptr_t decoded, int64_t n, uintptr_t residual,
+             uintptr_t count) {
+            cuda::DeviceGuard g(k.streams().device());
+            k.feedback_residual(static_cast<const float*>(ptr(v)),
+                                static_cast<const float*>(ptr(decoded)), n,
+                                static_cast<float*>(ptr(residual)),
+                                static_cast<int64_t*>(ptr(count)));
+          },
+          py::arg("v_ptr"), py::arg("decoded_ptr"), py::arg("n"), py::arg("residual_ptr"),
+          py::arg("count_ptr"),
+          "residual <- v - decoded where all finite, else 0; adds the zeroed count to the "
+          "int64 at count_ptr (device memory).");
 }
 
 void bind_memory(py::module_& m) {
@@ -138,6 +160,13 @@ void bind_memory(py::module_& m) {
       },
       py::arg("dst_ptr"), py::arg("src_ptr"), py::arg("bytes"), py::arg("stream") = 0,
       "Copies between host and device memory (any direction) and waits for it.");
+  m.def(
+      "synchronize",
+      [](int device) {
+        py::gil_scoped_release nogil;
+        cuda::device_synchronize(device);
+      },
+      py::arg("device") = 0, "Waits for all work on `device`, on every stream.");
   m.def(
       "copy_async",
       [](uintptr_t dst, uintptr_t src, int64_t bytes, uintptr_t stream) {

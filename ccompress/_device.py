@@ -55,3 +55,57 @@ def cuda_stream_handle(stream: Any, x: Any = None) -> int:
             return handle
     raise InvalidArgument(f"stream of type {type(stream).__name__} is not a CUDA stream; pass "
                           "an int handle, a CuPy stream or a torch.cuda.Stream")
+
+
+class DeviceBuffer:
+    """``nbytes`` of device memory of CUDA device ``device`` (ccompress's own allocation,
+    outside any array library's pool), freed with the object. Copies in and out wait for
+    the copy (and, for ``download``, first for all work on the device)."""
+
+    def __init__(self, nbytes: int, device: int = 0):
+        self._cuda = _cuda_module()
+        self.device, self.nbytes = int(device), int(nbytes)
+        self.ptr = self._cuda.malloc(max(self.nbytes, 1), self.device)
+
+    @classmethod
+    def of(cls, a: Any, device: int = 0) -> "DeviceBuffer":
+        """A device copy of the NumPy array ``a``."""
+        import numpy as np
+
+        a = np.ascontiguousarray(a)
+        buf = cls(a.nbytes, device)
+        buf.upload(a)
+        return buf
+
+    def upload(self, a: Any) -> None:
+        """Copies the NumPy array ``a`` (at most ``nbytes``) to the start of the buffer."""
+        import numpy as np
+
+        a = np.ascontiguousarray(a)
+        if a.nbytes > self.nbytes:
+            raise InvalidArgument(f"{a.nbytes} bytes do not fit a {self.nbytes}-byte buffer")
+        self._cuda.copy(self.ptr, a.__array_interface__["data"][0], a.nbytes)
+
+    def download(self, like: Any) -> Any:
+        """A NumPy array shaped like ``like`` from the start of the buffer, read after all
+        work enqueued on the device so far (any stream) has finished."""
+        import numpy as np
+
+        out = np.empty_like(like)
+        if out.nbytes > self.nbytes:
+            raise InvalidArgument(f"{out.nbytes} bytes asked of a {self.nbytes}-byte buffer")
+        self._cuda.synchronize(self.device)
+        self._cuda.copy(out.__array_interface__["data"][0], self.ptr, out.nbytes)
+        return out
+
+    def bytes(self, n: Any = None) -> Any:
+        """The first ``n`` bytes (default all) as a uint8 NumPy array."""
+        import numpy as np
+
+        return self.download(np.empty(self.nbytes if n is None else n, np.uint8))
+
+    def __del__(self):
+        try:
+            self._cuda.free(self.ptr, self.device)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass

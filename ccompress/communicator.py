@@ -324,20 +324,20 @@ class Communicator:
         on all ranks, so their counts are too; reduce-scatter chunks differ, so there the
         ranks add their counts with one exact one-element all-reduce first."""
         mode = self._nonfinite if nonfinite is None else self._check_nonfinite(nonfinite)
-        if mode == "raise" and self._device is not None:
-            raise Unsupported("nonfinite='raise' counts the output on the host; on a device "
-                              "communicator check the result yourself (e.g. isfinite().all())")
 
         def run() -> dict:
             stats = body()
             if mode != "raise":
                 return stats
-            n_out, first_out = _core.count_nonfinite(ov.ptr, ov.dtype, ov.n)
+            if self._device is None:
+                n_out, first_out = _core.count_nonfinite(ov.ptr, ov.dtype, ov.n)
+            else:  # counted on the device by the collective; finding the first is not
+                n_out, first_out = stats["nonfinite_out"], None
             anywhere = n_out if what != "reduce_scatter" else self._any_rank(n_out, stats)
             if anywhere:
                 n_in = stats.get("nonfinite_in")
-                where = (f"{n_out} here, first at index {first_out}" if n_out
-                         else "none in this rank's chunk")
+                at = "" if first_out is None else f", first at index {first_out}"
+                where = f"{n_out} here{at}" if n_out else "none in this rank's chunk"
                 raise NonFiniteError(
                     f"{what} produced non-finite (NaN/Inf) outputs ({where}); this rank's input "
                     f"held {n_in}. nonfinite='raise' is set (the output was written); pass "
@@ -351,8 +351,18 @@ class Communicator:
         ``last_stats`` those of the caller's collective."""
         v = np.array([min(count, 1)], np.float32)
         total = np.empty_like(v)
-        self._collective(_core.allreduce, _arrays.view(v), _arrays.view(total),
-                         Codec.parse("none"), "one_shot", "sum", 0)
+        if self._device is None:
+            self._collective(_core.allreduce, _arrays.view(v), _arrays.view(total),
+                             Codec.parse("none"), "one_shot", "sum", 0)
+        else:
+            from ._device import DeviceBuffer
+
+            dv, dt = DeviceBuffer.of(v, self._device), DeviceBuffer(v.nbytes, self._device)
+            as_view = lambda b: _arrays.ArrayView(b.ptr, 1, "float32", (1,), False, b,  # noqa: E731
+                                                  self._device)
+            self._collective(_core.allreduce, as_view(dv), as_view(dt), Codec.parse("none"),
+                             "one_shot", "sum", 0)
+            total = dt.download(total)
         self.last_stats = stats
         return float(total[0])
 
@@ -403,16 +413,13 @@ class Communicator:
     def _feedback(self, ef: Any, auto: Optional[str], n: int):
         if ef is None:
             return None
-        if self._device is not None:
-            raise Unsupported("error_feedback keeps host residuals; the CUDA backend does not "
-                              "run it yet: use a host communicator for this tensor")
         if not isinstance(ef, ErrorFeedback):
             raise InvalidArgument(f"error_feedback must be a ccompress.ErrorFeedback, "
                                   f"got {type(ef).__name__}")
         if auto:
             raise Unsupported(f"error_feedback needs a fixed codec; {auto} may change the codec "
                               "and layout every call, so name the codec")
-        return ef, ef.buffers(n, self.size, self.rank)
+        return ef, ef.buffers(n, self.size, self.rank, self._device)
 
     def _next_step(self, step: Optional[int]) -> int:
         # Steps are taken in issue order, so every rank numbers its calls alike.
@@ -434,7 +441,7 @@ class Communicator:
                 if self._device is not None:
                     stats = getattr(self._t, fn.__name__)(
                         xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op, self._slice,
-                        self._timeout, self._seed, step, stream)
+                        self._timeout, self._seed, step, stream, *residuals)
                 else:
                     stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
                                self._slice, self._timeout, self._seed, step, *residuals)

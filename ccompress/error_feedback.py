@@ -25,6 +25,11 @@ Residuals are float32 and **per-rank state by nature**: each rank keeps what its
 quantizations lost, so they differ between ranks (the results stay bit-identical). A NaN or
 Inf never enters a residual: where ``v``, its decoded value or their difference is not
 finite the residual element is set to 0 and counted in :attr:`nonfinite`.
+
+On a device communicator (CUDA arrays) the residuals live in that GPU's memory and the CUDA
+backend updates them; :attr:`worker_residual`, :attr:`server_residual` and
+:meth:`state_dict` return host copies, and a loaded state moves to the device at its first
+call there.
 """
 from __future__ import annotations
 
@@ -55,34 +60,41 @@ class ErrorFeedback:
         self.server = bool(server)
         self.nonfinite = 0
         self._shape: Optional[Tuple[int, int, int]] = None  # (n, size, rank)
-        self._worker: Optional[np.ndarray] = None
-        self._server: Optional[np.ndarray] = None
+        # NumPy arrays, or DeviceBuffers of GPU self._device once a device call used them.
+        self._worker: Any = None
+        self._server: Any = None
+        self._device: Optional[int] = None
 
     # ---- state ----
     @property
     def worker_residual(self) -> Optional[np.ndarray]:
-        """This rank's worker residual (float32, n elements), or None before first use."""
-        return self._worker
+        """This rank's worker residual (float32, n elements), or None before first use; a
+        host copy when it lives on a GPU."""
+        return self._host(self._worker, 0)
 
     @property
     def server_residual(self) -> Optional[np.ndarray]:
-        """This rank's server residual (float32, its chunk's elements), or None."""
-        return self._server
+        """This rank's server residual (float32, its chunk's elements), or None; a host copy
+        when it lives on a GPU."""
+        return self._host(self._server, 1)
 
     def reset(self) -> None:
         """Forgets the residuals and the non-finite count (e.g. after a loss spike)."""
         self._shape = None
         self._worker = self._server = None
+        self._device = None
         self.nonfinite = 0
 
     def state_dict(self) -> Dict[str, Any]:
-        """A copy of the state: residuals, the (n, size, rank) they belong to, counters."""
+        """A copy of the state (host arrays): residuals, the (n, size, rank) they belong to,
+        counters."""
+        w, s = self._host(self._worker, 0), self._host(self._server, 1)
         return {
             "worker": bool(self.worker), "server": bool(self.server),
             "nonfinite": int(self.nonfinite),
             "shape": None if self._shape is None else list(self._shape),
-            "worker_residual": None if self._worker is None else self._worker.copy(),
-            "server_residual": None if self._server is None else self._server.copy(),
+            "worker_residual": None if w is None else w.copy(),
+            "server_residual": None if s is None else s.copy(),
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -104,6 +116,7 @@ class ErrorFeedback:
         self.worker, self.server, self.nonfinite = worker, server, nonfinite
         self._shape = (n, size, rank)
         self._worker, self._server = loaded
+        self._device = None  # on the host until a device call moves them
 
     @staticmethod
     def _checked(a: Any, n: int, name: str) -> np.ndarray:
@@ -114,10 +127,24 @@ class ErrorFeedback:
             raise InvalidArgument(f"{name} holds NaN or Inf; residuals are always finite")
         return a
 
+    def _lengths(self) -> Tuple[int, int]:
+        n, size, rank = self._shape
+        lo, hi = _core.chunk_range(n, size, rank)
+        return n, hi - lo
+
+    def _host(self, r: Any, which: int) -> Optional[np.ndarray]:
+        """Residual ``r`` (worker: which=0, server: 1) as a host array."""
+        if r is None or isinstance(r, np.ndarray):
+            return r
+        return r.download(np.empty(self._lengths()[which], np.float32))
+
     # ---- used by Communicator ----
-    def buffers(self, n: int, size: int, rank: int) -> Tuple[int, int]:
+    def buffers(self, n: int, size: int, rank: int, device: Optional[int] = None
+                ) -> Tuple[int, int]:
         """Addresses of the residuals for a collective of n elements on (size, rank),
-        allocating them on first use; 0 for a residual this state does not keep."""
+        allocating them on first use; 0 for a residual this state does not keep. With
+        ``device`` they are in the memory of that GPU (moved there from the host, or back,
+        when the previous call ran elsewhere)."""
         shape = (int(n), int(size), int(rank))
         if self._shape is None:
             lo, hi = _core.chunk_range(n, size, rank)
@@ -129,8 +156,17 @@ class ErrorFeedback:
                 f"this ErrorFeedback holds the state of {self._shape[0]} elements on rank "
                 f"{self._shape[2]} of {self._shape[1]}, called with {n} elements on rank {rank} "
                 f"of {size}: use one ErrorFeedback per tensor (or reset() it)")
-        return (0 if self._worker is None else self._worker.ctypes.data,
-                0 if self._server is None else self._server.ctypes.data)
+        if device != self._device:
+            self._worker, self._server = (self._host(self._worker, 0),
+                                          self._host(self._server, 1))
+            if device is not None:
+                from ._device import DeviceBuffer
+
+                self._worker, self._server = (None if r is None else DeviceBuffer.of(r, device)
+                                              for r in (self._worker, self._server))
+            self._device = device
+        return tuple(0 if r is None else (r.ptr if device is not None else r.ctypes.data)
+                     for r in (self._worker, self._server))
 
     def __repr__(self) -> str:
         what = "+".join(k for k, on in (("worker", self.worker), ("server", self.server)) if on)

@@ -1,7 +1,8 @@
 """GPU kernel and loopback-pipeline timings for perf/gpu_check.sh.
 
 Kernels: every codec's encode, decode (to the input dtype), decode-accumulate into fp32 and
-fused ring hop (decode-reduce-encode), plus load-accumulate and finalize, each on a 256 MiB
+fused ring hop (decode-reduce-encode), plus load-accumulate, finalize, the NaN/Inf count and
+the error-feedback residual (read v and decoded, write the residual), each on a 256 MiB
 input (bfloat16 by default) timed with CUDA events, against the device-to-device copy
 bandwidth measured in the same run. Bandwidth = (bytes read + bytes written) / time.
 
@@ -27,17 +28,10 @@ import numpy as np
 import ccompress as cc
 from ccompress import _cuda
 from ccompress._arrays import numpy_dtype
+from ccompress._device import DeviceBuffer
 
 CODECS = ["none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g128", "fp8_e4m3:g128:sr",
           "taco:g128", "hint8", "hint8:g32:h256:s32", "nvfp4", "hnvfp4", "hint4"]
-
-
-class Buf:
-    def __init__(self, nbytes):
-        self.ptr, self.nbytes = _cuda.malloc(nbytes, 0), nbytes
-
-    def __del__(self):
-        _cuda.free(self.ptr, 0)
 
 
 def timed(stream, fn, iters):
@@ -59,10 +53,10 @@ def kernel_table(mib, dtype, iters):
     n = mib * (1 << 20) // item
     rng = np.random.default_rng(0)
     host = (rng.standard_normal(n, dtype=np.float32)).astype(numpy_dtype(dtype))
-    x, out, y = Buf(n * item), Buf(n * item), Buf(n * item)
+    x, out, y = DeviceBuffer(n * item), DeviceBuffer(n * item), DeviceBuffer(n * item)
     _cuda.copy(x.ptr, host.__array_interface__["data"][0], n * item)
     _cuda.copy(y.ptr, host.__array_interface__["data"][0], n * item)
-    acc = Buf(n * 4)
+    acc = DeviceBuffer(n * 4)
     copy_ms = timed(s, lambda: _cuda.copy_async(out.ptr, x.ptr, n * item, s), iters)
     copy_gbs = 2 * n * item / copy_ms / 1e6
     rows = [{"codec": "-", "kernel": "d2d copy", "ms": copy_ms, "gbs": copy_gbs, "pct": 100.0}]
@@ -74,10 +68,16 @@ def kernel_table(mib, dtype, iters):
 
     row("-", "load_accumulate", n * (item + 4), lambda: k.load_accumulate(x.ptr, dtype, n, acc.ptr, True))
     row("-", "finalize", n * (4 + item), lambda: k.finalize(acc.ptr, n, 1.0, out.ptr, dtype))
+    count = DeviceBuffer.of(np.zeros(1, np.int64))
+    row("-", "count_nonfinite", n * item, lambda: k.count_nonfinite(x.ptr, dtype, n, count.ptr))
+    decoded, residual = DeviceBuffer(n * 4), DeviceBuffer(n * 4)
+    k.load_accumulate(y.ptr, dtype, n, decoded.ptr, True)
+    row("-", "feedback_residual", 3 * n * 4,
+        lambda: k.feedback_residual(acc.ptr, decoded.ptr, n, residual.ptr, count.ptr))
     for codec in CODECS:
         c = cc.Codec.parse(codec)._c.bind(dtype) if codec == "none" else cc.Codec.parse(codec)._c
         wb = c.wire_bytes(n)
-        w, w2 = Buf(wb), Buf(wb)
+        w, w2 = DeviceBuffer(wb), DeviceBuffer(wb)
         row(codec, "encode", n * item + wb, lambda: k.encode(c, x.ptr, dtype, n, 1.0, w.ptr))
         row(codec, "decode", wb + n * item, lambda: k.decode(c, w.ptr, n, out.ptr, dtype))
         row(codec, "decode_accumulate", wb + n * 4,
@@ -91,7 +91,7 @@ def pipeline_row(codec, algo, ranks, mib, dtype, slice_elems, iters):
     item = numpy_dtype(dtype).itemsize
     n = mib * (1 << 20) // item
     group = _cuda.loopback_group(ranks, 0)
-    bufs = [(Buf(n * item), Buf(n * item)) for _ in range(ranks)]
+    bufs = [(DeviceBuffer(n * item), DeviceBuffer(n * item)) for _ in range(ranks)]
     barrier = threading.Barrier(ranks)
     times = [0.0] * ranks
     stats = [None] * ranks
@@ -126,10 +126,11 @@ def codec_ms_per_rank(rows, codec, algo, ranks, mib_total):
     enc, dec, acc, dre = (t[(codec, k)] for k in ("encode", "decode", "decode_accumulate",
                                                   "decode_reduce_encode"))
     f = mib_total  # fraction of the table's size
+    count = 2 * t[("-", "count_nonfinite")]  # NaN/Inf counts of the input and the output
     if algo == "two_shot":  # encode all, P decode-acc of a chunk, encode chunk, decode all
-        return f * (enc + acc + enc / ranks + dec)
+        return f * (enc + acc + enc / ranks + dec + count)
     # ring: encode chunk, P-1 fused hops of a chunk, decode all
-    return f * (enc / ranks + (ranks - 1) * dre / ranks + dec)
+    return f * (enc / ranks + (ranks - 1) * dre / ranks + dec + count)
 
 
 def main(argv=None):

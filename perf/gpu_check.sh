@@ -54,7 +54,7 @@ grep -E "ccompress (MPI transport|CUDA module):" "$OUT/setup.log" | sed 's/^.*--
 
 step "GPU tests (log $OUT/tests.log)"
 # CCOMPRESS_REQUIRE_GPU turns a GPU test's skip into an error: here they must all run.
-CCOMPRESS_REQUIRE_GPU=1 "$PY" -m pytest -q -rs tests/test_cuda.py tests/test_ordered_executor.py \
+CCOMPRESS_REQUIRE_GPU=1 "$PY" -m pytest -q -rs tests/test_cuda.py tests/test_cuda_state.py tests/test_ordered_executor.py \
   >"$OUT/tests.log" 2>&1 || { tail -40 "$OUT/tests.log"; fail "GPU tests"; }
 tail -3 "$OUT/tests.log" >&2
 

@@ -1,8 +1,11 @@
-"""Device buffers for the GPU tests without CuPy or PyTorch: ccompress._cuda's malloc/copy,
-filled from and read back into NumPy arrays."""
+"""What the GPU tests share: whether they can run (and why not), and device buffers without
+CuPy or PyTorch (ccompress._device.DeviceBuffer), filled from and read back into NumPy."""
 import os
 
 import numpy as np
+import pytest
+
+from ccompress._device import DeviceBuffer  # noqa: F401 - the tests take it from here
 
 
 def cuda_or_reason():
@@ -19,35 +22,34 @@ def cuda_or_reason():
     return (None, why) if why else (_cuda, None)
 
 
-class DeviceBuffer:
-    """``nbytes`` of device memory, freed with the object."""
+def framework_cases():
+    """The array libraries with CUDA arrays installed here (a skipped case when none is)."""
+    cases = []
+    try:
+        import cupy  # noqa: F401
+        cases.append("cupy")
+    except Exception:  # noqa: BLE001 - absent or without a driver
+        pass
+    try:
+        import torch
+        if torch.cuda.is_available():
+            cases.append("torch")
+    except Exception:  # noqa: BLE001
+        pass
+    return cases or [pytest.param("none", marks=pytest.mark.skip(
+        reason="neither CuPy nor PyTorch with CUDA is installed"))]
 
-    def __init__(self, cuda, nbytes, device=0):
-        self.cuda, self.device, self.nbytes = cuda, device, int(nbytes)
-        self.ptr = cuda.malloc(max(self.nbytes, 1), device)
 
-    @classmethod
-    def of(cls, cuda, a, device=0):
-        a = np.ascontiguousarray(a)
-        buf = cls(cuda, a.nbytes, device)
-        buf.upload(a)
-        return buf
+def to_device(lib, a):
+    if lib == "cupy":
+        import cupy
+        return cupy.asarray(a)
+    import torch
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
 
-    def upload(self, a):
-        a = np.ascontiguousarray(a)
-        assert a.nbytes <= self.nbytes
-        self.cuda.copy(self.ptr, a.__array_interface__["data"][0], a.nbytes)
 
-    def download(self, like):
-        out = np.empty_like(like)
-        self.cuda.copy(out.__array_interface__["data"][0], self.ptr, out.nbytes)
-        return out
-
-    def bytes(self, n=None):
-        return self.download(np.empty(self.nbytes if n is None else n, np.uint8))
-
-    def __del__(self):
-        try:
-            self.cuda.free(self.ptr, self.device)
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+def to_host(lib, a):
+    if lib == "cupy":
+        import cupy
+        return cupy.asnumpy(a)
+    return a.cpu().numpy()

@@ -10,7 +10,7 @@ import ccompress as cc
 from ccompress import _core
 from ccompress._arrays import numpy_dtype
 from conftest import gaussian_parts, rel_l2, run_on_threads, same_bits
-from cuda_helpers import DeviceBuffer, cuda_or_reason
+from cuda_helpers import DeviceBuffer, cuda_or_reason, framework_cases, to_device, to_host
 
 CUDA, WHY = cuda_or_reason()
 gpu = pytest.mark.skipif(CUDA is None, reason=str(WHY))
@@ -119,7 +119,7 @@ def test_encode_decode_bit_identical_to_cpu(backend, rng, codec, dtype):
         x[n // 2] *= 1e4  # an outlier inside a group
         for divisor, ctx in ((1.0, (0, 0, 0, 0)), (3.0, (7, 5, 2, 12345))):
             c, want = cpu_encode(codec, x, divisor, ctx)
-            src, dst = DeviceBuffer.of(CUDA, x), DeviceBuffer(CUDA, want.size)
+            src, dst = DeviceBuffer.of(x), DeviceBuffer(want.size)
             backend.encode(c, src.ptr, dtype, n, divisor, dst.ptr, *ctx)
             backend.synchronize()
             got = dst.bytes(want.size)
@@ -128,12 +128,12 @@ def test_encode_decode_bit_identical_to_cpu(backend, rng, codec, dtype):
             for out_dtype in DTYPES:
                 ref = np.empty(n, numpy_dtype(out_dtype))
                 _core.decode(c, host_ptr(want), n, host_ptr(ref), out_dtype)
-                out = DeviceBuffer(CUDA, ref.nbytes)
+                out = DeviceBuffer(ref.nbytes)
                 backend.decode(c, dst.ptr, n, out.ptr, out_dtype)
                 backend.synchronize()
                 assert same_bits([out.download(ref), ref]), f"{codec} decode to {out_dtype}"
             acc_ref = np.linspace(-1, 1, n).astype(np.float32)
-            acc = DeviceBuffer.of(CUDA, acc_ref)
+            acc = DeviceBuffer.of(acc_ref)
             _core.decode_accumulate(c, host_ptr(want), n, host_ptr(acc_ref), False)
             backend.decode_accumulate(c, dst.ptr, n, acc.ptr, False)
             backend.synchronize()
@@ -150,7 +150,7 @@ def test_decode_reduce_encode_bit_identical_to_cpu(backend, rng, codec, dtype):
         want = np.zeros_like(wire)
         ctx = (3, 1, 1, 64)
         _core.decode_reduce_encode(c, host_ptr(wire), host_ptr(x), dtype, n, 2.0, host_ptr(want), *ctx)
-        src, xd, dst = DeviceBuffer.of(CUDA, wire), DeviceBuffer.of(CUDA, x), DeviceBuffer(CUDA, wire.size)
+        src, xd, dst = DeviceBuffer.of(wire), DeviceBuffer.of(x), DeviceBuffer(wire.size)
         backend.decode_reduce_encode(c, src.ptr, xd.ptr, dtype, n, 2.0, dst.ptr, *ctx)
         backend.synchronize()
         assert np.array_equal(dst.bytes(wire.size), want), f"{codec} {dtype} n={n}"
@@ -166,8 +166,8 @@ def test_load_accumulate_and_finalize_bit_identical_to_cpu(backend, rng, dtype):
     for n in (1, 7, 8, 9, 1000, 65543):
         x = gaussian_parts(rng, 1, n, dtype)[0]
         acc_ref = rng.standard_normal(n).astype(np.float32)
-        acc = DeviceBuffer.of(CUDA, acc_ref)
-        xd = DeviceBuffer.of(CUDA, x)
+        acc = DeviceBuffer.of(acc_ref)
+        xd = DeviceBuffer.of(x)
         for assign in (False, True):
             _core.load_accumulate(host_ptr(x), dtype, n, host_ptr(acc_ref), assign)
             backend.load_accumulate(xd.ptr, dtype, n, acc.ptr, assign)
@@ -176,7 +176,7 @@ def test_load_accumulate_and_finalize_bit_identical_to_cpu(backend, rng, dtype):
         for divisor in (1.0, 3.0):
             ref = np.empty(n, numpy_dtype(dtype))
             _core.finalize(host_ptr(acc_ref), n, divisor, host_ptr(ref), dtype)
-            out = DeviceBuffer(CUDA, ref.nbytes)
+            out = DeviceBuffer(ref.nbytes)
             backend.finalize(acc.ptr, n, divisor, out.ptr, dtype)
             backend.synchronize()
             assert same_bits([out.download(ref), ref])
@@ -187,10 +187,10 @@ def test_unaligned_buffers_take_the_scalar_path(backend, rng):
     """16-byte vector accesses only where every pointer allows: offsets of one element."""
     n = 1001
     x = gaussian_parts(rng, 1, n + 1, "bfloat16")[0]
-    xd = DeviceBuffer.of(CUDA, x)
+    xd = DeviceBuffer.of(x)
     ref = np.zeros(n + 1, np.float32)
     _core.load_accumulate(host_ptr(x) + 2, "bfloat16", n, host_ptr(ref) + 4, True)
-    acc = DeviceBuffer.of(CUDA, np.zeros(n + 1, np.float32))
+    acc = DeviceBuffer.of(np.zeros(n + 1, np.float32))
     backend.load_accumulate(xd.ptr + 2, "bfloat16", n, acc.ptr + 4, True)
     backend.synchronize()
     assert same_bits([acc.download(ref), ref])
@@ -217,8 +217,8 @@ def test_loopback_allreduce_matches_host(rng, algo, ranks, codec):
                                                              step=4), slice_elems=1024, seed=9)
 
         def call(dr, r):
-            x = DeviceBuffer.of(CUDA, parts[r])
-            y = DeviceBuffer(CUDA, parts[r].nbytes)
+            x = DeviceBuffer.of(parts[r])
+            y = DeviceBuffer(parts[r].nbytes)
             stats = dr.allreduce(x.ptr, y.ptr, n, dtype, codec, algo, op, 1024, 60.0, 9, 4, 0)
             assert stats["algo"] == algo
             return y.download(parts[r])
@@ -248,9 +248,9 @@ def test_loopback_reduce_scatter_allgather_inplace_match_host(rng, ranks):
 
     def call(dr, r):
         lo, hi = cc.chunk_range(n, ranks, r)
-        x = DeviceBuffer.of(CUDA, parts[r])
-        rs = DeviceBuffer(CUDA, (hi - lo) * 2)
-        ag = DeviceBuffer(CUDA, ranks * n * 2)
+        x = DeviceBuffer.of(parts[r])
+        rs = DeviceBuffer((hi - lo) * 2)
+        ag = DeviceBuffer(ranks * n * 2)
         dr.reduce_scatter(x.ptr, rs.ptr, n, "bfloat16", codec, "two_shot", "sum", 512, 60.0)
         dr.allgather(x.ptr, ag.ptr, n, "bfloat16", codec, "one_shot", "sum", 512, 60.0)
         dr.allreduce(x.ptr, x.ptr, n, "bfloat16", codec, "ring", "sum", 512, 60.0)
@@ -273,8 +273,8 @@ def test_loopback_respects_the_callers_stream(rng):
 
     def call(dr, r):
         caller = CUDA.Backend(0)  # its stream plays the caller's stream
-        acc = DeviceBuffer.of(CUDA, parts[r].astype(np.float32))
-        x, y, z = (DeviceBuffer(CUDA, parts[r].nbytes) for _ in range(3))
+        acc = DeviceBuffer.of(parts[r].astype(np.float32))
+        x, y, z = (DeviceBuffer(parts[r].nbytes) for _ in range(3))
         for _ in range(3):  # make the caller's stream busy first
             caller.finalize(acc.ptr, n, 1.0, z.ptr, "float32")
         caller.finalize(acc.ptr, n, 1.0, x.ptr, "float32")  # x written on the caller's stream
@@ -290,7 +290,7 @@ def test_loopback_respects_the_callers_stream(rng):
 
 @gpu
 def test_loopback_mismatch_raises_on_every_rank(rng):
-    bufs = [DeviceBuffer(CUDA, 4096) for _ in range(2)]
+    bufs = [DeviceBuffer(4096) for _ in range(2)]
 
     def call(dr, r):
         with pytest.raises(cc.MismatchError):
@@ -306,7 +306,7 @@ def test_loopback_repeated_calls_reuse_scratch(rng):
     parts = gaussian_parts(rng, ranks, n)
 
     def call(dr, r):
-        x, y = DeviceBuffer.of(CUDA, parts[r]), DeviceBuffer(CUDA, parts[r].nbytes)
+        x, y = DeviceBuffer.of(parts[r]), DeviceBuffer(parts[r].nbytes)
         results = []
         for size in (n, n // 3, n):
             dr.allreduce(x.ptr, y.ptr, size, "float32", "taco:g128", "ring", "sum", 2048, 60.0)
@@ -320,40 +320,8 @@ def test_loopback_repeated_calls_reuse_scratch(rng):
 
 # ---- CuPy and PyTorch arrays through the Communicator ----
 
-def _framework_cases():
-    cases = []
-    try:
-        import cupy  # noqa: F401
-        cases.append("cupy")
-    except Exception:  # noqa: BLE001 - absent or without a driver
-        pass
-    try:
-        import torch
-        if torch.cuda.is_available():
-            cases.append("torch")
-    except Exception:  # noqa: BLE001
-        pass
-    return cases or [pytest.param("none", marks=pytest.mark.skip(
-        reason="neither CuPy nor PyTorch with CUDA is installed"))]
-
-
-def to_device(lib, a):
-    if lib == "cupy":
-        import cupy
-        return cupy.asarray(a)
-    import torch
-    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
-
-
-def to_host(lib, a):
-    if lib == "cupy":
-        import cupy
-        return cupy.asnumpy(a)
-    return a.cpu().numpy()
-
-
 @gpu
-@pytest.mark.parametrize("lib", _framework_cases())
+@pytest.mark.parametrize("lib", framework_cases())
 def test_communicator_on_framework_arrays(rng, lib):
     ranks, n = 3, 5003
     parts = gaussian_parts(rng, ranks, n, "float16")

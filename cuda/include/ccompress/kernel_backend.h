@@ -80,23 +80,31 @@ class CC_API KernelBackend {
   virtual bool reads_deferred() const { return false; }
   virtual void finish_reads() {}
 
-  /// The number of NaN and +-Inf among @p n elements of @p src (dtype @p t), for the per-call
-  /// report of the NaN/Inf policy; the executor calls it on a slice right after reading it
-  /// from the input or writing it to the output. -1: this backend does not count.
-  virtual int64_t count_nonfinite(const void* src, DType t, int64_t n) {
-    (void)src, (void)t, (void)n;
-    return -1;
+  /// A host copy of @p bytes at @p src (this backend's memory), read after every kernel and
+  /// transfer issued so far: the executor's counters at the end of a collective. Valid once
+  /// finish_reads() has returned when reads_deferred(). Host backends return @p src itself.
+  virtual const void* read_results(const void* src, int64_t bytes) { return read_bytes(src, bytes); }
+
+  /// Adds the number of NaN and +-Inf among @p n elements of @p src (dtype @p t) to *count,
+  /// an int64 in this backend's memory, for the per-call report of the NaN/Inf policy; the
+  /// executor calls it on a slice right after reading it from the input or writing it to
+  /// the output, and reads its counters back once at the end (read_results). Returns false,
+  /// counting nothing, when this backend does not count.
+  virtual bool count_nonfinite(const void* src, DType t, int64_t n, int64_t* count) {
+    (void)src, (void)t, (void)n, (void)count;
+    return false;
   }
 
   /// Error feedback: residual[i] <- v[i] - decoded[i] where v[i], decoded[i] and their
-  /// difference are finite, else 0 (a NaN or Inf never enters a residual). Returns how
-  /// many elements were set to 0 that way. All three buffers hold n float32.
-  virtual int64_t feedback_residual(const float* v, const float* decoded, int64_t n,
-                                    float* residual) {
-    (void)v, (void)decoded, (void)n, (void)residual;
+  /// difference are finite, else 0 (a NaN or Inf never enters a residual; the rule is
+  /// codecs::feedback_residual_of). Adds how many elements were set to 0 that way to *count
+  /// (an int64 in this backend's memory, like count_nonfinite's). All three buffers hold n
+  /// float32.
+  virtual void feedback_residual(const float* v, const float* decoded, int64_t n,
+                                 float* residual, int64_t* count) {
+    (void)v, (void)decoded, (void)n, (void)residual, (void)count;
     CC_CHECK_AS(Unsupported, false, "this kernel backend has no error feedback; "
-                                    "run without error_feedback or on host arrays");
-    return 0;
+                                    "run without error_feedback");
   }
 };
 

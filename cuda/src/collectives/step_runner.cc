@@ -1,6 +1,7 @@
 #include "collectives/step_runner.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "ccompress/error.h"
 
@@ -9,13 +10,16 @@ namespace ccompress {
 StepRunner::StepRunner(const Plan& plan, const Codec& codec, const ExecBuffers& bufs,
                        KernelBackend& k, const CollectiveOptions& opt, int rank)
     : plan_(plan), codec_(codec), bufs_(bufs), k_(k), opt_(opt), rank_(rank) {
-  // Accumulators, then wire buffers, in one block.
+  // The counters, accumulators, then wire buffers, in one block.
   const int64_t acc_bytes = align_up(std::max<int64_t>(plan.acc_elems, 1) * 4, 256);
-  const int64_t total = acc_bytes + align_up(plan.wire_bytes + 8, 256);
+  const int64_t total = kCounterBytes + acc_bytes + align_up(plan.wire_bytes + 8, 256);
   uint8_t* block = static_cast<uint8_t*>(k.workspace(total));
   CC_CHECK(block != nullptr, "the kernel backend gave no workspace for " << total << " bytes");
-  acc_ = reinterpret_cast<float*>(block);
-  wire_ = block + acc_bytes;
+  counters_ = reinterpret_cast<int64_t*>(block);
+  acc_ = reinterpret_cast<float*>(block + kCounterBytes);
+  wire_ = block + kCounterBytes + acc_bytes;
+  const int64_t zero[kCounters] = {};
+  k.write_bytes(counters_, zero, sizeof zero);
 }
 
 void* StepRunner::ptr(const BufRef& b) const {
@@ -63,11 +67,16 @@ void StepRunner::received(const Op& op) {
 }
 
 void StepRunner::finish() {
-  if (deferred_.empty()) return;
-  k_.finish_reads();
+  const void* counts = k_.read_results(counters_, kCounters * sizeof(int64_t));
+  if (k_.reads_deferred()) k_.finish_reads();
   for (const auto& [h, op] : deferred_)
     check_message_header(read_message_header(h), expected(*op), op->peer);
   deferred_.clear();
+  int64_t c[kCounters];
+  std::memcpy(c, counts, sizeof c);
+  result_.nonfinite_in = counted_ ? c[kIn] : -1;
+  result_.nonfinite_out = counted_ ? c[kOut] : -1;
+  result_.feedback_nonfinite = c[kFeedback];
 }
 
 void StepRunner::compute(const Op& op) {
@@ -108,11 +117,12 @@ void StepRunner::compute(const Op& op) {
 }
 
 void StepRunner::count_nonfinite(const Op& op) {
+  if (!counted_) return;
   const BufRef* in = op.src.kind == BufKind::Input ? &op.src
                      : op.x.kind == BufKind::Input ? &op.x : nullptr;
-  if (in) add_count(result_.nonfinite_in, k_.count_nonfinite(ptr(*in), bufs_.dtype, op.n));
-  if (op.dst.kind == BufKind::Output)
-    add_count(result_.nonfinite_out, k_.count_nonfinite(ptr(op.dst), bufs_.dtype, op.n));
+  if (in) counted_ = k_.count_nonfinite(ptr(*in), bufs_.dtype, op.n, counters_ + kIn);
+  if (counted_ && op.dst.kind == BufKind::Output)
+    counted_ = k_.count_nonfinite(ptr(op.dst), bufs_.dtype, op.n, counters_ + kOut);
 }
 
 // v = src / divisor + e is encoded; then e <- v - decode(those bytes), the value every
@@ -132,7 +142,7 @@ void StepRunner::encode_with_feedback(const Op& op, bool from_acc) {
   k_.load_accumulate(e, DType::Float32, op.n, v, false);
   k_.encode(v, DType::Float32, op.n, codec_, 1.f, ctx, ptr(op.dst));
   k_.decode_accumulate(ptr(op.dst), op.n, codec_, decoded, true);
-  result_.feedback_nonfinite += k_.feedback_residual(v, decoded, op.n, e);
+  k_.feedback_residual(v, decoded, op.n, e, counters_ + kFeedback);
 }
 
 }  // namespace ccompress

@@ -25,9 +25,10 @@ class StepRunner {
   /// Runs a compute operation on the backend (error feedback included).
   void compute(const Op& op);
   /// Adds the op's input elements (each is read by exactly one op) or output elements (each
-  /// written by exactly one) to the NaN/Inf counts; -1 sticks once the backend declines.
+  /// written by exactly one) to the NaN/Inf counts; the counts are -1 once the backend
+  /// declines.
   void count_nonfinite(const Op& op);
-  /// Bytes sent (added by the executor) and the counts.
+  /// Bytes sent (added by the executor) and, once finish() has run, the counts.
   ExecResult& result() { return result_; }
   /// Header plus payload bytes of a transfer operation.
   int64_t message_bytes(const Op& op) const;
@@ -39,14 +40,19 @@ class StepRunner {
   /// A receive has completed: its header is checked now (host backends: before anything
   /// reads the payload) or, for backends whose reads are deferred, by finish().
   void received(const Op& op);
-  /// Checks the deferred headers (MessageError); call after the last transfer.
+  /// Reads the counters back and checks the deferred headers (MessageError); call after
+  /// the last transfer and compute step.
   void finish();
 
  private:
   void* ptr(const BufRef& b) const;
   MessageHeader expected(const Op& op) const;
   void encode_with_feedback(const Op& op, bool from_acc);
-  static void add_count(int64_t& total, int64_t c) { total = (total < 0 || c < 0) ? -1 : total + c; }
+  // The counters live in the backend's memory (its kernels add to them) at the start of
+  // the workspace: NaN/Inf read from the input, written to the output, kept out of
+  // error-feedback residuals.
+  enum Counter { kIn, kOut, kFeedback, kCounters };
+  static constexpr int64_t kCounterBytes = 256;  // keeps the accumulators 256-byte aligned
 
   const Plan& plan_;
   const Codec& codec_;
@@ -54,6 +60,8 @@ class StepRunner {
   KernelBackend& k_;
   const CollectiveOptions& opt_;
   int rank_;
+  int64_t* counters_ = nullptr;
+  bool counted_ = true;  // false once the backend declined to count
   float* acc_ = nullptr;
   uint8_t* wire_ = nullptr;
   std::unordered_set<int64_t> headed_;  // wire offsets whose header is in place

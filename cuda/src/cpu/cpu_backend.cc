@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ccompress/error.h"
+#include "codecs/feedback.h"
 #include "codecs/float_convert.h"
 #include "codecs/fp8.h"
 #include "codecs/group_codec.h"
@@ -362,13 +363,8 @@ int64_t feedback_residual_any_body(const float* v, const float* decoded, int64_t
                                    float* residual) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   int64_t dropped = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    float d = codecs::add_rn(v[i], -decoded[i]);
-    bool finite = codecs::f32_is_finite(v[i]) && codecs::f32_is_finite(decoded[i]) &&
-                  codecs::f32_is_finite(d);
-    residual[i] = finite ? d : 0.f;
-    dropped += finite ? 0 : 1;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    dropped += codecs::feedback_residual_of(v[i], decoded[i], residual + i) ? 1 : 0;
   return dropped;
 }
 
@@ -430,13 +426,14 @@ void CpuBackend::finalize(const float* acc, int64_t n, float divisor, void* out,
   finalize_any(acc, n, divisor, out, out_dtype);
 }
 
-int64_t CpuBackend::count_nonfinite(const void* src, DType t, int64_t n) {
-  return ccompress::count_nonfinite(src, t, n).count;
+bool CpuBackend::count_nonfinite(const void* src, DType t, int64_t n, int64_t* count) {
+  *count += ccompress::count_nonfinite(src, t, n).count;
+  return true;
 }
 
-int64_t CpuBackend::feedback_residual(const float* v, const float* decoded, int64_t n,
-                                      float* residual) {
-  return feedback_residual_any(v, decoded, n, residual);
+void CpuBackend::feedback_residual(const float* v, const float* decoded, int64_t n,
+                                   float* residual, int64_t* count) {
+  *count += feedback_residual_any(v, decoded, n, residual);
 }
 
 CpuBackend& cpu_backend() {

@@ -27,9 +27,9 @@ class CC_API CpuBackend : public KernelBackend {
                             void* dst) override;
   void finalize(const float* acc, int64_t n, float divisor, void* out,
                 DType out_dtype) override;
-  int64_t count_nonfinite(const void* src, DType t, int64_t n) override;
-  int64_t feedback_residual(const float* v, const float* decoded, int64_t n,
-                            float* residual) override;
+  bool count_nonfinite(const void* src, DType t, int64_t n, int64_t* count) override;
+  void feedback_residual(const float* v, const float* decoded, int64_t n, float* residual,
+                         int64_t* count) override;
 };
 
 // The process-wide instance.

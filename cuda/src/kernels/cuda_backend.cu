@@ -130,6 +130,21 @@ void CudaBackend::finish_reads() {
   check_cuda(cudaStreamSynchronize(streams_->comm()), "waiting for the message headers");
 }
 
+const void* CudaBackend::read_results(const void* src, int64_t bytes) {
+  streams_->order(streams_->codec(), streams_->comm());
+  return read_bytes(src, bytes);
+}
+
+bool CudaBackend::count_nonfinite(const void* src, DType t, int64_t n, int64_t* count) {
+  launch_count_nonfinite(src, t, n, count, streams_->codec());
+  return true;
+}
+
+void CudaBackend::feedback_residual(const float* v, const float* decoded, int64_t n,
+                                    float* residual, int64_t* count) {
+  launch_feedback_residual(v, decoded, n, residual, count, streams_->codec());
+}
+
 PinnedSlots::~PinnedSlots() {
   for (void* b : blocks_) cudaFreeHost(b);
 }

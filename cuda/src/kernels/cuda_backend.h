@@ -121,6 +121,13 @@ class CudaBackend : public KernelBackend {
   bool reads_deferred() const override { return true; }
   /// Waits for the comm stream's work so far (not for the codec stream's).
   void finish_reads() override;
+  /// Like read_bytes, after the codec stream's work so far as well (the comm stream waits
+  /// for it): finish_reads() then also waits for the collective's last kernels.
+  const void* read_results(const void* src, int64_t bytes) override;
+  /// Both count into device memory on the codec stream (one atomic add per CUDA block).
+  bool count_nonfinite(const void* src, DType t, int64_t n, int64_t* count) override;
+  void feedback_residual(const float* v, const float* decoded, int64_t n, float* residual,
+                         int64_t* count) override;
 
   RankStreams& streams() { return *streams_; }
   const std::shared_ptr<RankStreams>& shared_streams() const { return streams_; }

@@ -36,6 +36,11 @@ void stream_synchronize(cudaStream_t stream) {
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+void device_synchronize(int device) {
+  DeviceGuard g(device);
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 TimingEvent::TimingEvent(int device) : device_(device) {
   DeviceGuard g(device);
   check_cuda(cudaEventCreate(&event_), "cudaEventCreate");

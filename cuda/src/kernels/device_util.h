@@ -16,6 +16,8 @@ void copy_sync(void* dst, const void* src, int64_t bytes, cudaStream_t stream);
 /// Asynchronous device-to-device copy on @p stream (the copy bandwidth baseline).
 void copy_async(void* dst, const void* src, int64_t bytes, cudaStream_t stream);
 void stream_synchronize(cudaStream_t stream);
+/// Waits for all work on @p device, on every stream (cudaDeviceSynchronize).
+void device_synchronize(int device);
 
 /// A timing event on one device.
 class TimingEvent {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ccompress/error.h"
+#include "codecs/feedback.h"
 #include "codecs/float_convert.h"
 #include "codecs/stochastic.h"
 
@@ -143,6 +144,64 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Adds this block's total of the per-thread counts @p c to *count: one atomic per block.
+__device__ __forceinline__ void add_block_count(unsigned c, int64_t* count) {
+  __shared__ unsigned warp_sum[kThreads / 32];
+  c = __reduce_add_sync(0xFFFFFFFFu, c);
+  if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = c;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long total = 0;
+    for (int w = 0; w < kThreads / 32; ++w) total += warp_sum[w];
+    if (total != 0) atomicAdd(reinterpret_cast<unsigned long long*>(count), total);
+  }
+}
+
+// A thread counts at most kVec elements per grid stride of 2^27 elements, so for any n below
+// 2^48 its count stays below 2^24 and a warp's below 2^29: unsigned does not wrap.
+template <DType T>
+__global__ void __launch_bounds__(kThreads)
+    count_nonfinite_kernel(const void* __restrict__ src, int64_t n, bool vec, int64_t* count) {
+  const int64_t stride = int64_t(gridDim.x) * kThreads * kVec;
+  unsigned c = 0;
+  for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += stride) {
+    const int len = static_cast<int>(min(int64_t(kVec), n - i));
+    float v[kVec];
+    if (vec && len == kVec) {
+      load8<T>(src, i, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = k < len ? load1<T>(src, i + k) : 0.0f;
+    }
+    // A 16-bit NaN or Inf widens to an fp32 NaN or Inf and nothing else does.
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) c += codecs::f32_is_finite(v[k]) ? 0u : 1u;
+  }
+  add_block_count(c, count);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    feedback_residual_kernel(const float* __restrict__ v, const float* __restrict__ decoded,
+                             int64_t n, bool vec, float* __restrict__ residual, int64_t* count) {
+  const int64_t stride = int64_t(gridDim.x) * kThreads * kVec;
+  unsigned c = 0;
+  for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += stride) {
+    const int len = static_cast<int>(min(int64_t(kVec), n - i));
+    if (vec && len == kVec) {
+      float a[kVec], d[kVec], r[kVec];
+      load8<DType::Float32>(v, i, a);
+      load8<DType::Float32>(decoded, i, d);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) c += codecs::feedback_residual_of(a[k], d[k], &r[k]) ? 1u : 0u;
+      store8<DType::Float32>(residual, i, r, false, 0, 0);
+    } else {
+      for (int k = 0; k < len; ++k)
+        c += codecs::feedback_residual_of(v[i + k], decoded[i + k], residual + i + k) ? 1u : 0u;
+    }
+  }
+  add_block_count(c, count);
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 int grid_for(int64_t n) {
@@ -206,6 +265,27 @@ void launch_accumulate(const void* src, DType src_dtype, int64_t n, float* acc, 
         <<<grid_for(n), kThreads, 0, stream>>>(src, n, acc, assign, vec);
   });
   check_launch("accumulate");
+}
+
+void launch_count_nonfinite(const void* src, DType t, int64_t n, int64_t* count,
+                            cudaStream_t stream) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  if (n == 0) return;
+  with_dtype(t, [&](auto d) {
+    count_nonfinite_kernel<decltype(d)::value>
+        <<<grid_for(n), kThreads, 0, stream>>>(src, n, aligned16(src), count);
+  });
+  check_launch("count_nonfinite");
+}
+
+void launch_feedback_residual(const float* v, const float* decoded, int64_t n, float* residual,
+                              int64_t* count, cudaStream_t stream) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  if (n == 0) return;
+  const bool vec = aligned16(v) && aligned16(decoded) && aligned16(residual);
+  feedback_residual_kernel<<<grid_for(n), kThreads, 0, stream>>>(v, decoded, n, vec, residual,
+                                                                 count);
+  check_launch("feedback_residual");
 }
 
 }  // namespace ccompress::cuda

@@ -1,6 +1,6 @@
 // Host launchers of the element-wise kernels of the CUDA backend: dtype casts with an
-// optional addend and divisor (raw codecs, finalize, the raw ring hop) and fp32
-// accumulation. Plain C++ like codec_kernels.h; the math is codecs/float_convert.h and
+// optional addend and divisor (raw codecs, finalize, the raw ring hop), fp32
+// accumulation, the NaN/Inf counts and error feedback's residuals. Plain C++ like codec_kernels.h; the math is codecs/float_convert.h and
 // codecs/stochastic.h, element for element what the CPU backend does.
 #pragma once
 
@@ -32,5 +32,14 @@ void launch_cast(const void* src, DType src_dtype, const void* x, DType x_dtype,
 // acc[i] <- float(src[i]) when assign, else acc[i] + float(src[i]) (that operand order).
 void launch_accumulate(const void* src, DType src_dtype, int64_t n, float* acc, bool assign,
                        cudaStream_t stream);
+
+// *count += the number of NaN and +-Inf among n elements of src (count: device memory).
+void launch_count_nonfinite(const void* src, DType t, int64_t n, int64_t* count,
+                            cudaStream_t stream);
+
+// residual[i] <- codecs::feedback_residual_of(v[i], decoded[i]) for i < n, adding the number
+// of elements set to 0 (non-finite) to *count (device memory).
+void launch_feedback_residual(const float* v, const float* decoded, int64_t n, float* residual,
+                              int64_t* count, cudaStream_t stream);
 
 }  // namespace ccompress::cuda
