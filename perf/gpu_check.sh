@@ -54,12 +54,16 @@ grep -E "ccompress (MPI transport|CUDA module):" "$OUT/setup.log" | sed 's/^.*--
 
 step "GPU tests (log $OUT/tests.log)"
 # CCOMPRESS_REQUIRE_GPU turns a GPU test's skip into an error: here they must all run.
+# A failing test does not stop the timings (one run of this script should give both); the
+# script still exits non-zero at the end.
+tests_ok=1
 CCOMPRESS_REQUIRE_GPU=1 "$PY" -m pytest -q -rs tests/test_cuda.py tests/test_cuda_state.py tests/test_ordered_executor.py \
-  >"$OUT/tests.log" 2>&1 || { tail -40 "$OUT/tests.log"; fail "GPU tests"; }
+  >"$OUT/tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40 >&2; }
 tail -3 "$OUT/tests.log" >&2
 
 step "timings (kernels at ${GPU_CHECK_MIB:-256} MiB, loopback pipeline)"
 "$PY" perf/gpu_bench.py --mib "${GPU_CHECK_MIB:-256}" --out "$OUT" >"$OUT/bench.log" 2>&1 \
   || { tail -30 "$OUT/bench.log"; fail "timings"; }
 cat "$OUT/table.md"
+[ "$tests_ok" = 1 ] || fail "GPU tests (the timings above ran anyway; see $OUT/tests.log)"
 step "done: $OUT/table.md (paste it into perf/RESULTS.md with the date and device)"
