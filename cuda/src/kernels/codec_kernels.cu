@@ -9,6 +9,7 @@
 #include "codecs/fp8.h"
 #include "codecs/group_codec.h"
 #include "codecs/stochastic.h"
+#include "kernels/kernel_util.cuh"
 
 namespace ccompress::cuda {
 namespace {
@@ -83,14 +84,6 @@ __global__ void __launch_bounds__(kEncodeThreads)
   }
 }
 
-// Where an FP8 decode goes: into fp32 accumulators (assign or add), or cast to a dtype.
-struct Fp8Out {
-  float* acc = nullptr;
-  bool assign = true;
-  void* out = nullptr;  // kCast
-  DType out_dtype = DType::Float32;
-};
-
 constexpr int kDecodeVec = 16;  // elements per thread and step: one 16-byte load of codes
 
 // Each thread decodes 16 consecutive elements: one 16-byte load of their codes and, into
@@ -98,7 +91,7 @@ constexpr int kDecodeVec = 16;  // elements per thread and step: one 16-byte loa
 template <class F, bool kCast>
 __global__ void __launch_bounds__(kDecodeThreads)
     fp8_decode_kernel(const uint8_t* __restrict__ src, int64_t n, int group,
-                      const float* __restrict__ scales, Fp8Out o, bool vec) {
+                      const float* __restrict__ scales, DecodeOut o, bool vec) {
   const int64_t stride = int64_t(gridDim.x) * kDecodeThreads * kDecodeVec;
   for (int64_t i = (int64_t(blockIdx.x) * kDecodeThreads + threadIdx.x) * kDecodeVec; i < n;
        i += stride) {
@@ -118,9 +111,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
     for (int k = 0; k < kDecodeVec; ++k)
       v[k] = k < len ? codecs::group_dequantize<F>(q[k], scales[(i + k) / group]) : 0.0f;
-    if constexpr (kCast) {
-      for (int k = 0; k < len; ++k) codecs::store_from_float(o.out, o.out_dtype, i + k, v[k]);
-    } else if (full) {
+    if (kCast || !full) {
+      for (int k = 0; k < len; ++k) store_decoded<kCast>(o, i + k, v[k]);
+    } else {
       float4* a = reinterpret_cast<float4*>(o.acc + i);
 #pragma unroll
       for (int k = 0; k < kDecodeVec / 4; ++k) {
@@ -132,9 +125,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
         }
         a[k] = t;
       }
-    } else {
-      for (int k = 0; k < len; ++k)
-        o.acc[i + k] = o.assign ? v[k] : codecs::add_rn(o.acc[i + k], v[k]);
     }
   }
 }
@@ -215,7 +205,7 @@ void launch_fp8_decode_reduce_encode(const void* src, const void* x, DType x_dty
 
 namespace {
 
-void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Fp8Out& o,
+void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
                        cudaStream_t stream, const char* what) {
   check_fp8(codec, n);
   if (n == 0) return;
@@ -245,18 +235,12 @@ void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Fp8
 
 void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
                                   bool assign, cudaStream_t stream) {
-  Fp8Out o;
-  o.acc = acc;
-  o.assign = assign;
-  launch_fp8_decode(src, n, codec, o, stream, "fp8 decode_accumulate");
+  launch_fp8_decode(src, n, codec, decode_into(acc, assign), stream, "fp8 decode_accumulate");
 }
 
 void launch_fp8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
                           DType out_dtype, cudaStream_t stream) {
-  Fp8Out o;
-  o.out = out;
-  o.out_dtype = out_dtype;
-  launch_fp8_decode(src, n, codec, o, stream, "fp8 decode");
+  launch_fp8_decode(src, n, codec, decode_to(out, out_dtype), stream, "fp8 decode");
 }
 
 }  // namespace ccompress::cuda

@@ -1,7 +1,11 @@
-// CUDA KernelBackend: dispatch to the codec launchers. The ring hop and decode to a dtype are
-// one fused pass for raw and FP8 codecs; for the rotated and 4-bit families they run
-// as decode -> fp32 scratch -> add / cast -> encode, in the CPU backend's operation order, so
-// the bytes are the same.
+// CUDA KernelBackend: dispatch to the codec launchers. The ring hop (decode_reduce_encode) and
+// decode to a dtype are fused for every codec family, with no fp32 scratch: the hop is the
+// family's encode kernel loading decode(wire) + x (the decode kernel's own code) instead of
+// its input, decode to a dtype the decode kernel storing a cast. Raw, FP8, taco and hint8 hops
+// are one pass; a 4-bit hop (nvfp4 / hnvfp4, hint4) needs the run amax before quantizing, so
+// it is the encode's amax and quantize passes, both decoding the incoming piece, plus the
+// finalize. The fp32 operations per element are the CPU backend's, in its order, so the bytes
+// are the same; src and dst of a hop may be the same buffer (each family's kernels say why).
 #include "kernels/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -203,19 +207,20 @@ void CudaBackend::decode(const void* src, int64_t n, const Codec& codec, void* o
                          DType out_dtype) {
   CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
   if (n == 0) return;
-  if (codec.kind == CodecKind::Raw) {
-    launch_cast(src, codec.raw_dtype, nullptr, DType::Float32, n, 1.0f, out, out_dtype,
-                CastRounding{}, streams_->codec());
-    return;
+  cudaStream_t s = streams_->codec();
+  switch (codec.kind) {
+    case CodecKind::Raw:
+      launch_cast(src, codec.raw_dtype, nullptr, DType::Float32, n, 1.0f, out, out_dtype,
+                  CastRounding{}, s);
+      return;
+    case CodecKind::Fp8E4M3:
+    case CodecKind::Fp8E5M2: launch_fp8_decode_to(src, n, codec, out, out_dtype, s); return;
+    case CodecKind::Taco: launch_taco_decode_to(src, n, codec, out, out_dtype, s); return;
+    case CodecKind::HInt8: launch_hint8_decode_to(src, n, codec, out, out_dtype, s); return;
+    case CodecKind::Nvfp4: launch_nvfp4_decode_to(src, n, codec, out, out_dtype, s); return;
+    case CodecKind::Int4: launch_int4_decode_to(src, n, codec, out, out_dtype, s); return;
   }
-  if (codec.kind == CodecKind::Fp8E4M3 || codec.kind == CodecKind::Fp8E5M2) {
-    launch_fp8_decode_to(src, n, codec, out, out_dtype, streams_->codec());
-    return;
-  }
-  float* t = temp(n);
-  decode_accumulate(src, n, codec, t, true);
-  launch_cast(t, DType::Float32, nullptr, DType::Float32, n, 1.0f, out, out_dtype,
-              CastRounding{}, streams_->codec());
+  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no decoder for codec '" << codec.name() << "'");
 }
 
 void CudaBackend::load_accumulate(const void* src, DType src_dtype, int64_t n, float* acc,
@@ -228,19 +233,30 @@ void CudaBackend::decode_reduce_encode(const void* src, const void* x, DType x_d
                                        const EncodeContext& ctx, void* dst) {
   CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
   if (n == 0) return;
-  if (codec.kind == CodecKind::Raw) {  // one fused pass: cast(src + x) / divisor
-    launch_cast(src, codec.raw_dtype, x, x_dtype, n, divisor, dst, codec.raw_dtype,
-                CastRounding{codec.stochastic, ctx}, streams_->codec());
-    return;
+  cudaStream_t s = streams_->codec();
+  switch (codec.kind) {
+    case CodecKind::Raw:  // cast(src + x) / divisor
+      launch_cast(src, codec.raw_dtype, x, x_dtype, n, divisor, dst, codec.raw_dtype,
+                  CastRounding{codec.stochastic, ctx}, s);
+      return;
+    case CodecKind::Fp8E4M3:
+    case CodecKind::Fp8E5M2:
+      launch_fp8_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, s);
+      return;
+    case CodecKind::Taco:
+      launch_taco_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, s);
+      return;
+    case CodecKind::HInt8:
+      launch_hint8_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, s);
+      return;
+    case CodecKind::Nvfp4:  // the run amax goes to one scratch word (nvfp4_kernels.h)
+      launch_nvfp4_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, temp(1), s);
+      return;
+    case CodecKind::Int4:
+      launch_int4_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, temp(1), s);
+      return;
   }
-  if (codec.kind == CodecKind::Fp8E4M3 || codec.kind == CodecKind::Fp8E5M2) {  // fused too
-    launch_fp8_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, streams_->codec());
-    return;
-  }
-  float* t = temp(n);
-  decode_accumulate(src, n, codec, t, true);
-  launch_accumulate(x, x_dtype, n, t, false, streams_->codec());  // t = decode(src) + x
-  encode(t, DType::Float32, n, codec, divisor, ctx, dst);
+  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no ring hop for codec '" << codec.name() << "'");
 }
 
 void CudaBackend::finalize(const float* acc, int64_t n, float divisor, void* out,

@@ -105,7 +105,8 @@ class CudaBackend : public KernelBackend {
               DType out_dtype) override;
   void load_accumulate(const void* src, DType src_dtype, int64_t n, float* acc,
                        bool assign) override;
-  // src and dst may be the same buffer (src is decoded into scratch first).
+  // src and dst may be the same buffer (each family's hop kernels read a block before
+  // writing it; see cuda_backend.cu).
   void decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
                             const Codec& codec, float divisor, const EncodeContext& ctx,
                             void* dst) override;
@@ -133,7 +134,7 @@ class CudaBackend : public KernelBackend {
   const std::shared_ptr<RankStreams>& shared_streams() const { return streams_; }
 
  private:
-  float* temp(int64_t n);  // fp32 scratch of the composed steps
+  float* temp(int64_t n);  // device scratch of n words (a 4-bit hop's run amax)
   std::shared_ptr<RankStreams> streams_;
   DeviceScratch temp_, workspace_;
   PinnedSlots slots_;  // message headers in and out

@@ -10,6 +10,18 @@
 // of |y| bits, which order like the values, into the run-scale slot of the wire buffer),
 // quantize (reads that amax; every block derives the same s from it), then finalize (turns
 // the slot into s and zeroes the pad).
+//
+// The ring hop runs the same three launches, each loading a tile as decode(wire) + x
+// (decode_tile, the decode kernel's own code, then load_tile's add) instead of x, so both
+// passes decode the incoming piece. In place (dst = wire) this is safe because:
+//  - a tile's codes [base/2, (base + len + 1)/2) and group scales (groups of G | kTile from
+//    the run start) are disjoint from every other tile's, a CUDA block reads its tile
+//    entirely (decode_tile ends with __syncthreads) before writing any of it, and the amax
+//    pass writes no wire byte at all;
+//  - the one shared datum, the old run scale every tile needs to decode, stays in the wire
+//    untouched until finalize: the hop accumulates the new run's amax in a separate device
+//    word (amax_scratch) instead of the run-scale slot, and finalize, which runs after both
+//    passes (stream order), is the only writer of the slot and of the pad before it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +37,7 @@
 #include "codecs/group_codec.h"
 #include "codecs/registry.h"
 #include "codecs/stochastic.h"
+#include "kernels/kernel_util.cuh"
 
 namespace ccompress::cuda::fourbit {
 
@@ -79,13 +92,43 @@ __device__ inline void rotate_tile(float* v, const Params& p, int64_t base, int 
   if (inverse) signs();
 }
 
-// v[0..kTile) <- rotated float(src[base + i]) / divisor, zeros past the run's end.
+// The run scale stored in the wire buffer src of a run of p.n elements.
+__device__ inline float wire_run_scale(const uint8_t* src, const Params& p) {
+  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, p.scale_bits / 8);
+  return *reinterpret_cast<const float*>(src + lay.run_scale);
+}
+
+// v[0..len) <- the decoded tile [base, base + len) of the wire buffer src under run scale s:
+// dequantized, then inverse-rotated (v past len is left as it is). Ends with __syncthreads.
+template <class Q>
+__device__ inline void decode_tile(const uint8_t* src, const Params& p, float s, int64_t base,
+                                   int len, float* v) {
+  const int sb = p.scale_bits / 8;
+  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
+  const int i0 = 2 * threadIdx.x;
+  if (i0 < len) {
+    const int64_t j = base + i0;
+    uint32_t code = 0;
+    for (int k = 0; k < sb; ++k) code |= uint32_t(src[lay.scales + j / p.group * sb + k]) << (8 * k);
+    const float d = codecs::group_step(code, s, p.scale_bits);
+    const uint8_t byte = src[j / 2];
+    v[i0] = codecs::fourbit_dequantize<Q>(byte & 15u, d);
+    if (i0 + 1 < len) v[i0 + 1] = codecs::fourbit_dequantize<Q>(byte >> 4, d);
+  }
+  __syncthreads();
+  if (p.rotation > 0) rotate_tile(v, p, base, len, true);
+}
+
+// v[0..kTile) <- rotated float(src[base + i]) / divisor, zeros past the run's end. With
+// @p add (the hop, v[0..len) holding a decoded tile) the value is v[i] + float(src[base + i]),
+// in that operand order, before the division: the CPU's decode, add_block, encode.
 __device__ inline void load_tile(const void* src, DType t, const Params& p, int64_t base, int len,
-                                 float* v) {
+                                 float* v, bool add) {
   for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
     float x = 0.0f;
     if (i < len) {
       x = codecs::load_as_float(src, t, base + i);
+      if (add) x = codecs::add_rn(v[i], x);
       if (p.divisor != 1.0f) x = codecs::div_rn(x, p.divisor);
     }
     v[i] = x;
@@ -94,14 +137,26 @@ __device__ inline void load_tile(const void* src, DType t, const Params& p, int6
   if (p.rotation > 0) rotate_tile(v, p, base, len, false);
 }
 
-template <class Q>
+// What an encode pass loads: the input src, or (kHop) decode(wire) + src, where wire_scale
+// is the wire's run scale (see the file comment).
+template <class Q, bool kHop>
+__device__ inline void source_tile(const void* src, DType t, const uint8_t* wire,
+                                   float wire_scale, const Params& p, int64_t base, int len,
+                                   float* v) {
+  if constexpr (kHop) decode_tile<Q>(wire, p, wire_scale, base, len, v);
+  load_tile(src, t, p, base, len, v, kHop);
+}
+
+template <class Q, bool kHop>
 __global__ void __launch_bounds__(kThreads)
-    amax_kernel(const void* __restrict__ src, DType t, Params p, int32_t* amax_slot) {
+    amax_kernel(const void* __restrict__ src, DType t, const uint8_t* wire, Params p,
+                int32_t* amax_slot) {
   __shared__ float v[kTile];
   __shared__ int32_t warp_max[kWarps];
+  const float wire_scale = kHop ? wire_run_scale(wire, p) : 0.0f;
   for (int64_t base = int64_t(blockIdx.x) * kTile; base < p.n; base += int64_t(gridDim.x) * kTile) {
     const int len = static_cast<int>(min(int64_t(kTile), p.n - base));
-    load_tile(src, t, p, base, len, v);
+    source_tile<Q, kHop>(src, t, wire, wire_scale, p, base, len, v);
     int32_t m = 0;
     for (int i = threadIdx.x; i < len; i += blockDim.x) m = max(m, codecs::finite_abs_bits(v[i]));
     m = __reduce_max_sync(0xFFFFFFFFu, m);
@@ -115,18 +170,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <class Q>
+// dst may be the hop's wire (in place), hence no __restrict__.
+template <class Q, bool kHop>
 __global__ void __launch_bounds__(kThreads)
-    encode_kernel(const void* __restrict__ src, DType t, Params p, const int32_t* amax_slot,
-                  uint8_t* __restrict__ dst) {
+    encode_kernel(const void* __restrict__ src, DType t, const uint8_t* wire, Params p,
+                  const int32_t* amax_slot, uint8_t* dst) {
   __shared__ float v[kTile];
   __shared__ int32_t warp_max[kWarps];
   const int sb = p.scale_bits / 8, pairs = p.group / 2, lane = threadIdx.x & 31;
   const float s = codecs::fourbit_run_scale(*amax_slot, Q::kQMax, p.scale_bits);
+  const float wire_scale = kHop ? wire_run_scale(wire, p) : 0.0f;
   const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
   for (int64_t base = int64_t(blockIdx.x) * kTile; base < p.n; base += int64_t(gridDim.x) * kTile) {
     const int len = static_cast<int>(min(int64_t(kTile), p.n - base));
-    load_tile(src, t, p, base, len, v);
+    source_tile<Q, kHop>(src, t, wire, wire_scale, p, base, len, v);
     const int i0 = 2 * threadIdx.x;
     // Group amax over the group's pairs: a butterfly within the warp, then across warps.
     int32_t a = max(i0 < len ? codecs::finite_abs_bits(v[i0]) : 0,
@@ -157,43 +214,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The slot holds the run's amax bits: replace them by s, and zero the pad before it.
+// The run-scale slot of dst <- s from the run's amax bits in *amax (which may be that very
+// slot: read before written), and zero the pad before it.
 template <class Q>
-__global__ void finalize_kernel(Params p, uint8_t* dst) {
+__global__ void finalize_kernel(Params p, const int32_t* amax, uint8_t* dst) {
   const int sb = p.scale_bits / 8;
   const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
   const int64_t scales_end = lay.scales + (p.n + p.group - 1) / p.group * sb;
   if (scales_end + threadIdx.x < lay.run_scale) dst[scales_end + threadIdx.x] = 0;
   if (threadIdx.x == 0) {
-    int32_t* slot = reinterpret_cast<int32_t*>(dst + lay.run_scale);
-    *reinterpret_cast<float*>(slot) = codecs::fourbit_run_scale(*slot, Q::kQMax, p.scale_bits);
+    const float s = codecs::fourbit_run_scale(*amax, Q::kQMax, p.scale_bits);
+    *reinterpret_cast<float*>(dst + lay.run_scale) = s;
   }
 }
 
-template <class Q>
+template <class Q, bool kCast>
 __global__ void __launch_bounds__(kThreads)
-    decode_accumulate_kernel(const uint8_t* __restrict__ src, Params p, float* __restrict__ acc,
-                             bool assign) {
+    decode_kernel(const uint8_t* __restrict__ src, Params p, DecodeOut o) {
   __shared__ float v[kTile];
-  const int sb = p.scale_bits / 8;
-  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
-  const float s = *reinterpret_cast<const float*>(src + lay.run_scale);
+  const float s = wire_run_scale(src, p);
   for (int64_t base = int64_t(blockIdx.x) * kTile; base < p.n; base += int64_t(gridDim.x) * kTile) {
     const int len = static_cast<int>(min(int64_t(kTile), p.n - base));
-    const int i0 = 2 * threadIdx.x;
-    if (i0 < len) {
-      const int64_t j = base + i0;
-      uint32_t code = 0;
-      for (int k = 0; k < sb; ++k) code |= uint32_t(src[lay.scales + j / p.group * sb + k]) << (8 * k);
-      const float d = codecs::group_step(code, s, p.scale_bits);
-      const uint8_t byte = src[j / 2];
-      v[i0] = codecs::fourbit_dequantize<Q>(byte & 15u, d);
-      if (i0 + 1 < len) v[i0 + 1] = codecs::fourbit_dequantize<Q>(byte >> 4, d);
-    }
-    __syncthreads();
-    if (p.rotation > 0) rotate_tile(v, p, base, len, true);
-    for (int i = threadIdx.x; i < len; i += blockDim.x)
-      acc[base + i] = assign ? v[i] : codecs::add_rn(acc[base + i], v[i]);
+    decode_tile<Q>(src, p, s, base, len, v);
+    for (int i = threadIdx.x; i < len; i += blockDim.x) store_decoded<kCast>(o, base + i, v[i]);
     __syncthreads();
   }
 }
@@ -217,35 +260,47 @@ inline void check_args(const Codec& c, int64_t n, const void* wire) {
   CC_CHECK(reinterpret_cast<uintptr_t>(wire) % 4 == 0, "wire buffer must be 4-byte aligned");
 }
 
-// One piece (Codec::run_block elements at most) under one run scale.
+// One piece (Codec::run_block elements at most) under one run scale: dst <- encode(src /
+// divisor), or with wire_in (the hop) encode((decode(wire_in) + src) / divisor), the run's
+// amax then gathered in amax_scratch (see the file comment).
 template <class Q>
-void launch_encode_piece(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                         float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream,
-                         const char* what) {
+void launch_encode_piece(const void* src, DType src_dtype, const void* wire_in, int64_t n,
+                         const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
+                         int32_t* amax_scratch, cudaStream_t stream, const char* what) {
   check_args(codec, n, dst);
   if (n == 0) return;
+  const bool hop = wire_in != nullptr;
+  CC_CHECK(!hop || (reinterpret_cast<uintptr_t>(wire_in) % 4 == 0 && amax_scratch != nullptr),
+           what << ": the hop needs a 4-byte aligned wire source and an amax scratch word");
   const Params p = make_params(n, codec, divisor, ctx);
   uint8_t* wire = static_cast<uint8_t*>(dst);
   const codecs::FourBitLayout lay = codecs::fourbit_layout(n, codec.group, codec.scale_bits / 8);
-  int32_t* slot = reinterpret_cast<int32_t*>(wire + lay.run_scale);
-  CC_CHECK_AS(CudaError, cudaMemsetAsync(slot, 0, 4, stream) == cudaSuccess,
+  int32_t* amax = hop ? amax_scratch : reinterpret_cast<int32_t*>(wire + lay.run_scale);
+  CC_CHECK_AS(CudaError, cudaMemsetAsync(amax, 0, 4, stream) == cudaSuccess,
               what << ": cudaMemsetAsync failed");
-  amax_kernel<Q><<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, p, slot);
-  check_launch(what);
-  encode_kernel<Q><<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, p, slot, wire);
-  check_launch(what);
-  finalize_kernel<Q><<<1, 32, 0, stream>>>(p, wire);
+  const uint8_t* in = static_cast<const uint8_t*>(wire_in);
+  with_flag(hop, [&](auto k) {
+    amax_kernel<Q, decltype(k)::value>
+        <<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, in, p, amax);
+    check_launch(what);
+    encode_kernel<Q, decltype(k)::value>
+        <<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, in, p, amax, wire);
+    check_launch(what);
+  });
+  finalize_kernel<Q><<<1, 32, 0, stream>>>(p, amax, wire);
   check_launch(what);
 }
 
 template <class Q>
-void launch_decode_piece(const void* src, int64_t n, const Codec& codec, float* acc, bool assign,
+void launch_decode_piece(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
                          cudaStream_t stream, const char* what) {
   check_args(codec, n, src);
   if (n == 0) return;
   const Params p = make_params(n, codec, 1.0f, EncodeContext{});
-  decode_accumulate_kernel<Q><<<grid_for(n), kThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(src), p, acc, assign);
+  with_flag(o.out != nullptr, [&](auto cast) {
+    decode_kernel<Q, decltype(cast)::value><<<grid_for(n), kThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(src), p, o);
+  });
   check_launch(what);
 }
 
@@ -255,23 +310,29 @@ inline int64_t piece_wire_bytes(const Codec& codec, int64_t len) {
   return codecs::fourbit_layout(len, codec.group, codec.scale_bits / 8).total;
 }
 
+// dst <- encode(src / divisor) piece by piece; with wire_in (the hop, same pieces, dst may be
+// wire_in) encode((decode(wire_in) + src) / divisor), amax_scratch one device word.
 template <class Q>
-void launch_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec, float divisor,
-                   const EncodeContext& ctx, void* dst, cudaStream_t stream, const char* what) {
+void launch_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
+                   const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
+                   int32_t* amax_scratch, cudaStream_t stream, const char* what) {
   for_each_piece(codec, n, [&](int64_t off, int64_t len) {
     EncodeContext at = ctx;
     at.index += off;
     launch_encode_piece<Q>(static_cast<const char*>(src) + off * dtype_size(src_dtype),
-                           src_dtype, len, codec, divisor, at, dst, stream, what);
-    dst = static_cast<uint8_t*>(dst) + piece_wire_bytes(codec, len);
+                           src_dtype, wire_in, len, codec, divisor, at, dst, amax_scratch,
+                           stream, what);
+    const int64_t bytes = piece_wire_bytes(codec, len);
+    dst = static_cast<uint8_t*>(dst) + bytes;
+    if (wire_in != nullptr) wire_in = static_cast<const uint8_t*>(wire_in) + bytes;
   });
 }
 
 template <class Q>
-void launch_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                              bool assign, cudaStream_t stream, const char* what) {
+void launch_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
+                   cudaStream_t stream, const char* what) {
   for_each_piece(codec, n, [&](int64_t off, int64_t len) {
-    launch_decode_piece<Q>(src, len, codec, acc + off, assign, stream, what);
+    launch_decode_piece<Q>(src, len, codec, decode_at(o, off), stream, what);
     src = static_cast<const uint8_t*>(src) + piece_wire_bytes(codec, len);
   });
 }

@@ -1,7 +1,16 @@
 // hint8 encode / decode kernels: one warp per rotation block in registers, one read and one
 // write per element, the math of codecs/hint8.h in the order of cpu/hint8_cpu.cc (layout:
 // kernels/warp_rotation.cuh). Every scale, the s8 block exponent included, depends only on
-// its own block, so each kernel is a single pass.
+// its own block, so each kernel is a single pass. The ring hop is the encode kernel whose
+// load step first decodes the block from the incoming wire (decode_block, the decode
+// kernel's own code) and adds the input to it.
+//
+// In place (hop dst = its wire source): a warp reads only its block's codes [off, off + len)
+// and its scale bytes (s32 / s16: its groups' entries; s8: the block's run of bytes from
+// s8_layout's base, the E byte or the E bits in bit 7 of its first 8 group bytes included),
+// and writes only those same bytes (plus, block 0, the payload's zero pad, which no decoder
+// reads); blocks own disjoint bytes (the scale section is block by block in element order).
+// All its reads happen in decode_block, before a __syncwarp that precedes every write.
 #include "kernels/hint8_kernels.h"
 
 #include "ccompress/error.h"
@@ -21,12 +30,47 @@ struct Hint8Params {
 // Loads and rotates block blk, then leaves in m[k] the max raw |y| bits of slot k's scale
 // group (>= Inf bits: a non-finite group). Groups of gl = min(G, len) elements are gl
 // consecutive lanes of a slot (gl < 32) or gl / 32 consecutive slots (gl >= 32).
+// v <- the decoded block blk of the wire buffer src: dequantized, inverse-rotated, signed.
 template <int kSlots>
-__device__ __forceinline__ void rotate_and_group_amax(const void* src, DType t, float divisor,
+__device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Params& p,
+                                             const codecs::RotBlock& blk, float (&v)[kSlots]) {
+  const uint8_t* sc = src + codecs::rot_scales_offset(p.n);
+  const int gl = p.group < blk.len ? p.group : blk.len;
+  const int64_t g0 = codecs::scale_groups_before(blk.off, p.group);
+  const codecs::S8Layout l = codecs::s8_layout(blk, p.group, p.rotation);
+  const uint32_t e = p.scale_bits == 8 ? codecs::s8_read_exp(l, sc + l.base) : 0;
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int j = rot::elem_of(k);
+    v[k] = 0.0f;
+    if (j < blk.len) {
+      const int i = j / gl;
+      const float s = p.scale_bits == 8
+                          ? codecs::s8_read(e, sc[l.base + (l.e_byte ? 1 : 0) + i])
+                          : codecs::hint8_read_scale(p.scale_bits, sc, g0 + i);
+      v[k] = codecs::hint8_dequantize(reinterpret_cast<const int8_t*>(src)[blk.off + j], s);
+    }
+  }
+  rot::wht_normalized(v, blk.len);
+  if (p.signs) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k)
+      v[k] = __fmul_rn(v[k], codecs::random_sign(rot::elem_of(k)));
+  }
+}
+
+// kHop: first v <- decode_block of the wire buffer `wire`, to which the input is added.
+template <bool kHop, int kSlots>
+__device__ __forceinline__ void rotate_and_group_amax(const void* src, DType t,
+                                                      const uint8_t* wire, float divisor,
                                                       const Hint8Params& p,
                                                       const codecs::RotBlock& blk,
                                                       float (&v)[kSlots], int32_t (&m)[kSlots]) {
-  rot::load_block(src, t, blk.off, blk.len, divisor, v);
+  if constexpr (kHop) {
+    decode_block(wire, p, blk, v);
+    __syncwarp();  // in place: the block's bytes are all read before any lane writes one
+  }
+  rot::load_block(src, t, blk.off, blk.len, divisor, v, kHop);
   if (p.signs) {
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], codecs::random_sign(rot::elem_of(k)));
@@ -58,10 +102,12 @@ __device__ __forceinline__ void rotate_and_group_amax(const void* src, DType t, 
   }
 }
 
-template <int kSlots>
+// dst <- encode(src / divisor); kHop: dst <- encode((decode(wire) + src) / divisor), wire
+// possibly dst itself (see the file comment), hence no __restrict__ on dst.
+template <int kSlots, bool kHop>
 __global__ void __launch_bounds__(rot::kThreads)
-    hint8_encode_kernel(const void* __restrict__ src, DType src_dtype, float divisor,
-                        Hint8Params p, EncodeContext ctx, uint8_t* __restrict__ dst) {
+    hint8_encode_kernel(const void* __restrict__ src, DType src_dtype, const uint8_t* wire,
+                        float divisor, Hint8Params p, EncodeContext ctx, uint8_t* dst) {
   uint8_t* sc = dst + codecs::rot_scales_offset(p.n);
   const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
   if (blockIdx.x == 0 && p.n + threadIdx.x < codecs::rot_scales_offset(p.n))
@@ -71,7 +117,7 @@ __global__ void __launch_bounds__(rot::kThreads)
     const codecs::RotBlock blk = codecs::rot_block(p.n, p.rotation, b);
     float v[kSlots];
     int32_t m[kSlots];
-    rotate_and_group_amax(src, src_dtype, divisor, p, blk, v, m);
+    rotate_and_group_amax<kHop>(src, src_dtype, wire, divisor, p, blk, v, m);
     const int gl = p.group < blk.len ? p.group : blk.len;
     const int64_t g0 = codecs::scale_groups_before(blk.off, p.group);
     uint32_t e = 0;
@@ -112,38 +158,15 @@ __global__ void __launch_bounds__(rot::kThreads)
   }
 }
 
-template <int kSlots>
+template <int kSlots, bool kCast>
 __global__ void __launch_bounds__(rot::kThreads)
-    hint8_decode_kernel(const uint8_t* __restrict__ src, Hint8Params p, float* __restrict__ acc,
-                        bool assign) {
-  const uint8_t* sc = src + codecs::rot_scales_offset(p.n);
+    hint8_decode_kernel(const uint8_t* __restrict__ src, Hint8Params p, DecodeOut o) {
   const int64_t blocks = codecs::rot_block_count(p.n, p.rotation);
   for (int64_t b = rot::global_warp(); b < blocks; b += rot::grid_warps()) {
     const codecs::RotBlock blk = codecs::rot_block(p.n, p.rotation, b);
-    const int gl = p.group < blk.len ? p.group : blk.len;
-    const int64_t g0 = codecs::scale_groups_before(blk.off, p.group);
-    const codecs::S8Layout l = codecs::s8_layout(blk, p.group, p.rotation);
-    const uint32_t e = p.scale_bits == 8 ? codecs::s8_read_exp(l, sc + l.base) : 0;
     float v[kSlots];
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      const int j = rot::elem_of(k);
-      v[k] = 0.0f;
-      if (j < blk.len) {
-        const int i = j / gl;
-        const float s = p.scale_bits == 8
-                            ? codecs::s8_read(e, sc[l.base + (l.e_byte ? 1 : 0) + i])
-                            : codecs::hint8_read_scale(p.scale_bits, sc, g0 + i);
-        v[k] = codecs::hint8_dequantize(reinterpret_cast<const int8_t*>(src)[blk.off + j], s);
-      }
-    }
-    rot::wht_normalized(v, blk.len);
-    if (p.signs) {
-#pragma unroll
-      for (int k = 0; k < kSlots; ++k)
-        v[k] = __fmul_rn(v[k], codecs::random_sign(rot::elem_of(k)));
-    }
-    rot::store_acc(acc, blk.off, blk.len, assign, v);
+    decode_block(src, p, blk, v);
+    rot::store_block<kCast>(o, blk.off, blk.len, v);
   }
 }
 
@@ -158,33 +181,63 @@ Hint8Params params_of(const Codec& codec, int64_t n) {
   return Hint8Params{n, g, h, codec.scale_bits, codec.random_signs, codec.stochastic};
 }
 
-}  // namespace
-
-void launch_hint8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                         float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream) {
+// dst <- encode(src / divisor), or with wire_in (the hop) encode((decode(wire_in) + src) / divisor).
+void encode(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& codec,
+            float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream,
+            const char* what) {
   const Hint8Params p = params_of(codec, n);
   if (n == 0) return;
-  CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0, "wire buffer must be 4-byte aligned");
-  uint8_t* wire = static_cast<uint8_t*>(dst);
+  CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0 && reinterpret_cast<uintptr_t>(wire_in) % 4 == 0,
+           "wire buffers must be 4-byte aligned");
+  const uint8_t* in = static_cast<const uint8_t*>(wire_in);
   const int grid = rot::grid_for_blocks(codecs::rot_block_count(n, p.rotation));
   rot::with_slots(p.rotation, [&](auto slots) {
-    hint8_encode_kernel<decltype(slots)::value>
-        <<<grid, rot::kThreads, 0, stream>>>(src, src_dtype, divisor, p, ctx, wire);
+    with_flag(in != nullptr, [&](auto hop) {
+      hint8_encode_kernel<decltype(slots)::value, decltype(hop)::value>
+          <<<grid, rot::kThreads, 0, stream>>>(src, src_dtype, in, divisor, p, ctx,
+                                               static_cast<uint8_t*>(dst));
+    });
   });
-  rot::check_launch("hint8 encode");
+  rot::check_launch(what);
 }
 
-void launch_hint8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                    bool assign, cudaStream_t stream) {
+void decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
+            cudaStream_t stream, const char* what) {
   const Hint8Params p = params_of(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
   const int grid = rot::grid_for_blocks(codecs::rot_block_count(n, p.rotation));
   rot::with_slots(p.rotation, [&](auto slots) {
-    hint8_decode_kernel<decltype(slots)::value><<<grid, rot::kThreads, 0, stream>>>(
-        static_cast<const uint8_t*>(src), p, acc, assign);
+    with_flag(o.out != nullptr, [&](auto cast) {
+      hint8_decode_kernel<decltype(slots)::value, decltype(cast)::value>
+          <<<grid, rot::kThreads, 0, stream>>>(static_cast<const uint8_t*>(src), p, o);
+    });
   });
-  rot::check_launch("hint8 decode_accumulate");
+  rot::check_launch(what);
+}
+
+}  // namespace
+
+void launch_hint8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                         float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream) {
+  encode(src, src_dtype, nullptr, n, codec, divisor, ctx, dst, stream, "hint8 encode");
+}
+
+void launch_hint8_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                       const Codec& codec, float divisor, const EncodeContext& ctx,
+                                       void* dst, cudaStream_t stream) {
+  CC_CHECK(src != nullptr, "the hop's wire source is null");
+  encode(x, x_dtype, src, n, codec, divisor, ctx, dst, stream, "hint8 decode_reduce_encode");
+}
+
+void launch_hint8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                    bool assign, cudaStream_t stream) {
+  decode(src, n, codec, decode_into(acc, assign), stream, "hint8 decode_accumulate");
+}
+
+void launch_hint8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
+                            DType out_dtype, cudaStream_t stream) {
+  decode(src, n, codec, decode_to(out, out_dtype), stream, "hint8 decode");
 }
 
 }  // namespace ccompress::cuda

@@ -19,8 +19,18 @@ namespace ccompress::cuda {
 void launch_hint8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
                          float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream);
 
+// The ring hop in one pass: dst <- encode((decode(src) + float(x)) / divisor), the sum in
+// that order; dst may be src (in place). x: n elements of x_dtype on the device.
+void launch_hint8_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                       const Codec& codec, float divisor, const EncodeContext& ctx,
+                                       void* dst, cudaStream_t stream);
+
 // acc <- decode(src) when assign, else acc += decode(src); acc is fp32 on the device.
 void launch_hint8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
                                     bool assign, cudaStream_t stream);
+
+// out <- cast(decode(src)) to out_dtype (round-to-nearest-even), in one pass.
+void launch_hint8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
+                            DType out_dtype, cudaStream_t stream);
 
 }  // namespace ccompress::cuda

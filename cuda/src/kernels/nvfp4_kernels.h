@@ -20,8 +20,21 @@ namespace ccompress::cuda {
 void launch_nvfp4_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
                          float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream);
 
+// The ring hop: dst <- encode((decode(src) + float(x)) / divisor), the sum in that order,
+// three launches per piece as for encode, each decoding the incoming piece itself (no fp32
+// scratch); dst may be src (in place). amax_scratch: one 4-byte aligned device word that no
+// other work on another stream uses meanwhile (the run's amax; the run-scale slot of an
+// in-place src still holds the scale that decodes it).
+void launch_nvfp4_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                       const Codec& codec, float divisor, const EncodeContext& ctx,
+                                       void* dst, void* amax_scratch, cudaStream_t stream);
+
 // acc <- decode(src) when assign, else acc += decode(src); acc is fp32 on the device.
 void launch_nvfp4_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
                                     bool assign, cudaStream_t stream);
+
+// out <- cast(decode(src)) to out_dtype (round-to-nearest-even), in one pass per piece.
+void launch_nvfp4_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
+                            DType out_dtype, cudaStream_t stream);
 
 }  // namespace ccompress::cuda

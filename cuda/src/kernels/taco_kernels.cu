@@ -1,6 +1,13 @@
 // TACO encode / decode kernels: one warp per group (= rotation block), everything in
 // registers, one read and one write per element, the math of codecs/taco.h in the order of
-// cpu/taco_cpu.cc (see kernels/warp_rotation.cuh for the layout).
+// cpu/taco_cpu.cc (see kernels/warp_rotation.cuh for the layout). The ring hop is the encode
+// kernel whose load step first decodes the block from the incoming wire (decode_block, the
+// decode kernel's own code) and adds the input to it.
+//
+// In place (hop dst = its wire source): a warp reads only its block's codes [off, off + len)
+// and its (a, s) pair, and writes only those same bytes (plus, block 0, the payload's zero
+// pad, which no decoder reads); blocks own disjoint bytes. All its reads happen in
+// decode_block, before a __syncwarp that precedes every write of the block.
 #include "kernels/taco_kernels.h"
 
 #include "ccompress/error.h"
@@ -15,11 +22,30 @@ namespace {
 using codecs::Fp8E4M3;
 using codecs::Fp8E5M2;
 
+// v <- the decoded block blk of the wire buffer src (pairs: its (a, s) section): each code
+// times s, the inverse rotation, then / a.
 template <class F, int kSlots>
+__device__ __forceinline__ void decode_block(const uint8_t* src, const float* pairs, int group,
+                                             const codecs::RotBlock& blk, float (&v)[kSlots]) {
+  const int64_t gi = codecs::scale_groups_before(blk.off, group);
+  const float a = pairs[2 * gi], s = pairs[2 * gi + 1];
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int j = rot::elem_of(k);
+    v[k] = j < blk.len ? __fmul_rn(codecs::fp8_to_float<F>(src[blk.off + j]), s) : 0.0f;
+  }
+  rot::wht_normalized(v, blk.len);
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) v[k] = codecs::div_rn(v[k], a);
+}
+
+// dst <- encode(src / divisor); kHop: dst <- encode((decode(wire) + src) / divisor), wire
+// possibly dst itself (see the file comment), hence no __restrict__ on dst and pairs.
+template <class F, int kSlots, bool kHop>
 __global__ void __launch_bounds__(rot::kThreads)
-    taco_encode_kernel(const void* __restrict__ src, DType src_dtype, int64_t n, int group,
-                       float divisor, EncodeContext ctx, bool stochastic,
-                       uint8_t* __restrict__ dst, float* __restrict__ pairs) {
+    taco_encode_kernel(const void* __restrict__ src, DType src_dtype, const uint8_t* wire,
+                       int64_t n, int group, float divisor, EncodeContext ctx, bool stochastic,
+                       uint8_t* dst, float* pairs) {
   const int lane = threadIdx.x & 31;
   const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
   if (blockIdx.x == 0 && n + threadIdx.x < codecs::rot_scales_offset(n)) dst[n + threadIdx.x] = 0;
@@ -28,7 +54,12 @@ __global__ void __launch_bounds__(rot::kThreads)
     const codecs::RotBlock blk = codecs::rot_block(n, group, b);
     const int len = blk.len;
     float v[kSlots];
-    rot::load_block(src, src_dtype, blk.off, len, divisor, v);
+    if constexpr (kHop) {
+      decode_block<F>(wire, reinterpret_cast<const float*>(wire + codecs::rot_scales_offset(n)),
+                      group, blk, v);
+      __syncwarp();  // in place: the block's bytes are all read before any lane writes one
+    }
+    rot::load_block(src, src_dtype, blk.off, len, divisor, v, kHop);
     // sum(x^2) in taco_sum_sq's order: each lane in slot order, then lane l += lane l + off
     // (lanes past the block hold +0, and adding +0 changes nothing).
     float ss = 0.0f;
@@ -72,25 +103,16 @@ __global__ void __launch_bounds__(rot::kThreads)
   }
 }
 
-template <class F, int kSlots>
+template <class F, int kSlots, bool kCast>
 __global__ void __launch_bounds__(rot::kThreads)
     taco_decode_kernel(const uint8_t* __restrict__ src, int64_t n, int group,
-                       const float* __restrict__ pairs, float* __restrict__ acc, bool assign) {
+                       const float* __restrict__ pairs, DecodeOut o) {
   const int64_t blocks = codecs::rot_block_count(n, group);
   for (int64_t b = rot::global_warp(); b < blocks; b += rot::grid_warps()) {
     const codecs::RotBlock blk = codecs::rot_block(n, group, b);
-    const int64_t gi = codecs::scale_groups_before(blk.off, group);
-    const float a = pairs[2 * gi], s = pairs[2 * gi + 1];
     float v[kSlots];
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      const int j = rot::elem_of(k);
-      v[k] = j < blk.len ? __fmul_rn(codecs::fp8_to_float<F>(src[blk.off + j]), s) : 0.0f;
-    }
-    rot::wht_normalized(v, blk.len);
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) v[k] = codecs::div_rn(v[k], a);
-    rot::store_acc(acc, blk.off, blk.len, assign, v);
+    decode_block<F>(src, pairs, group, blk, v);
+    rot::store_block<kCast>(o, blk.off, blk.len, v);
   }
 }
 
@@ -110,28 +132,32 @@ void with_format(const Codec& codec, Fn fn) {
   }
 }
 
-}  // namespace
-
-void launch_taco_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                        float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream) {
+// dst <- encode(src / divisor), or with wire_in (the hop) encode((decode(wire_in) + src) / divisor).
+void encode(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& codec,
+            float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream,
+            const char* what) {
   check_taco(codec, n);
   if (n == 0) return;
-  CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0, "wire buffer must be 4-byte aligned");
+  CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0 && reinterpret_cast<uintptr_t>(wire_in) % 4 == 0,
+           "wire buffers must be 4-byte aligned");
   uint8_t* wire = static_cast<uint8_t*>(dst);
   float* pairs = reinterpret_cast<float*>(wire + codecs::rot_scales_offset(n));
+  const uint8_t* in = static_cast<const uint8_t*>(wire_in);
   const int grid = rot::grid_for_blocks(codecs::rot_block_count(n, codec.group));
   with_format(codec, [&](auto fmt) {
-    using F = decltype(fmt);
     rot::with_slots(codec.group, [&](auto slots) {
-      taco_encode_kernel<F, decltype(slots)::value><<<grid, rot::kThreads, 0, stream>>>(
-          src, src_dtype, n, codec.group, divisor, ctx, codec.stochastic, wire, pairs);
+      with_flag(in != nullptr, [&](auto hop) {
+        taco_encode_kernel<decltype(fmt), decltype(slots)::value, decltype(hop)::value>
+            <<<grid, rot::kThreads, 0, stream>>>(src, src_dtype, in, n, codec.group, divisor,
+                                                 ctx, codec.stochastic, wire, pairs);
+      });
     });
   });
-  rot::check_launch("taco encode");
+  rot::check_launch(what);
 }
 
-void launch_taco_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                   bool assign, cudaStream_t stream) {
+void decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
+            cudaStream_t stream, const char* what) {
   check_taco(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
@@ -139,13 +165,38 @@ void launch_taco_decode_accumulate(const void* src, int64_t n, const Codec& code
   const float* pairs = reinterpret_cast<const float*>(wire + codecs::rot_scales_offset(n));
   const int grid = rot::grid_for_blocks(codecs::rot_block_count(n, codec.group));
   with_format(codec, [&](auto fmt) {
-    using F = decltype(fmt);
     rot::with_slots(codec.group, [&](auto slots) {
-      taco_decode_kernel<F, decltype(slots)::value>
-          <<<grid, rot::kThreads, 0, stream>>>(wire, n, codec.group, pairs, acc, assign);
+      with_flag(o.out != nullptr, [&](auto cast) {
+        taco_decode_kernel<decltype(fmt), decltype(slots)::value, decltype(cast)::value>
+            <<<grid, rot::kThreads, 0, stream>>>(wire, n, codec.group, pairs, o);
+      });
     });
   });
-  rot::check_launch("taco decode_accumulate");
+  rot::check_launch(what);
+}
+
+}  // namespace
+
+void launch_taco_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                        float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream) {
+  encode(src, src_dtype, nullptr, n, codec, divisor, ctx, dst, stream, "taco encode");
+}
+
+void launch_taco_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
+                                      const Codec& codec, float divisor, const EncodeContext& ctx,
+                                      void* dst, cudaStream_t stream) {
+  CC_CHECK(src != nullptr, "the hop's wire source is null");
+  encode(x, x_dtype, src, n, codec, divisor, ctx, dst, stream, "taco decode_reduce_encode");
+}
+
+void launch_taco_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                   bool assign, cudaStream_t stream) {
+  decode(src, n, codec, decode_into(acc, assign), stream, "taco decode_accumulate");
+}
+
+void launch_taco_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
+                           DType out_dtype, cudaStream_t stream) {
+  decode(src, n, codec, decode_to(out, out_dtype), stream, "taco decode");
 }
 
 }  // namespace ccompress::cuda

@@ -15,6 +15,7 @@
 #include "codecs/float_convert.h"
 #include "codecs/hadamard.h"
 #include "codecs/rotation_blocks.h"
+#include "kernels/kernel_util.cuh"
 
 namespace ccompress::cuda::rot {
 
@@ -66,25 +67,31 @@ __device__ __forceinline__ void wht_normalized(float (&v)[kSlots], int len) {
 }
 
 /// v[k] <- float(src[off + j]) / divisor for j < len, 0 beyond (the CPU backend's load_block).
+/// With @p add (the fused ring hop, v holding a decoded block) the value is v[k] + float(src),
+/// in that operand order, before the division: the CPU's decode, add_block, encode.
 template <int kSlots>
 __device__ __forceinline__ void load_block(const void* src, DType t, int64_t off, int len,
-                                           float divisor, float (&v)[kSlots]) {
+                                           float divisor, float (&v)[kSlots], bool add = false) {
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     const int j = elem_of(k);
-    float x = j < len ? codecs::load_as_float(src, t, off + j) : 0.0f;
+    float x = 0.0f;
+    if (j < len) {
+      x = codecs::load_as_float(src, t, off + j);
+      if (add) x = codecs::add_rn(v[k], x);
+    }
     v[k] = divisor != 1.0f ? codecs::div_rn(x, divisor) : x;
   }
 }
 
-/// acc[off + j] <- v (assign) or acc[off + j] + v, for j < len.
-template <int kSlots>
-__device__ __forceinline__ void store_acc(float* acc, int64_t off, int len, bool assign,
-                                          const float (&v)[kSlots]) {
+/// Elements off + j, j < len, of the decode's destination <- v (kernel_util.cuh).
+template <bool kCast, int kSlots>
+__device__ __forceinline__ void store_block(const DecodeOut& o, int64_t off, int len,
+                                            const float (&v)[kSlots]) {
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     const int j = elem_of(k);
-    if (j < len) acc[off + j] = assign ? v[k] : codecs::add_rn(acc[off + j], v[k]);
+    if (j < len) store_decoded<kCast>(o, off + j, v[k]);
   }
 }
 
