@@ -48,7 +48,7 @@ inline DecodeOut decode_at(DecodeOut o, int64_t off) {
 
 /// Element i of the destination <- v (kCast: the cast of v; else assign or add).
 template <bool kCast>
-__device__ __forceinline__ void store_decoded(const DecodeOut& o, int64_t i, float v) {
+__device__ __forceinline__ void store_decoded(DecodeOut o, int64_t i, float v) {
   if constexpr (kCast) {
     codecs::store_from_float(o.out, o.out_dtype, i, v);
   } else {

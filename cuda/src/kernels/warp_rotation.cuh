@@ -86,7 +86,7 @@ __device__ __forceinline__ void load_block(const void* src, DType t, int64_t off
 
 /// Elements off + j, j < len, of the decode's destination <- v (kernel_util.cuh).
 template <bool kCast, int kSlots>
-__device__ __forceinline__ void store_block(const DecodeOut& o, int64_t off, int len,
+__device__ __forceinline__ void store_block(DecodeOut o, int64_t off, int len,
                                             const float (&v)[kSlots]) {
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
