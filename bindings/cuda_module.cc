@@ -25,10 +25,17 @@ Codec to_codec(const py::object& c, DType bind_to) {
   // A spec string or a ccompress Codec (anything with a `name`), so this module needs no
   // pybind11 type shared with _core. A bound `none` is named after its dtype ("bf16",
   // "fp16") except for float32, so binding what is still unbound to float32 is exact.
+  // A _core Codec that is already bound keeps its own wire dtype: a float32 `none` is named
+  // "none" like an unbound one, and must not take the output or addend dtype instead.
   std::string name = py::isinstance<py::str>(c) ? c.cast<std::string>()
                                                 : c.attr("name").cast<std::string>();
   Codec codec = Codec::parse(name);
-  return codec.unbound ? codec.bind(bind_to) : codec;
+  if (!codec.unbound) return codec;
+  if (!py::isinstance<py::str>(c) && py::hasattr(c, "unbound") && !c.attr("unbound").cast<bool>()) {
+    py::object raw = c.attr("raw_dtype");
+    if (!raw.is_none()) return codec.bind(parse_dtype(raw.cast<std::string>()));
+  }
+  return codec.bind(bind_to);
 }
 
 namespace {

@@ -106,9 +106,15 @@ float* CudaBackend::temp(int64_t n) {
 }
 
 void* CudaBackend::workspace(int64_t bytes) {
-  // A new collective: the previous one waited for its reads (finish_reads) or failed, and
-  // a failed one's copies into the slots are harmless once ordered before new ones on the
-  // same stream.
+  // A new collective. The previous one waited for its copies through the slots
+  // (finish_reads), or it failed: then a copy of it may still be queued (a header read on
+  // the comm stream could land in a slot after this call's host memcpy into it), so wait
+  // for both streams before handing the slots out again.
+  if (!reads_finished_) {
+    check_cuda(cudaStreamSynchronize(streams_->codec()), "after a failed collective: codec stream");
+    check_cuda(cudaStreamSynchronize(streams_->comm()), "after a failed collective: comm stream");
+  }
+  reads_finished_ = false;
   slots_.reset();
   return workspace_.get(bytes, streams_->codec(), streams_->comm());
 }
@@ -132,6 +138,7 @@ const void* CudaBackend::read_bytes(const void* src, int64_t bytes) {
 
 void CudaBackend::finish_reads() {
   check_cuda(cudaStreamSynchronize(streams_->comm()), "waiting for the message headers");
+  reads_finished_ = true;
 }
 
 const void* CudaBackend::read_results(const void* src, int64_t bytes) {

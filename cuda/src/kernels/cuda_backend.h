@@ -138,6 +138,7 @@ class CudaBackend : public KernelBackend {
   std::shared_ptr<RankStreams> streams_;
   DeviceScratch temp_, workspace_;
   PinnedSlots slots_;  // message headers in and out
+  bool reads_finished_ = true;  // the last collective reached finish_reads()
 };
 
 }  // namespace ccompress::cuda
