@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ._errors import InvalidArgument, Unsupported
 
 
@@ -70,8 +72,6 @@ class DeviceBuffer:
     @classmethod
     def of(cls, a: Any, device: int = 0) -> "DeviceBuffer":
         """A device copy of the NumPy array ``a``."""
-        import numpy as np
-
         a = np.ascontiguousarray(a)
         buf = cls(a.nbytes, device)
         buf.upload(a)
@@ -79,8 +79,6 @@ class DeviceBuffer:
 
     def upload(self, a: Any) -> None:
         """Copies the NumPy array ``a`` (at most ``nbytes``) to the start of the buffer."""
-        import numpy as np
-
         a = np.ascontiguousarray(a)
         if a.nbytes > self.nbytes:
             raise InvalidArgument(f"{a.nbytes} bytes do not fit a {self.nbytes}-byte buffer")
@@ -89,8 +87,6 @@ class DeviceBuffer:
     def download(self, like: Any) -> Any:
         """A NumPy array shaped like ``like`` from the start of the buffer, read after all
         work enqueued on the device so far (any stream) has finished."""
-        import numpy as np
-
         out = np.empty_like(like)
         if out.nbytes > self.nbytes:
             raise InvalidArgument(f"{out.nbytes} bytes asked of a {self.nbytes}-byte buffer")
@@ -100,8 +96,6 @@ class DeviceBuffer:
 
     def bytes(self, n: Any = None) -> Any:
         """The first ``n`` bytes (default all) as a uint8 NumPy array."""
-        import numpy as np
-
         return self.download(np.empty(self.nbytes if n is None else n, np.uint8))
 
     def __del__(self):

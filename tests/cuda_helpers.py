@@ -8,6 +8,11 @@ import pytest
 from ccompress._device import DeviceBuffer  # noqa: F401 - the tests take it from here
 
 
+def host_ptr(a):
+    """The address of a NumPy array's data."""
+    return a.__array_interface__["data"][0]
+
+
 def cuda_or_reason():
     """(the _cuda module, None) when a GPU is usable, else (None, why the GPU tests skip).
     With CCOMPRESS_REQUIRE_GPU=1 (perf/gpu_check.sh) a missing GPU is an error instead."""

@@ -10,7 +10,8 @@ import ccompress as cc
 from ccompress import _core
 from ccompress._arrays import numpy_dtype
 from conftest import gaussian_parts, rel_l2, run_on_threads, same_bits
-from cuda_helpers import DeviceBuffer, cuda_or_reason, framework_cases, to_device, to_host
+from cuda_helpers import (DeviceBuffer, cuda_or_reason, framework_cases, host_ptr, to_device,
+                          to_host)
 
 CUDA, WHY = cuda_or_reason()
 gpu = pytest.mark.skipif(CUDA is None, reason=str(WHY))
@@ -22,10 +23,6 @@ CODECS = ["none", "bf16", "fp16", "bf16:sr", "fp8_e4m3:g32", "fp8_e5m2:g128", "f
           "hint8:g16:h64:s16:rs", "hint8:sr", "nvfp4", "hnvfp4:h64", "nvfp4:sr", "hint4",
           "hint4:g32:h64:s16", "hint4:sr"]
 SIZES = [1, 33, 4097, 70001]  # tails of every kind, and more than one 65536-element piece
-
-
-def host_ptr(a):
-    return a.__array_interface__["data"][0]
 
 
 # ---- without a GPU: what replaces the device path ----

@@ -9,16 +9,13 @@ import ccompress as cc
 from ccompress import _core
 from ccompress._arrays import numpy_dtype
 from conftest import gaussian_parts, run_on_threads, same_bits
-from cuda_helpers import DeviceBuffer, cuda_or_reason, framework_cases, to_device, to_host
+from cuda_helpers import (DeviceBuffer, cuda_or_reason, framework_cases, host_ptr, to_device,
+                          to_host)
 
 CUDA, WHY = cuda_or_reason()
 gpu = pytest.mark.skipif(CUDA is None, reason=str(WHY))
 
 DTYPES = ["float32", "bfloat16", "float16"]
-
-
-def host_ptr(a):
-    return a.__array_interface__["data"][0]
 
 
 def plant_nonfinite(rng, a, k):

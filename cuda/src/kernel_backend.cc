@@ -15,7 +15,7 @@ void* KernelBackend::workspace(int64_t bytes) {
   thread_local std::unique_ptr<void, Free> block;
   thread_local int64_t capacity = 0;
   if (bytes > capacity || !block) {
-    const int64_t want = std::max<int64_t>((bytes + 255) & ~int64_t(255), 256);
+    const int64_t want = std::max<int64_t>(align_up(bytes, 256), 256);
     block.reset();  // release the old block before taking the larger one
     block.reset(std::aligned_alloc(256, static_cast<size_t>(want)));
     if (!block) throw std::bad_alloc();

@@ -17,8 +17,9 @@
 namespace ccompress {
 
 /// Error-feedback residuals of one tensor on this rank (float32, in the kernel backend's
-/// memory: device memory for the CUDA backend; null for none). They are per-rank state: each rank's residuals differ. `worker` (n elements) is added to the
-/// input before its first quantization and keeps what that quantization lost; `server`
+/// memory: device memory for the CUDA backend; null for none). They are per-rank state:
+/// each rank's residuals differ. `worker` (n elements) is added to the input before its
+/// first quantization and keeps what that quantization lost; `server`
 /// (the elements of this rank's chunk, chunk_range(n, size, rank)) is added to the owner's
 /// sum before two_shot re-quantizes it. Supported by allreduce with two_shot and one_shot
 /// (worker only: one quantization) and by reduce_scatter (worker only).

@@ -8,9 +8,9 @@
 namespace ccompress {
 
 // One instance serves every thread at once: its only state is per thread (the collective
-// workspace, KernelBackend's host default, and the codec families' run buffer). Scaled codecs are processed one group at a
-// time through a stack buffer; nothing is allocated per call once a thread has seen its
-// largest call.
+// workspace, KernelBackend's host default, and the codec families' run buffer). Scaled
+// codecs are processed one group at a time through a stack buffer; nothing is allocated per
+// call once a thread has seen its largest call.
 class CC_API CpuBackend : public KernelBackend {
  public:
   void encode(const void* src, DType src_dtype, int64_t n, const Codec& codec, float divisor,

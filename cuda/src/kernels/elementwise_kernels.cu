@@ -50,6 +50,19 @@ __device__ __forceinline__ void load8(const void* p, int64_t i, float (&v)[kVec]
   }
 }
 
+// v[0..8) <- the run of len <= 8 elements from i of p, zeros past len: one vector load when
+// @p vec (every pointer 16-byte aligned) and the run is whole, scalar loads otherwise.
+template <DType T>
+__device__ __forceinline__ void load_run(const void* p, int64_t i, int len, bool vec,
+                                         float (&v)[kVec]) {
+  if (vec && len == kVec) {
+    load8<T>(p, i, v);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = k < len ? load1<T>(p, i + k) : 0.0f;
+  }
+}
+
 template <DType T>
 __device__ __forceinline__ uint16_t to16(float f, bool sr, uint64_t prefix, int64_t index) {
   if (sr) {
@@ -100,12 +113,7 @@ __global__ void __launch_bounds__(kThreads)
     float v[kVec];
     const int len = static_cast<int>(min(int64_t(kVec), n - i));
     const bool full = vec && len == kVec;
-    if (full) {
-      load8<S>(src, i, v);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) v[k] = k < len ? load1<S>(src, i + k) : 0.0f;
-    }
+    load_run<S>(src, i, len, vec, v);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       if (x != nullptr && k < len) v[k] = codecs::add_rn(v[k], codecs::load_as_float(x, x_dtype, i + k));
@@ -167,12 +175,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += stride) {
     const int len = static_cast<int>(min(int64_t(kVec), n - i));
     float v[kVec];
-    if (vec && len == kVec) {
-      load8<T>(src, i, v);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) v[k] = k < len ? load1<T>(src, i + k) : 0.0f;
-    }
+    load_run<T>(src, i, len, vec, v);
     // A 16-bit NaN or Inf widens to an fp32 NaN or Inf and nothing else does.
 #pragma unroll
     for (int k = 0; k < kVec; ++k) c += codecs::f32_is_finite(v[k]) ? 0u : 1u;

@@ -27,9 +27,6 @@ struct Hint8Params {
   bool signs, stochastic;
 };
 
-// Loads and rotates block blk, then leaves in m[k] the max raw |y| bits of slot k's scale
-// group (>= Inf bits: a non-finite group). Groups of gl = min(G, len) elements are gl
-// consecutive lanes of a slot (gl < 32) or gl / 32 consecutive slots (gl >= 32).
 // v <- the decoded block blk of the wire buffer src: dequantized, inverse-rotated, signed.
 template <int kSlots>
 __device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Params& p,
@@ -59,6 +56,9 @@ __device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Para
   }
 }
 
+// Loads and rotates block blk, then leaves in m[k] the max raw |y| bits of slot k's scale
+// group (>= Inf bits: a non-finite group). Groups of gl = min(G, len) elements are gl
+// consecutive lanes of a slot (gl < 32) or gl / 32 consecutive slots (gl >= 32).
 // kHop: first v <- decode_block of the wire buffer `wire`, to which the input is added.
 template <bool kHop, int kSlots>
 __device__ __forceinline__ void rotate_and_group_amax(const void* src, DType t,
