@@ -44,7 +44,8 @@ template <cuda::CollectiveFn Fn>
 py::dict call(DeviceRank& r, uintptr_t in, uintptr_t out, int64_t n, const std::string& dtype,
               const py::object& codec, const std::string& algo, const std::string& op,
               int64_t slice_elems, double timeout_s, uint64_t seed, uint64_t step,
-              uintptr_t stream, uintptr_t worker_residual, uintptr_t server_residual) {
+              uintptr_t stream, uintptr_t worker_residual, uintptr_t server_residual,
+              uintptr_t ready_event) {
   DType dt = parse_dtype(dtype);
   Codec c = to_codec(codec, dt);
   CollectiveOptions o = make_options(algo, op, slice_elems, timeout_s, seed, step);
@@ -55,7 +56,8 @@ py::dict call(DeviceRank& r, uintptr_t in, uintptr_t out, int64_t n, const std::
     py::gil_scoped_release release;  // ranks on threads run in parallel
     s = cuda::run_device_collective(Fn, *r.transport, *r.backend,
                                     reinterpret_cast<const void*>(in), reinterpret_cast<void*>(out),
-                                    n, dt, c, o, reinterpret_cast<cudaStream_t>(stream));
+                                    n, dt, c, o, reinterpret_cast<cudaStream_t>(stream),
+                                    reinterpret_cast<cudaEvent_t>(ready_event));
   }
   return stats_dict(s);
 }
@@ -66,7 +68,8 @@ void def_collective(py::class_<DeviceRank, std::shared_ptr<DeviceRank>>& cls, co
   cls.def(name, &call<Fn>, py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("dtype"),
           py::arg("codec"), py::arg("algo"), py::arg("op"), py::arg("slice_elems"),
           py::arg("timeout"), py::arg("seed") = 0, py::arg("step") = 0, py::arg("stream") = 0,
-          py::arg("worker_residual") = 0, py::arg("server_residual") = 0, doc);
+          py::arg("worker_residual") = 0, py::arg("server_residual") = 0,
+          py::arg("ready_event") = 0, doc);
 }
 
 }  // namespace

@@ -14,6 +14,12 @@
 #include "cuda_bindings.h"
 #include "error_translator.h"
 #include "kernels/codec_kernels.h"
+#if defined(CCOMPRESS_CUDA_EMULATOR)
+#include <cuda_runtime.h>  // cuda/emu's: emu::emu_error_count
+#include <pybind11/stl.h>
+
+#include "emu_selftest.h"
+#endif
 #include "kernels/cuda_backend.h"
 #include "kernels/device_util.h"
 
@@ -186,7 +192,10 @@ void bind_memory(py::module_& m) {
       .def("record", [](cuda::TimingEvent& e, uintptr_t s) { e.record(reinterpret_cast<cudaStream_t>(s)); },
            py::arg("stream") = 0)
       .def("synchronize", &cuda::TimingEvent::synchronize, py::call_guard<py::gil_scoped_release>())
-      .def("elapsed_ms", &cuda::TimingEvent::elapsed_ms, py::arg("start"));
+      .def("elapsed_ms", &cuda::TimingEvent::elapsed_ms, py::arg("start"))
+      .def_property_readonly(
+          "handle", [](const cuda::TimingEvent& e) { return reinterpret_cast<uintptr_t>(e.handle()); },
+          "The cudaEvent_t, for a collective's ready_event.");
 }
 
 }  // namespace
@@ -198,4 +207,14 @@ PYBIND11_MODULE(_cuda, m) {
   ccompress::py_bindings::bind_memory(m);
   ccompress::py_bindings::bind_backend(m);
   ccompress::py_bindings::bind_device_collectives(m);
+#if defined(CCOMPRESS_CUDA_EMULATOR)
+  m.attr("emulated") = true;
+  m.def("emulator_errors", &emu::emu_error_count,
+        "Errors the CPU emulator has reported so far (each is also printed to stderr).");
+  m.def("emulator_selftest", &emu::selftest,
+        "Runs the CPU emulator's checks of itself: {check name: passed}. Reports errors on "
+        "purpose (stderr, emulator_errors()).");
+#else
+  m.attr("emulated") = false;
+#endif
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -249,7 +249,7 @@ class Communicator:
         codec, algo, op = self._check_args("none" if auto else codec, algo, op, stream)
         xv = self._view(x, "x")
         out, ov = self._output(x, xv, out, xv.shape, xv.n, "allreduce")
-        s = self._stream(stream, x)
+        s = self._stream(stream, x, async_op)
         fb = self._feedback(error_feedback, auto, xv.n)
         step = self._next_step(step)
         if algo == "auto" and self._model is not None and not auto and not fb:
@@ -281,7 +281,7 @@ class Communicator:
         fb = self._feedback(error_feedback, None, xv.n)
         if fb:
             fb = (fb[0], (fb[1][0], 0))
-        s = self._stream(stream, x)
+        s = self._stream(stream, x, async_op)
         step = self._next_step(step)
         body = lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op,  # noqa: E731
                                         step, fb, s)
@@ -302,7 +302,7 @@ class Communicator:
                                "allgather")
         if xv.n and ov.ptr == xv.ptr:
             raise InvalidArgument("allgather cannot write its output over its input")
-        s = self._stream(stream, x)
+        s = self._stream(stream, x, async_op)
         step = self._next_step(step)
         body = lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step,  # noqa: E731
                                         None, s)
@@ -390,9 +390,20 @@ class Communicator:
                                   f"cuda:{self._device}; move it there first")
         return v
 
-    def _stream(self, stream: Any, x: Any) -> int:
-        """The caller's stream as a cudaStream_t handle (0 for host communicators)."""
-        return 0 if self._device is None else cuda_stream_handle(stream, x)
+    def _stream(self, stream: Any, x: Any, async_op: bool = False) -> Tuple[int, Any]:
+        """Where a collective orders itself: the caller's stream as a cudaStream_t handle (0
+        for host communicators), and for an asynchronous call on the device an event
+        recorded on that stream now. The worker thread starts the collective later; the event
+        makes it wait for the work issued before the call, not for what the caller issues
+        after it (which is meant to overlap)."""
+        if self._device is None:
+            return 0, None
+        handle = cuda_stream_handle(stream, x)
+        if not async_op:
+            return handle, None
+        ready = _cuda_module().TimingEvent(self._device)
+        ready.record(handle)
+        return handle, ready
 
     def _output(self, x: Any, xv: _arrays.ArrayView, out: Any, shape, n: int, what: str):
         if out is None:
@@ -427,12 +438,13 @@ class Communicator:
         return self._step - 1 if step is None else int(step)
 
     def _collective(self, fn: Callable, xv, ov, codec: Codec, algo: str, op: str,
-                    step: int, feedback=None, stream: int = 0) -> dict:
+                    step: int, feedback=None, stream: Tuple[int, Any] = (0, None)) -> dict:
         """Runs one collective now (the caller keeps the issue order); ``feedback`` is
         (ErrorFeedback, (worker address, server address)). ``fn`` is the _core host
         collective; a device rank runs its own method of the same name instead, ordered with
-        ``stream``."""
+        ``stream`` (from :meth:`_stream`)."""
         residuals = feedback[1] if feedback else (0, 0)
+        handle, ready = stream
         with self._lock:
             if self._broken:
                 raise CCompressError(f"this communicator is unusable: {self._broken}; "
@@ -441,7 +453,8 @@ class Communicator:
                 if self._device is not None:
                     stats = getattr(self._t, fn.__name__)(
                         xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op, self._slice,
-                        self._timeout, self._seed, step, stream, *residuals)
+                        self._timeout, self._seed, step, handle, *residuals,
+                        0 if ready is None else ready.handle)
                 else:
                     stats = fn(self._t, xv.ptr, ov.ptr, xv.n, xv.dtype, codec._c, algo, op,
                                self._slice, self._timeout, self._seed, step, *residuals)

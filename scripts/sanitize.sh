@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the C++ core and the CPU Python module with AddressSanitizer and
 # UndefinedBehaviorSanitizer (CMake option CCOMPRESS_SANITIZE=ON) into build/sanitize, then
-# runs the codec, schedule and in-process collective tests against that build. Any sanitizer
-# report stops the run with a non-zero exit (halt_on_error). Leak checking is off: the Python
-# interpreter itself keeps memory until exit.
+# runs the codec, schedule and in-process collective tests against that build. The same build
+# has the CUDA backend compiled for the CPU emulation of the CUDA runtime
+# (CCOMPRESS_CUDA_EMULATOR=ON, cuda/emu/README.md), so the GPU tests run here too: kernels
+# against the CPU backend, the loopback pipeline, stream ordering. Any sanitizer report stops
+# the run with a non-zero exit (halt_on_error). Leak checking is off: the Python interpreter
+# itself keeps memory until exit.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -17,7 +20,7 @@ fi
 "$VENV/bin/python" -m pip install -q numpy ml_dtypes pytest pybind11 >"$B/pip.log" 2>&1 \
   || { cat "$B/pip.log" >&2; exit 1; }
 cmake -S "$ROOT" -B "$B/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCCOMPRESS_SANITIZE=ON \
-  -DCCOMPRESS_CUDA=OFF -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
+  -DCCOMPRESS_CUDA=OFF -DCCOMPRESS_CUDA_EMULATOR=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
   -DPython_EXECUTABLE="$VENV/bin/python" \
   -Dpybind11_DIR="$("$VENV/bin/python" -m pybind11 --cmakedir)" >"$B/cmake.log" 2>&1 \
   || { cat "$B/cmake.log" >&2; exit 1; }
@@ -32,6 +35,8 @@ export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=lib
 export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export PYTHONPATH="$B/pkg"
+# The emulated _cuda module counts as a GPU: a GPU test that would skip fails instead.
+export CCOMPRESS_REQUIRE_GPU=1
 cd "$B"  # not the repository root, whose ccompress/ has no compiled modules
 T="$ROOT/tests"
 # -s: a sanitizer report goes to stderr as the process stops, so nothing may capture it.
@@ -39,4 +44,5 @@ exec "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir="$ROOT" \
   "$T/test_codec_math.py" "$T/test_fp8_conversion.py" "$T/test_taco.py" "$T/test_hint8.py" \
   "$T/test_nvfp4.py" "$T/test_int4.py" "$T/test_stochastic_rounding.py" "$T/test_cast_sr.py" \
   "$T/test_collectives.py" "$T/test_ordered_executor.py" "$T/test_autocodec.py" "$T/test_errors.py" \
-  "$T/test_message_header.py" "$T/test_fuzz.py" "$T/test_nonfinite.py" "$T/test_error_feedback.py" "$@"
+  "$T/test_message_header.py" "$T/test_fuzz.py" "$T/test_nonfinite.py" "$T/test_error_feedback.py" \
+  "$T/test_cuda.py" "$T/test_cuda_state.py" "$T/test_cuda_emulator.py" "$@"

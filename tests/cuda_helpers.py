@@ -1,11 +1,66 @@
-"""What the GPU tests share: whether they can run (and why not), and device buffers without
-CuPy or PyTorch (ccompress._device.DeviceBuffer), filled from and read back into NumPy."""
+"""What the GPU tests share: whether they can run (and why not), device buffers without
+CuPy or PyTorch (ccompress._device.DeviceBuffer), filled from and read back into NumPy, and
+DeviceArray, a CUDA array that offers nothing but DLPack, for the Communicator tests."""
+import ctypes
 import os
 
 import numpy as np
-import pytest
 
+from ccompress._arrays import _DLTensor, dtype_name
 from ccompress._device import DeviceBuffer  # noqa: F401 - the tests take it from here
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_DL_DTYPES = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16)}
+
+
+class DeviceArray:
+    """A contiguous CUDA array in ccompress's own device memory (a DeviceBuffer) that a
+    Communicator reads through DLPack like any CuPy array or CUDA tensor. Allocates results
+    like itself with ``new_empty`` (as PyTorch tensors do). It needs no array library, so the
+    Communicator's device path is tested where CuPy and PyTorch are absent (the CPU
+    emulator of cuda/emu)."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.buf = DeviceBuffer(self.size * self.dtype.itemsize)
+        self._exported = []  # the DLPack structures handed out, alive as long as the array
+
+    @classmethod
+    def of(cls, a):
+        a = np.ascontiguousarray(a)
+        out = cls(a.shape, a.dtype)
+        out.buf.upload(a)
+        return out
+
+    def numpy(self):
+        return self.buf.download(np.empty(self.shape, self.dtype))
+
+    def new_empty(self, shape):
+        return DeviceArray(shape, self.dtype)
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA, device 0
+
+    def __dlpack__(self, stream=None):
+        shape = (ctypes.c_int64 * max(len(self.shape), 1))(*self.shape)
+        m = _DLManagedTensor()
+        t = m.dl_tensor
+        t.data, t.ndim, t.byte_offset = self.buf.ptr, len(self.shape), 0
+        t.device.device_type, t.device.device_id = 2, 0
+        t.dtype.code, t.dtype.bits = _DL_DTYPES[dtype_name(self.dtype)]
+        t.dtype.lanes = 1
+        t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+        self._exported.append((m, shape))
+        return _capsule_new(ctypes.addressof(m), b"dltensor", None)
 
 
 def host_ptr(a):
@@ -28,8 +83,9 @@ def cuda_or_reason():
 
 
 def framework_cases():
-    """The array libraries with CUDA arrays installed here (a skipped case when none is)."""
-    cases = []
+    """The kinds of CUDA array to test: ccompress's own DeviceArray (plain DLPack), and CuPy
+    and PyTorch when they are installed with CUDA."""
+    cases = ["dlpack"]
     try:
         import cupy  # noqa: F401
         cases.append("cupy")
@@ -41,11 +97,12 @@ def framework_cases():
             cases.append("torch")
     except Exception:  # noqa: BLE001
         pass
-    return cases or [pytest.param("none", marks=pytest.mark.skip(
-        reason="neither CuPy nor PyTorch with CUDA is installed"))]
+    return cases
 
 
 def to_device(lib, a):
+    if lib == "dlpack":
+        return DeviceArray.of(a)
     if lib == "cupy":
         import cupy
         return cupy.asarray(a)
@@ -54,6 +111,8 @@ def to_device(lib, a):
 
 
 def to_host(lib, a):
+    if lib == "dlpack":
+        return a.numpy()
     if lib == "cupy":
         import cupy
         return cupy.asnumpy(a)

@@ -331,10 +331,11 @@ def test_communicator_on_framework_arrays(rng, lib):
         assert type(y) is type(x)
         out = to_device(lib, np.zeros_like(parts[c.rank]))
         c.allreduce(x, codec="fp8_e4m3:g64", op="avg", out=out)
+        z = c.allreduce(x, codec="fp8_e4m3:g64", op="avg", async_op=True).wait()
         c.allreduce(x, codec="fp8_e4m3:g64", op="avg", out=x)  # in place
         with pytest.raises(cc.InvalidArgument, match="not a CUDA array"):
             c.allreduce(parts[c.rank])
-        return [to_host(lib, a) for a in (y, out, x)]
+        return [to_host(lib, a) for a in (y, out, z, x)]
 
     got = cc.run_cuda_loopback(ranks, fn)
     for r in range(ranks):

@@ -7,12 +7,16 @@ namespace ccompress::cuda {
 CollectiveStats run_device_collective(CollectiveFn fn, Transport& t, CudaBackend& k,
                                       const void* in, void* out, int64_t n, DType dtype,
                                       const Codec& codec, const CollectiveOptions& opt,
-                                      cudaStream_t caller) {
+                                      cudaStream_t caller, cudaEvent_t ready) {
   RankStreams& s = k.streams();
   DeviceGuard g(s.device());
   // Codec kernels start after the caller's earlier work; transfers into the workspace start
   // after the codec kernels of the previous collective that still read it.
-  s.order(caller, s.codec());
+  if (ready != nullptr) {
+    check_cuda(cudaStreamWaitEvent(s.codec(), ready, 0), "waiting for the caller's work");
+  } else {
+    s.order(caller, s.codec());
+  }
   s.order(s.codec(), s.comm());
   CollectiveStats stats;
   try {

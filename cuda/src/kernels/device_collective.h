@@ -14,10 +14,13 @@ using CollectiveFn = CollectiveStats (*)(Transport&, KernelBackend&, const void*
                                          DType, const Codec&, const CollectiveOptions&);
 
 /// Runs @p fn (allreduce, reduce_scatter or allgather) over @p t with @p k, ordered with
-/// @p caller (a cudaStream_t; nullptr is the legacy default stream).
+/// @p caller (a cudaStream_t; nullptr is the legacy default stream). With @p ready (an event
+/// the caller recorded on its stream when it asked for the collective: an asynchronous call,
+/// run later by a worker thread) the collective starts after the work up to that event
+/// instead of all the work on @p caller so far.
 CollectiveStats run_device_collective(CollectiveFn fn, Transport& t, CudaBackend& k,
                                       const void* in, void* out, int64_t n, DType dtype,
                                       const Codec& codec, const CollectiveOptions& opt,
-                                      cudaStream_t caller);
+                                      cudaStream_t caller, cudaEvent_t ready = nullptr);
 
 }  // namespace ccompress::cuda

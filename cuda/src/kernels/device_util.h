@@ -30,6 +30,7 @@ class TimingEvent {
   void synchronize();
   /// Milliseconds from @p start to this event (both recorded and complete).
   float elapsed_ms(const TimingEvent& start) const;
+  cudaEvent_t handle() const { return event_; }
 
  private:
   int device_;

@@ -50,6 +50,10 @@ std::shared_ptr<const NcclLibrary> load_nccl(const std::string& path) {
               "no libnccl to load (pip install nvidia-nccl-cu13, or set NCCL_ROOT)");
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   CC_CHECK_AS(Unsupported, handle != nullptr, "cannot load " << path << ": " << dlerror());
+#if defined(CCOMPRESS_CUDA_EMULATOR)
+  dlclose(handle);  // libnccl would drive a real GPU
+  CC_CHECK_AS(Unsupported, false, "NCCL does not run under the CPU emulation of the CUDA runtime");
+#endif
   auto lib = std::make_shared<NcclLibrary>();
   lib->path = path;
   bind(handle, "ncclGetVersion", lib->GetVersion, path);
