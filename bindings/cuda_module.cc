@@ -15,7 +15,7 @@
 #include "error_translator.h"
 #include "kernels/codec_kernels.h"
 #if defined(CCOMPRESS_CUDA_EMULATOR)
-#include <cuda_runtime.h>  // cuda/emu's: emu::emu_error_count
+#include <cuda_runtime.h>  // cuda/emu's: emu::emu_error_count, emu_call_counts
 #include <pybind11/stl.h>
 
 #include "emu_selftest.h"
@@ -211,6 +211,17 @@ PYBIND11_MODULE(_cuda, m) {
   m.attr("emulated") = true;
   m.def("emulator_errors", &emu::emu_error_count,
         "Errors the CPU emulator has reported so far (each is also printed to stderr).");
+  m.def(
+      "emulator_counts",
+      [] {
+        emu::CallCounts c = emu::emu_call_counts();
+        py::dict d;
+        d["malloc"] = c.malloc;
+        d["free"] = c.free;
+        d["device_synchronize"] = c.device_synchronize;
+        return d;
+      },
+      "Runtime calls so far: cudaMalloc(Host), cudaFree(Host), cudaDeviceSynchronize.");
   m.def("emulator_selftest", &emu::selftest,
         "Runs the CPU emulator's checks of itself: {check name: passed}. Reports errors on "
         "purpose (stderr, emulator_errors()).");

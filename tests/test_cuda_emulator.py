@@ -6,12 +6,13 @@ caught. Skips unless the loaded ccompress._cuda is the emulated one."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ccompress as cc
-from conftest import gaussian_parts, same_bits
+from conftest import gaussian_parts, run_on_threads, same_bits
 from cuda_helpers import DeviceArray, DeviceBuffer, cuda_or_reason
 
 CUDA, WHY = cuda_or_reason()
@@ -98,3 +99,43 @@ def test_async_collective_waits_only_for_work_issued_before_the_call(rng):
 
     got = cc.run_cuda_loopback(ranks, fn)
     assert same_bits(got + [want[0]])
+
+
+def test_gpu_bench_script_runs(tmp_path):
+    """perf/gpu_bench.py (the timing half of perf/gpu_check.sh) runs to the end: its code is
+    checked here before a GPU session spends device time on it. The times mean nothing."""
+    script = Path(__file__).resolve().parents[1] / "perf" / "gpu_bench.py"
+    out = subprocess.run([sys.executable, str(script), "--mib", "0.02", "--pipe-mib", "0.02",
+                          "--iters", "1", "--ranks", "2", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = (tmp_path / "table.md").read_text()
+    assert table.startswith("**EMULATED on the CPU")
+    rows = json.loads((tmp_path / "kernels.json").read_text())
+    kernels = {(r["codec"], r["kernel"]) for r in rows}
+    assert len(kernels) == 5 + 12 * 4 and all(r["ms"] > 0 for r in rows)
+    assert table.count("| two_shot |") == 3 and table.count("| ring |") == 3
+
+
+def test_warm_collectives_allocate_nothing_and_never_synchronize_the_device(rng):
+    """Once a rank has run a collective, running it again makes no cudaMalloc and no cudaFree
+    (which would also wait for the whole device) and no cudaDeviceSynchronize: the scratch
+    is a per-rank pool, and the host waits for its own comm stream only."""
+    ranks, n = 3, 20011
+    parts = gaussian_parts(rng, ranks, n)
+    bufs = [(DeviceBuffer.of(p), DeviceBuffer(p.nbytes)) for p in parts]
+    group = CUDA.loopback_group(ranks, 0)
+
+    def calls(dr, r):
+        x, y = bufs[r]
+        for codec, algo in (("fp8_e4m3:g64", "ring"), ("hint4", "two_shot"), ("taco:g64", "tree"),
+                            ("nvfp4:sr", "one_shot")):
+            dr.allreduce(x.ptr, y.ptr, n, "float32", codec, algo, "sum", 2048, 60.0)
+        dr.reduce_scatter(x.ptr, y.ptr, n, "float32", "hint8", "two_shot", "sum", 2048, 60.0)
+
+    start = CUDA.emulator_counts()
+    run_on_threads(group, calls)  # warm-up: the first calls do allocate (the pools)
+    before = CUDA.emulator_counts()
+    assert before["malloc"] > start["malloc"]
+    run_on_threads(group, calls)
+    assert CUDA.emulator_counts() == before

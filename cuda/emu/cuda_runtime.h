@@ -99,6 +99,14 @@ namespace emu {
 /// Errors the emulator found so far (bad launches, divergent barriers, stray pointers).
 int64_t emu_error_count();
 
+/// Runtime calls the tests count: what a collective must not do once warm.
+struct CallCounts {
+  int64_t malloc = 0;              // cudaMalloc and cudaMallocHost
+  int64_t free = 0;                // cudaFree and cudaFreeHost (each waits for the device)
+  int64_t device_synchronize = 0;  // cudaDeviceSynchronize
+};
+CallCounts emu_call_counts();
+
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}

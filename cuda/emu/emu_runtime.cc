@@ -91,6 +91,7 @@ namespace {
 
 std::mutex g_mu;
 int64_t g_errors = 0;
+CallCounts g_counts;
 cudaError_t g_last_error = cudaSuccess;  // returned (and cleared) by cudaGetLastError
 cudaError_t g_async_error = cudaSuccess;  // an error of enqueued work, for the next sync
 
@@ -437,6 +438,11 @@ int64_t emu_error_count() {
   return g_errors;
 }
 
+CallCounts emu_call_counts() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_counts;
+}
+
 void launch(const Config& c, std::function<void()> body, std::vector<const void*> pointers) {
   std::lock_guard<std::mutex> lock(g_mu);
   const size_t threads = size_t(c.block.x) * c.block.y * c.block.z;
@@ -497,6 +503,7 @@ cudaError_t cudaSetDevice(int device) {
 
 cudaError_t cudaDeviceSynchronize() {
   Lock lock(g_mu);
+  ++emu::g_counts.device_synchronize;
   emu::drain_all();
   return emu::take_async_error();
 }
@@ -526,6 +533,7 @@ namespace {
 
 cudaError_t allocate(void** ptr, size_t bytes, emu::MemKind kind) {
   Lock lock(g_mu);
+  ++emu::g_counts.malloc;
   // 256-byte aligned like cudaMalloc, but exactly `bytes` long, so that AddressSanitizer
   // reports a kernel reading past the end even within cudaMalloc's rounding. Filled with
   // 0xFF: NaN as fp32, so reading what nobody wrote shows.
@@ -545,6 +553,7 @@ cudaError_t release(void* ptr, emu::MemKind kind) {
   if (it == emu::g_allocs.end() || it->second.kind != kind) {
     return emu::fail(cudaErrorInvalidValue, "free of a pointer this allocator did not return");
   }
+  ++emu::g_counts.free;
   emu::drain_all();  // cudaFree / cudaFreeHost wait for the device
   emu::g_allocs.erase(it);
   std::free(ptr);
