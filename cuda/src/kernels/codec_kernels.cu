@@ -160,53 +160,36 @@ int device_count() noexcept {
   return count;
 }
 
-void launch_fp8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                       float divisor, void* dst, cudaStream_t stream,
-                       const EncodeContext& ctx) {
+void launch_fp8_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
+                       const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
+                       cudaStream_t stream) {
   check_fp8(codec, n);
   if (n == 0) return;
-  CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0, "wire buffer must be 4-byte aligned");
-  uint8_t* wire = static_cast<uint8_t*>(dst);
-  float* scales = reinterpret_cast<float*>(wire + codecs::fp8_scales_offset(n));
-  int grid = grid_for(ceil_div(n, codec.group), 1);
-  Fp8Source in{src, src_dtype};
-  if (codec.kind == CodecKind::Fp8E4M3) {
-    fp8_encode_kernel<Fp8E4M3, false><<<grid, kEncodeThreads, 0, stream>>>(
-        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
-  } else {
-    fp8_encode_kernel<Fp8E5M2, false><<<grid, kEncodeThreads, 0, stream>>>(
-        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
-  }
-  check_launch("fp8 encode");
-}
-
-void launch_fp8_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
-                                     const Codec& codec, float divisor, const EncodeContext& ctx,
-                                     void* dst, cudaStream_t stream) {
-  check_fp8(codec, n);
-  if (n == 0) return;
-  CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % 4 == 0,
+  CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0 && reinterpret_cast<uintptr_t>(wire_in) % 4 == 0,
            "wire buffers must be 4-byte aligned");
-  const uint8_t* wire_in = static_cast<const uint8_t*>(src);
-  Fp8Source in{x, x_dtype, wire_in,
-               reinterpret_cast<const float*>(wire_in + codecs::fp8_scales_offset(n))};
+  const uint8_t* in_wire = static_cast<const uint8_t*>(wire_in);
+  const float* in_scales =
+      in_wire == nullptr ? nullptr
+                         : reinterpret_cast<const float*>(in_wire + codecs::fp8_scales_offset(n));
+  const Fp8Source in{src, src_dtype, in_wire, in_scales};
   uint8_t* wire = static_cast<uint8_t*>(dst);
   float* scales = reinterpret_cast<float*>(wire + codecs::fp8_scales_offset(n));
-  int grid = grid_for(ceil_div(n, codec.group), 1);
-  if (codec.kind == CodecKind::Fp8E4M3) {
-    fp8_encode_kernel<Fp8E4M3, true><<<grid, kEncodeThreads, 0, stream>>>(
-        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
-  } else {
-    fp8_encode_kernel<Fp8E5M2, true><<<grid, kEncodeThreads, 0, stream>>>(
-        in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
-  }
-  check_launch("fp8 decode_reduce_encode");
+  const int grid = grid_for(ceil_div(n, codec.group), 1);
+  with_flag(in_wire != nullptr, [&](auto hop) {
+    constexpr bool kHop = decltype(hop)::value;
+    if (codec.kind == CodecKind::Fp8E4M3) {
+      fp8_encode_kernel<Fp8E4M3, kHop><<<grid, kEncodeThreads, 0, stream>>>(
+          in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+    } else {
+      fp8_encode_kernel<Fp8E5M2, kHop><<<grid, kEncodeThreads, 0, stream>>>(
+          in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+    }
+  });
+  check_launch(in_wire != nullptr ? "fp8 decode_reduce_encode" : "fp8 encode");
 }
-
-namespace {
 
 void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
-                       cudaStream_t stream, const char* what) {
+                       cudaStream_t stream) {
   check_fp8(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
@@ -228,19 +211,7 @@ void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Dec
   } else {
     go(Fp8E5M2{});
   }
-  check_launch(what);
-}
-
-}  // namespace
-
-void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                  bool assign, cudaStream_t stream) {
-  launch_fp8_decode(src, n, codec, decode_into(acc, assign), stream, "fp8 decode_accumulate");
-}
-
-void launch_fp8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
-                          DType out_dtype, cudaStream_t stream) {
-  launch_fp8_decode(src, n, codec, decode_to(out, out_dtype), stream, "fp8 decode");
+  check_launch(o.out != nullptr ? "fp8 decode" : "fp8 decode_accumulate");
 }
 
 }  // namespace ccompress::cuda

@@ -8,6 +8,7 @@
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
 #include "ccompress/kernel_backend.h"
+#include "kernels/decode_out.h"
 
 // The CUDA runtime's own definition (driver_types.h); repeating an identical typedef is legal.
 typedef struct CUstream_st* cudaStream_t;
@@ -21,23 +22,15 @@ int device_count() noexcept;
 // dst: codec.wire_bytes(n) bytes on the device, 4-byte aligned (the scales are fp32).
 // Asynchronous on @p stream; throws CudaError if the launch fails, InvalidArgument on bad
 // arguments. @p ctx places the run for stochastic rounding (codec.stochastic): element i
-// draws its noise at ctx.index + i, exactly like the CPU backend.
-void launch_fp8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                       float divisor, void* dst, cudaStream_t stream,
-                       const EncodeContext& ctx = EncodeContext{});
+// draws its noise at ctx.index + i, exactly like the CPU backend. With wire_in (the ring hop,
+// in one pass) dst <- encode((decode(wire_in) + float(src)) / divisor), the sum in that
+// order; dst may be wire_in (in place).
+void launch_fp8_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
+                       const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
+                       cudaStream_t stream);
 
-// The ring hop in one pass: dst <- encode((decode(src) + float(x)) / divisor) for an FP8
-// codec, the sum in that order; dst may be src (in place).
-void launch_fp8_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
-                                     const Codec& codec, float divisor, const EncodeContext& ctx,
-                                     void* dst, cudaStream_t stream);
-
-// out <- cast(decode(src)) to out_dtype for an FP8 codec, in one pass.
-void launch_fp8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
-                          DType out_dtype, cudaStream_t stream);
-
-// acc <- decode(src) when assign, else acc += decode(src), for an FP8 codec; acc is fp32.
-void launch_fp8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                  bool assign, cudaStream_t stream);
+// The decode of src into @p o (kernels/decode_out.h) for an FP8 codec, in one pass.
+void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
+                       cudaStream_t stream);
 
 }  // namespace ccompress::cuda

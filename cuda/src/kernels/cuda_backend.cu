@@ -173,61 +173,91 @@ void* PinnedSlots::take(int64_t bytes) {
   return slot;
 }
 
-void CudaBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                         float divisor, const EncodeContext& ctx, void* dst) {
+namespace {
+
+void require_bound(const Codec& codec) {
   CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
+}
+
+}  // namespace
+
+void CudaBackend::launch_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
+                                const Codec& codec, float divisor, const EncodeContext& ctx,
+                                void* dst) {
+  require_bound(codec);
   cudaStream_t s = streams_->codec();
   switch (codec.kind) {
-    case CodecKind::Raw:
-      launch_cast(src, src_dtype, nullptr, DType::Float32, n, divisor, dst, codec.raw_dtype,
-                  CastRounding{codec.stochastic, ctx}, s);
+    case CodecKind::Raw: {  // cast(src / divisor), or the hop's cast((wire_in + src) / divisor)
+      const CastRounding r{codec.stochastic, ctx};
+      if (wire_in == nullptr) {
+        launch_cast(src, src_dtype, nullptr, DType::Float32, n, divisor, dst, codec.raw_dtype, r,
+                    s);
+      } else {
+        launch_cast(wire_in, codec.raw_dtype, src, src_dtype, n, divisor, dst, codec.raw_dtype,
+                    r, s);
+      }
       return;
+    }
     case CodecKind::Fp8E4M3:
     case CodecKind::Fp8E5M2:
-      launch_fp8_encode(src, src_dtype, n, codec, divisor, dst, s, ctx);
+      launch_fp8_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, s);
       return;
-    case CodecKind::Taco: launch_taco_encode(src, src_dtype, n, codec, divisor, ctx, dst, s); return;
-    case CodecKind::HInt8: launch_hint8_encode(src, src_dtype, n, codec, divisor, ctx, dst, s); return;
-    case CodecKind::Nvfp4: launch_nvfp4_encode(src, src_dtype, n, codec, divisor, ctx, dst, s); return;
-    case CodecKind::Int4: launch_int4_encode(src, src_dtype, n, codec, divisor, ctx, dst, s); return;
+    case CodecKind::Taco:
+      launch_taco_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, s);
+      return;
+    case CodecKind::HInt8:
+      launch_hint8_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, s);
+      return;
+    case CodecKind::Nvfp4:  // a hop's run amax goes to one scratch word (nvfp4_kernels.h)
+      launch_nvfp4_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst,
+                          wire_in != nullptr ? temp(1) : nullptr, s);
+      return;
+    case CodecKind::Int4:
+      launch_int4_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst,
+                         wire_in != nullptr ? temp(1) : nullptr, s);
+      return;
   }
   CC_CHECK_AS(Unsupported, false, "the CUDA backend has no encoder for codec '" << codec.name() << "'");
 }
 
-void CudaBackend::decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                    bool assign) {
-  CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
+void CudaBackend::launch_decode(const void* src, int64_t n, const Codec& codec,
+                                const DecodeOut& o) {
+  require_bound(codec);
   cudaStream_t s = streams_->codec();
   switch (codec.kind) {
-    case CodecKind::Raw: launch_accumulate(src, codec.raw_dtype, n, acc, assign, s); return;
+    case CodecKind::Raw:
+      if (o.out != nullptr) {
+        launch_cast(src, codec.raw_dtype, nullptr, DType::Float32, n, 1.0f, o.out, o.out_dtype,
+                    CastRounding{}, s);
+      } else {
+        launch_accumulate(src, codec.raw_dtype, n, o.acc, o.assign, s);
+      }
+      return;
     case CodecKind::Fp8E4M3:
-    case CodecKind::Fp8E5M2: launch_fp8_decode_accumulate(src, n, codec, acc, assign, s); return;
-    case CodecKind::Taco: launch_taco_decode_accumulate(src, n, codec, acc, assign, s); return;
-    case CodecKind::HInt8: launch_hint8_decode_accumulate(src, n, codec, acc, assign, s); return;
-    case CodecKind::Nvfp4: launch_nvfp4_decode_accumulate(src, n, codec, acc, assign, s); return;
-    case CodecKind::Int4: launch_int4_decode_accumulate(src, n, codec, acc, assign, s); return;
+    case CodecKind::Fp8E5M2: launch_fp8_decode(src, n, codec, o, s); return;
+    case CodecKind::Taco: launch_taco_decode(src, n, codec, o, s); return;
+    case CodecKind::HInt8: launch_hint8_decode(src, n, codec, o, s); return;
+    case CodecKind::Nvfp4: launch_nvfp4_decode(src, n, codec, o, s); return;
+    case CodecKind::Int4: launch_int4_decode(src, n, codec, o, s); return;
   }
   CC_CHECK_AS(Unsupported, false, "the CUDA backend has no decoder for codec '" << codec.name() << "'");
 }
 
+void CudaBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                         float divisor, const EncodeContext& ctx, void* dst) {
+  launch_encode(src, src_dtype, nullptr, n, codec, divisor, ctx, dst);
+}
+
+void CudaBackend::decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
+                                    bool assign) {
+  launch_decode(src, n, codec, decode_into(acc, assign));
+}
+
 void CudaBackend::decode(const void* src, int64_t n, const Codec& codec, void* out,
                          DType out_dtype) {
-  CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
+  require_bound(codec);
   if (n == 0) return;
-  cudaStream_t s = streams_->codec();
-  switch (codec.kind) {
-    case CodecKind::Raw:
-      launch_cast(src, codec.raw_dtype, nullptr, DType::Float32, n, 1.0f, out, out_dtype,
-                  CastRounding{}, s);
-      return;
-    case CodecKind::Fp8E4M3:
-    case CodecKind::Fp8E5M2: launch_fp8_decode_to(src, n, codec, out, out_dtype, s); return;
-    case CodecKind::Taco: launch_taco_decode_to(src, n, codec, out, out_dtype, s); return;
-    case CodecKind::HInt8: launch_hint8_decode_to(src, n, codec, out, out_dtype, s); return;
-    case CodecKind::Nvfp4: launch_nvfp4_decode_to(src, n, codec, out, out_dtype, s); return;
-    case CodecKind::Int4: launch_int4_decode_to(src, n, codec, out, out_dtype, s); return;
-  }
-  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no decoder for codec '" << codec.name() << "'");
+  launch_decode(src, n, codec, decode_to(out, out_dtype));
 }
 
 void CudaBackend::load_accumulate(const void* src, DType src_dtype, int64_t n, float* acc,
@@ -238,32 +268,10 @@ void CudaBackend::load_accumulate(const void* src, DType src_dtype, int64_t n, f
 void CudaBackend::decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
                                        const Codec& codec, float divisor,
                                        const EncodeContext& ctx, void* dst) {
-  CC_CHECK(!codec.unbound, "codec 'none' is unbound: bind it to a dtype first");
+  require_bound(codec);
   if (n == 0) return;
-  cudaStream_t s = streams_->codec();
-  switch (codec.kind) {
-    case CodecKind::Raw:  // cast(src + x) / divisor
-      launch_cast(src, codec.raw_dtype, x, x_dtype, n, divisor, dst, codec.raw_dtype,
-                  CastRounding{codec.stochastic, ctx}, s);
-      return;
-    case CodecKind::Fp8E4M3:
-    case CodecKind::Fp8E5M2:
-      launch_fp8_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, s);
-      return;
-    case CodecKind::Taco:
-      launch_taco_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, s);
-      return;
-    case CodecKind::HInt8:
-      launch_hint8_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, s);
-      return;
-    case CodecKind::Nvfp4:  // the run amax goes to one scratch word (nvfp4_kernels.h)
-      launch_nvfp4_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, temp(1), s);
-      return;
-    case CodecKind::Int4:
-      launch_int4_decode_reduce_encode(src, x, x_dtype, n, codec, divisor, ctx, dst, temp(1), s);
-      return;
-  }
-  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no ring hop for codec '" << codec.name() << "'");
+  CC_CHECK(src != nullptr, "the hop's wire source is null");
+  launch_encode(x, x_dtype, src, n, codec, divisor, ctx, dst);
 }
 
 void CudaBackend::finalize(const float* acc, int64_t n, float divisor, void* out,

@@ -181,10 +181,12 @@ Hint8Params params_of(const Codec& codec, int64_t n) {
   return Hint8Params{n, g, h, codec.scale_bits, codec.random_signs, codec.stochastic};
 }
 
-// dst <- encode(src / divisor), or with wire_in (the hop) encode((decode(wire_in) + src) / divisor).
-void encode(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& codec,
-            float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream,
-            const char* what) {
+}  // namespace
+
+void launch_hint8_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
+                         const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
+                         cudaStream_t stream) {
+  const char* what = wire_in != nullptr ? "hint8 decode_reduce_encode" : "hint8 encode";
   const Hint8Params p = params_of(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0 && reinterpret_cast<uintptr_t>(wire_in) % 4 == 0,
@@ -201,8 +203,9 @@ void encode(const void* src, DType src_dtype, const void* wire_in, int64_t n, co
   rot::check_launch(what);
 }
 
-void decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
-            cudaStream_t stream, const char* what) {
+void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
+                         cudaStream_t stream) {
+  const char* what = o.out != nullptr ? "hint8 decode" : "hint8 decode_accumulate";
   const Hint8Params p = params_of(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
@@ -214,30 +217,6 @@ void decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
     });
   });
   rot::check_launch(what);
-}
-
-}  // namespace
-
-void launch_hint8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                         float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream) {
-  encode(src, src_dtype, nullptr, n, codec, divisor, ctx, dst, stream, "hint8 encode");
-}
-
-void launch_hint8_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
-                                       const Codec& codec, float divisor, const EncodeContext& ctx,
-                                       void* dst, cudaStream_t stream) {
-  CC_CHECK(src != nullptr, "the hop's wire source is null");
-  encode(x, x_dtype, src, n, codec, divisor, ctx, dst, stream, "hint8 decode_reduce_encode");
-}
-
-void launch_hint8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                    bool assign, cudaStream_t stream) {
-  decode(src, n, codec, decode_into(acc, assign), stream, "hint8 decode_accumulate");
-}
-
-void launch_hint8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
-                            DType out_dtype, cudaStream_t stream) {
-  decode(src, n, codec, decode_to(out, out_dtype), stream, "hint8 decode");
 }
 
 }  // namespace ccompress::cuda

@@ -7,30 +7,25 @@
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
 #include "ccompress/kernel_backend.h"
+#include "kernels/decode_out.h"
 
 // The CUDA runtime's own definition (driver_types.h); repeating an identical typedef is legal.
 typedef struct CUstream_st* cudaStream_t;
 
 namespace ccompress::cuda {
 
-// dst <- encode(src / divisor) for a hint8 codec. src: n elements of src_dtype on the device;
-// dst: codec.wire_bytes(n) device bytes, 4-byte aligned. ctx places the run for `:sr`.
-// Asynchronous on @p stream; throws CudaError if the launch fails.
-void launch_hint8_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                         float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream);
+// dst <- encode(src / divisor) for a hint8 codec. src: n elements of src_dtype on the
+// device; dst: codec.wire_bytes(n) device bytes, 4-byte aligned. ctx places the run for
+// `:sr`. With wire_in (the ring hop, in one pass) dst <- encode((decode(wire_in) +
+// float(src)) / divisor), the sum in that order; dst may be wire_in (in place). Asynchronous
+// on @p stream; throws CudaError if a launch fails, InvalidArgument on bad arguments.
+void launch_hint8_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
+                         const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
+                         cudaStream_t stream);
 
-// The ring hop in one pass: dst <- encode((decode(src) + float(x)) / divisor), the sum in
-// that order; dst may be src (in place). x: n elements of x_dtype on the device.
-void launch_hint8_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
-                                       const Codec& codec, float divisor, const EncodeContext& ctx,
-                                       void* dst, cudaStream_t stream);
-
-// acc <- decode(src) when assign, else acc += decode(src); acc is fp32 on the device.
-void launch_hint8_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                    bool assign, cudaStream_t stream);
-
-// out <- cast(decode(src)) to out_dtype (round-to-nearest-even), in one pass.
-void launch_hint8_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
-                            DType out_dtype, cudaStream_t stream);
+// The decode of src into @p o (kernels/decode_out.h): fp32 accumulators, assigned or added
+// to, or a cast to a dtype (round-to-nearest-even), in one pass.
+void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
+                         cudaStream_t stream);
 
 }  // namespace ccompress::cuda

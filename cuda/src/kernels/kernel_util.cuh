@@ -1,11 +1,7 @@
 // Pieces shared by the codec kernels of every family (codec_kernels.cu, warp_rotation.cuh,
-// fourbit_kernels.cuh): where a decode puts its values, and a runtime flag as a template
-// argument.
-//
-// A decode writes into fp32 accumulators (assign, or acc + v in that operand order:
-// decode_accumulate), or casts to a dtype with round-to-nearest-even (decode; the rounding
-// of launch_cast without `:sr`), so decode to a dtype is one pass, bit-identical with
-// decoding into fp32 and casting that.
+// fourbit_kernels.cuh): storing a decoded value (kernels/decode_out.h), and a runtime flag as
+// a template argument. Decode to a dtype is one pass, bit-identical with decoding into fp32
+// and casting that.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,36 +11,9 @@
 
 #include "ccompress/common.h"
 #include "codecs/float_convert.h"
+#include "kernels/decode_out.h"
 
 namespace ccompress::cuda {
-
-struct DecodeOut {
-  float* acc = nullptr;
-  bool assign = true;
-  void* out = nullptr;  // the cast destination (kCast kernels)
-  DType out_dtype = DType::Float32;
-};
-
-inline DecodeOut decode_into(float* acc, bool assign) {
-  DecodeOut o;
-  o.acc = acc;
-  o.assign = assign;
-  return o;
-}
-
-inline DecodeOut decode_to(void* out, DType out_dtype) {
-  DecodeOut o;
-  o.out = out;
-  o.out_dtype = out_dtype;
-  return o;
-}
-
-/// The same destination from element @p off on (a run's later piece).
-inline DecodeOut decode_at(DecodeOut o, int64_t off) {
-  if (o.acc != nullptr) o.acc += off;
-  if (o.out != nullptr) o.out = static_cast<char*>(o.out) + off * static_cast<int64_t>(dtype_size(o.out_dtype));
-  return o;
-}
 
 /// Element i of the destination <- v (kCast: the cast of v; else assign or add).
 template <bool kCast>

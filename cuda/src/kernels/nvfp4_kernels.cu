@@ -13,35 +13,20 @@ void check_kind(const Codec& codec) {
 }
 }  // namespace
 
-void launch_nvfp4_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                         float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream) {
+void launch_nvfp4_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
+                         const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
+                         void* amax_scratch, cudaStream_t stream) {
   check_kind(codec);
-  fourbit::launch_encode<codecs::E2M1>(src, src_dtype, nullptr, n, codec, divisor, ctx, dst,
-                                       nullptr, stream, "nvfp4 encode");
+  const char* what = wire_in != nullptr ? "nvfp4 decode_reduce_encode" : "nvfp4 encode";
+  fourbit::launch_encode<codecs::E2M1>(src, src_dtype, wire_in, n, codec, divisor, ctx, dst,
+                                       static_cast<int32_t*>(amax_scratch), stream, what);
 }
 
-void launch_nvfp4_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
-                                       const Codec& codec, float divisor, const EncodeContext& ctx,
-                                       void* dst, void* amax_scratch, cudaStream_t stream) {
+void launch_nvfp4_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
+                         cudaStream_t stream) {
   check_kind(codec);
-  CC_CHECK(src != nullptr, "the hop's wire source is null");
-  fourbit::launch_encode<codecs::E2M1>(x, x_dtype, src, n, codec, divisor, ctx, dst,
-                                       static_cast<int32_t*>(amax_scratch), stream,
-                                       "nvfp4 decode_reduce_encode");
-}
-
-void launch_nvfp4_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                    bool assign, cudaStream_t stream) {
-  check_kind(codec);
-  fourbit::launch_decode<codecs::E2M1>(src, n, codec, decode_into(acc, assign), stream,
-                                       "nvfp4 decode_accumulate");
-}
-
-void launch_nvfp4_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
-                            DType out_dtype, cudaStream_t stream) {
-  check_kind(codec);
-  fourbit::launch_decode<codecs::E2M1>(src, n, codec, decode_to(out, out_dtype), stream,
-                                       "nvfp4 decode");
+  const char* what = o.out != nullptr ? "nvfp4 decode" : "nvfp4 decode_accumulate";
+  fourbit::launch_decode<codecs::E2M1>(src, n, codec, o, stream, what);
 }
 
 }  // namespace ccompress::cuda

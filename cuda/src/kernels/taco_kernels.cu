@@ -132,10 +132,12 @@ void with_format(const Codec& codec, Fn fn) {
   }
 }
 
-// dst <- encode(src / divisor), or with wire_in (the hop) encode((decode(wire_in) + src) / divisor).
-void encode(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& codec,
-            float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream,
-            const char* what) {
+}  // namespace
+
+void launch_taco_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
+                        const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
+                        cudaStream_t stream) {
+  const char* what = wire_in != nullptr ? "taco decode_reduce_encode" : "taco encode";
   check_taco(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(dst) % 4 == 0 && reinterpret_cast<uintptr_t>(wire_in) % 4 == 0,
@@ -156,8 +158,9 @@ void encode(const void* src, DType src_dtype, const void* wire_in, int64_t n, co
   rot::check_launch(what);
 }
 
-void decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
-            cudaStream_t stream, const char* what) {
+void launch_taco_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
+                        cudaStream_t stream) {
+  const char* what = o.out != nullptr ? "taco decode" : "taco decode_accumulate";
   check_taco(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
@@ -173,30 +176,6 @@ void decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
     });
   });
   rot::check_launch(what);
-}
-
-}  // namespace
-
-void launch_taco_encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,
-                        float divisor, const EncodeContext& ctx, void* dst, cudaStream_t stream) {
-  encode(src, src_dtype, nullptr, n, codec, divisor, ctx, dst, stream, "taco encode");
-}
-
-void launch_taco_decode_reduce_encode(const void* src, const void* x, DType x_dtype, int64_t n,
-                                      const Codec& codec, float divisor, const EncodeContext& ctx,
-                                      void* dst, cudaStream_t stream) {
-  CC_CHECK(src != nullptr, "the hop's wire source is null");
-  encode(x, x_dtype, src, n, codec, divisor, ctx, dst, stream, "taco decode_reduce_encode");
-}
-
-void launch_taco_decode_accumulate(const void* src, int64_t n, const Codec& codec, float* acc,
-                                   bool assign, cudaStream_t stream) {
-  decode(src, n, codec, decode_into(acc, assign), stream, "taco decode_accumulate");
-}
-
-void launch_taco_decode_to(const void* src, int64_t n, const Codec& codec, void* out,
-                           DType out_dtype, cudaStream_t stream) {
-  decode(src, n, codec, decode_to(out, out_dtype), stream, "taco decode");
 }
 
 }  // namespace ccompress::cuda
