@@ -1,9 +1,11 @@
 """build_info() and the ccompress-info command."""
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from . import _core
 
@@ -89,12 +91,27 @@ def build_info() -> Dict[str, Any]:
     info["transports"]["mpi"] = info["mpi"]["available"]
     info["transports"]["nccl"] = info["nccl"]["available"]
     info["transports"]["cuda_loopback"] = info["cuda"]["available"]
-    for mod in ("numpy", "torch", "cupy"):
-        m = sys.modules.get(mod)
-        if m is None and mod == "numpy":
-            import numpy as m  # type: ignore[no-redef]
-        info[mod] = getattr(m, "__version__", None) if m is not None else None
+    for mod in ("numpy", "torch", "cupy", "jax"):
+        info[mod] = _installed_version(mod)
     return info
+
+
+def _installed_version(module: str) -> Optional[str]:
+    """The version of an installed array library, None when it is not installed. Read from
+    the module when it is already imported, else from the installed distribution's metadata
+    (importing torch or jax only to print a version would take seconds)."""
+    m = sys.modules.get(module)
+    if m is not None and getattr(m, "__version__", None):
+        return str(m.__version__)
+    if importlib.util.find_spec(module) is None:
+        return None
+    names = {"cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x")}.get(module, (module,))
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "installed (version unknown)"
 
 
 def main(argv: Any = None) -> int:

@@ -180,6 +180,12 @@ def run(args: argparse.Namespace, g: Any) -> int:
         f"ref = fp64 {op} over ranks; check {'on' if args.check else 'off'}")
     say(f"# time: median over {args.iters} iterations (after {args.warmup} warm-ups) of the "
         f"slowest rank's time; wire(B) = bytes sent per call by the busiest rank")
+    hosts = set(g.allgather(socket.gethostname()))
+    if P > 1 and len(hosts) == 1:
+        say(f"# note: all {P} ranks run on this one host and move data through shared memory, "
+            "which is faster than the codecs, so here compressed rows can be slower than the")
+        say("# baseline: read this table for wire bytes (ratio) and accuracy. Over a slower link "
+            "the saved bytes become time (the model rows at the end; perf/emulated_net.py).")
     say("#" + fmt_row([name for name, _ in COLUMNS])[1:])
     rows: List[Dict[str, Any]] = []
     sizes, s = [], args.minbytes
@@ -266,6 +272,9 @@ def run(args: argparse.Namespace, g: Any) -> int:
                 rows[-1]["algo_requested"] = algo
         parts = None  # free before the next size
     nwrong = sum(r["wrong"] or 0 for r in rows)
+    model_rows: List[Dict[str, Any]] = []
+    if main and kind == "allreduce" and args.link_gbps and rows:
+        model_rows = model_table(rows, args.link_gbps, P, esize, say)
     say(f"# {len(rows)} rows, {nwrong} wrong, {time.time() - t_start:.1f} s")
     if main and args.json:
         with open(args.json, "w") as f:
@@ -274,30 +283,95 @@ def run(args: argparse.Namespace, g: Any) -> int:
                        "cpus": os.cpu_count(), "version": cc.__version__,
                        "date": datetime.datetime.now().isoformat(timespec="seconds"),
                        "dtype": dtype, "op": op, "iters": args.iters, "warmup": args.warmup,
-                       "seed": args.seed, "rows": rows}, f, indent=1)
+                       "seed": args.seed, "rows": rows, "model_rows": model_rows}, f, indent=1)
     return 1 if args.check and nwrong else 0
+
+
+def model_table(rows: List[Dict[str, Any]], rates: List[float], P: int, esize: int,
+                say: Callable[[str], None]) -> List[Dict[str, Any]]:
+    """Prints (and returns) the cost model's time of the largest measured size over links of
+    each rate in ``rates`` (Gbit/s), for every measured codec and algorithm next to the
+    model's MPI_Allreduce, with codec rates measured here. Model, not measurement."""
+    from . import perfmodel as pm
+
+    S = max(r["size"] for r in rows)
+    count = S // esize
+    cores = os.cpu_count() or 1
+    say(f"# MODEL, not measured: {P} ranks, one full-duplex link per rank at each rate (alpha "
+        f"{pm.EMULATED_ALPHA * 1e6:.0f} us), the ranks sharing {cores} cores, codec rates "
+        "measured now on one thread; the model's median |error| against emulated links "
+        f"(perf/RESULTS.md) is {100 * pm.VALIDATION_ERROR_ALL:.1f}% over 0.5-10 Gbit/s")
+    say(f"# model   Gbit/s {'size':>11} {'codec':>18} {'algo':>13} {'time(us)':>11} "
+        f"{'vs MPI':>7} {'model err':>9}")
+    costs: Dict[str, Any] = {}
+    out: List[Dict[str, Any]] = []
+    for rate in rates:
+        system = pm.emulated_system(P, rate, cores)
+        base = pm.baseline_time(system, count, esize)
+        err = pm.validation_error(rate)
+        err_s = f"{100 * err:.0f}%" if err is not None else "untested"
+        say(f"# model {rate:8g} {S:>11} {BASELINE['allreduce']:>18} {'-':>13} "
+            f"{base * 1e6:11.1f} {'1.00x':>7} {err_s:>9}")
+        for r in rows:
+            if r["size"] != S or r["codec"] == BASELINE["allreduce"]:
+                continue
+            algo = r["algo"].split(":")[-1]
+            if r["codec"] not in costs:
+                costs[r["codec"]] = pm.measure_codec_cost(r["codec"], min(count, 1 << 22))
+            t = pm.collective_time(system, count, esize, costs[r["codec"]], algo)
+            out.append({"gbit": rate, "size": S, "codec": r["codec"], "algo": algo,
+                        "model_time_us": t * 1e6, "model_baseline_us": base * 1e6,
+                        "model_error": err})
+            say(f"# model {rate:8g} {S:>11} {r['codec']:>18} {algo:>13} {t * 1e6:11.1f} "
+                f"{base / t:6.2f}x {err_s:>9}")
+    return out
+
+
+def parse_link_rates(text: str) -> List[float]:
+    """'1,10,100' -> [1.0, 10.0, 100.0] Gbit/s; '' or 'none' -> no model rows."""
+    if text.strip().lower() in ("", "none", "0"):
+        return []
+    try:
+        rates = [float(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad rates {text!r}; use e.g. 1,10,100") from None
+    if any(r <= 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"link rates must be positive, got {text!r}")
+    return rates
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ccompress-perf", description=__doc__.split("\n\n")[0],
-                                epilog="Columns and formulas: perf/README.md")
-    p.add_argument("collective", choices=COLLECTIVES)
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("1M"))
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"))
-    p.add_argument("-f", "--stepfactor", type=float, default=2.0)
-    p.add_argument("-n", "--iters", type=int, default=5)
-    p.add_argument("-w", "--warmup", type=int, default=2)
-    p.add_argument("-c", "--check", type=int, default=1, help="check results (default 1)")
-    p.add_argument("-d", "--dtype", default="float32", choices=_arrays.SUPPORTED)
-    p.add_argument("-o", "--op", default="sum", choices=cc.OPS)
+                                epilog="Sizes take K/M/G suffixes (powers of 1024). Columns and "
+                                       "formulas: perf/README.md",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("collective", choices=COLLECTIVES, help="the collective to sweep")
+    p.add_argument("-b", "--minbytes", type=parse_size, default="1M",
+                   help="smallest message, bytes of input per rank")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default="64M",
+                   help="largest message, bytes of input per rank")
+    p.add_argument("-f", "--stepfactor", type=float, default=2.0,
+                   help="multiply the size by this factor per step")
+    p.add_argument("-n", "--iters", type=int, default=5, help="timed iterations per row")
+    p.add_argument("-w", "--warmup", type=int, default=2, help="untimed warm-up iterations per row")
+    p.add_argument("-c", "--check", type=int, default=1,
+                   help="1: check results against the fp64 reference and across ranks; 0: off")
+    p.add_argument("-d", "--dtype", default="float32", choices=_arrays.SUPPORTED,
+                   help="element type of the inputs")
+    p.add_argument("-o", "--op", default="sum", choices=cc.OPS, help="reduction")
     p.add_argument("--codec", action="append",
                    help="codec spec, repeatable (default: none and fp8_e4m3:g128)")
     p.add_argument("--algo", action="append", choices=cc.ALGOS,
                    help="all-reduce schedule, repeatable (default: auto)")
-    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--seed", type=int, default=1234, help="seed of every rank's input")
     p.add_argument("--json", metavar="PATH", help="write every row to PATH")
     p.add_argument("--inproc", type=int, metavar="N",
-                   help="run N ranks as threads of this process instead of under MPI")
+                   help="run N ranks as threads of this process instead of under MPI "
+                        "(--inproc 1 measures a single rank)")
+    p.add_argument("--link-gbps", type=parse_link_rates, default="1,10,100", metavar="RATES",
+                   help="all-reduce only: after the measured rows, print the cost model's time "
+                        "of the largest size over links of these rates (Gbit/s, comma "
+                        "separated; 'none' for no model rows), marked MODEL")
     a = p.parse_args(argv)
     if a.minbytes <= 0 or a.maxbytes < a.minbytes or a.stepfactor <= 1 or a.iters < 1 \
             or a.warmup < 0:
@@ -321,7 +395,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                     raise
 
             return cc.run_inproc(args.inproc, body)[0]
-        return run(args, MpiGroup())
+        group = MpiGroup()
+        if group.size == 1:
+            print("ccompress-perf: ERROR: this is a 1-rank MPI world, so there is nothing to "
+                  "communicate. Launch it under MPI (mpiexec -n 4 ccompress-perf ...), or pass "
+                  "--inproc N for N ranks as threads of this process (--inproc 1 measures one "
+                  "rank on purpose).", file=sys.stderr)
+            return 2
+        return run(args, group)
     except cc.CCompressError as e:
         print(f"ccompress-perf: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

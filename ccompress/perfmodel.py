@@ -231,3 +231,53 @@ def gpu_codec(name: str, wire_per_element: float, copy_gbs: float = 3350 * 0.8,
     bw = copy_gbs * 1e9 * efficiency
     return CodecCost(name, wire_per_element, bw / per_elem_enc, bw / per_elem_dec,
                      source=f"datasheet assumption: {efficiency:.0%} of {copy_gbs:.0f} GB/s copy")
+
+
+# How well the model predicted the emulated-network runs it was validated on (perf/RESULTS.md,
+# "Model validation": perf/model_report.py over perf/emulated_net.py, 4 ranks on 2 cores,
+# 1-64 MiB float32, 7 codecs, 2026-11-30): median |error| per link rate in Gbit/s.
+VALIDATION_ERROR = {0.5: 0.110, 1.0: 0.096, 2.5: 0.089, 10.0: 0.438}
+VALIDATION_ERROR_ALL = 0.107
+EMULATED_ALPHA = 50e-6  # s per dependent message round over the emulated TCP links
+
+
+def validation_error(gbit_rate: float) -> Optional[float]:
+    """The model's measured median |error| at the validated link rate nearest ``gbit_rate``
+    (within a factor of 2), or None when it was never validated near that rate."""
+    near = min(VALIDATION_ERROR, key=lambda r: abs(math.log(r / gbit_rate)))
+    return VALIDATION_ERROR[near] if abs(math.log(near / gbit_rate)) <= math.log(2) else None
+
+
+def emulated_system(ranks: int, gbit_rate: float, cores: int) -> System:
+    """The system the model was validated on: one full-duplex link per rank at ``gbit_rate``
+    (alpha 50 us) and ``ranks`` ranks sharing ``cores`` cores."""
+    return System(f"{ranks} ranks, {gbit_rate:g} Gbit/s", ranks,
+                  Link(gbit(gbit_rate), EMULATED_ALPHA), cores_per_rank=cores / ranks)
+
+
+def measure_codec_cost(spec: str, n: int = 1 << 22, reps: int = 3) -> CodecCost:
+    """Single-thread encode and decode rates of ``spec`` on this machine, measured on ``n``
+    float32 Gaussian elements through the public Codec API (median of ``reps``)."""
+    import statistics
+    import time
+
+    import numpy as np
+
+    from .codec import Codec
+
+    codec = Codec.parse(spec)
+    x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+    buf = codec.encode(x)
+
+    def rate(fn) -> float:
+        fn()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return n / statistics.median(times)
+
+    return CodecCost(codec.name, buf.size / n, rate(lambda: codec.encode(x)),
+                     rate(lambda: codec.decode(buf, n, "float32")),
+                     source="measured here, one thread, Codec.encode/decode")

@@ -2,7 +2,10 @@
 # Sets up .venv (scripts/setup.sh), then runs the 4-rank compressed all-reduce benchmark on
 # the CPU over MPI: MPI_Allreduce as the baseline, then none / bf16 / fp8_e4m3:g128 codecs
 # with the two_shot and ring schedules, 1 MiB to 64 MiB of float32 per rank. A few minutes on
-# a 2-core machine (4 ranks oversubscribe it, which is fine). Columns: perf/README.md.
+# a 2-core machine (4 ranks oversubscribe it, which is fine). Columns: perf/README.md. On one
+# machine the ranks talk through shared memory, faster than the codecs: the output says how to
+# read it and ends with the cost model's times over 1, 10 and 100 Gbit/s links (marked MODEL;
+# --link-gbps picks the rates).
 #
 #   bash scripts/bench.sh                 # the default sweep
 #   NP=8 bash scripts/bench.sh -e 16M     # other rank count; extra args go to ccompress-perf

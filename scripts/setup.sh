@@ -6,7 +6,12 @@
 # only when a file under cuda/ or bindings/, CMakeLists.txt or pyproject.toml has changed
 # (edits to Python files need no reinstall: the install is editable; adding a module does).
 #
-# Environment: PYTHON (default python3), CCOMPRESS_CUDA=AUTO|ON|OFF, CMAKE_CUDA_ARCHITECTURES,
+# The CUDA module is built where it can run: CCOMPRESS_CUDA defaults to ON when a GPU is
+# visible (nvidia-smi lists one) and to OFF otherwise, so a machine without a GPU does not
+# spend minutes in nvcc; CCOMPRESS_CUDA=ON builds it anyway (CI does, so that every CUDA
+# source is compiled there), CCOMPRESS_CUDA=AUTO builds it wherever nvcc is found.
+#
+# Environment: PYTHON (default python3), CCOMPRESS_CUDA=ON|OFF|AUTO, CMAKE_CUDA_ARCHITECTURES,
 # MPI_HOME (another MPI than the mpich wheel), CCOMPRESS_SKIP_TORCH=1, CCOMPRESS_REQUIRE_TORCH=1
 # (fail instead of skipping the torch tests when torch cannot be installed; CI sets it).
 set -euo pipefail
@@ -34,6 +39,18 @@ fi
 # between builds): mpicc from the mpich wheel and cmake are found on PATH.
 export PATH="$VENV/bin:$PATH" VIRTUAL_ENV="$VENV"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+
+if [ -z "${CCOMPRESS_CUDA:-}" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    CCOMPRESS_CUDA=ON
+  else
+    CCOMPRESS_CUDA=OFF
+    if command -v nvcc >/dev/null 2>&1; then
+      say "no GPU visible: the CUDA module is not built (CCOMPRESS_CUDA=ON bash scripts/setup.sh builds it)"
+    fi
+  fi
+fi
+export CCOMPRESS_CUDA
 
 build_key() {
   {

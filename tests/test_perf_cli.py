@@ -1,0 +1,87 @@
+"""The command-line tools as a user meets them: ccompress-perf's model rows, its refusal to
+run as an accidental single rank, its --help, and ccompress-info's versions."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ccompress import perf, perfmodel as pm
+from ccompress.info import build_info
+
+
+def test_perf_inproc_prints_measured_then_model_rows(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    rc = perf.main(["allreduce", "--inproc", "2", "-b", "64K", "-e", "64K", "-n", "1", "-w", "0",
+                    "--codec", "none", "--codec", "fp8_e4m3:g128", "--algo", "two_shot",
+                    "--link-gbps", "1,10", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "shared memory" in text  # how to read a one-host table is said in the output
+    model = [line for line in text.splitlines() if line.startswith("# model ")]
+    # a header, then per rate the baseline and each measured codec x algo
+    assert len(model) == 1 + 2 * 3, text
+    assert "MODEL, not measured" in text
+    data = json.loads(out.read_text())
+    assert {r["codec"] for r in data["model_rows"]} == {"none", "fp8_e4m3:g128"}
+    fp8_1g = next(r for r in data["model_rows"] if r["codec"] == "fp8_e4m3:g128" and r["gbit"] == 1)
+    # at 1 Gbit/s the wire dominates: the model's fp8 time is below its uncompressed baseline
+    assert fp8_1g["model_time_us"] < fp8_1g["model_baseline_us"]
+    assert fp8_1g["model_error"] == pm.VALIDATION_ERROR[1.0]
+
+
+def test_perf_without_model_rows(capsys):
+    rc = perf.main(["allreduce", "--inproc", "2", "-b", "4K", "-e", "4K", "-n", "1", "-w", "0",
+                    "--codec", "bf16", "--link-gbps", "none"])
+    assert rc == 0
+    assert "# model" not in capsys.readouterr().out
+
+
+def test_validation_error_is_only_claimed_near_validated_rates():
+    assert pm.validation_error(1.0) == pm.VALIDATION_ERROR[1.0]
+    assert pm.validation_error(8.0) == pm.VALIDATION_ERROR[10.0]
+    assert pm.validation_error(100.0) is None
+
+
+def test_perf_refuses_a_one_rank_mpi_world():
+    pytest.importorskip("mpi4py")
+    try:
+        from ccompress import _mpi  # noqa: F401
+    except ImportError:
+        pytest.skip("MPI transport not built")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPI"))}
+    r = subprocess.run([sys.executable, "-m", "ccompress.perf", "allreduce", "-b", "4K", "-e",
+                        "4K"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "1-rank MPI world" in r.stderr and "--inproc" in r.stderr
+    assert "size" not in r.stdout  # no table was printed
+
+
+def test_perf_help_gives_units_and_defaults(capsys):
+    with pytest.raises(SystemExit):
+        perf.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal width
+    for piece in ("bytes of input per rank", "(default: 1M)", "(default: 64M)", "Gbit/s",
+                  "(default: 1,10,100)", "(default: 5)"):
+        assert piece in text, piece
+
+
+def test_info_reports_installed_torch_without_importing_it():
+    try:
+        from importlib.metadata import version
+        expected = version("torch")
+    except Exception:
+        pytest.skip("torch is not installed")
+    code = ("import sys, json; from ccompress.info import build_info; i = build_info(); "
+            "print(json.dumps([i['torch'], 'torch' in sys.modules]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    reported, imported = json.loads(r.stdout)
+    assert reported == expected and not imported
+
+
+def test_info_reports_a_missing_library_as_none():
+    from ccompress.info import _installed_version
+    assert _installed_version("ccompress_no_such_module") is None
+    assert _installed_version("numpy") == build_info()["numpy"]
