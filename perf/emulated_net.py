@@ -69,7 +69,7 @@ class Network:
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
 
     def limit(self, gbit: float) -> None:
-        """tbf at `gbit` on both ends of every veth; burst >= rate/HZ (BENCHMARKING.md)."""
+        """tbf at `gbit` on both ends of every veth; burst >= rate/HZ (docs/measuring.md)."""
         burst = max(256 * 1024, int(gbit * 1e9 / 8 / 250) * 2)
         for ns, veth in zip(self.ns, self.veth):
             for prefix, dev in (([], veth), (["ip", "netns", "exec", ns], "eth0")):
@@ -91,7 +91,7 @@ class Network:
 
 def run_perf(net: Network, perf_args: List[str], json_path: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    # MPICH would otherwise use shared memory between the namespaces (BENCHMARKING.md).
+    # MPICH would otherwise use shared memory between the namespaces (docs/measuring.md).
     env.update(MPIR_CVAR_NOLOCAL="1", MPICH_CH4_NETMOD="ofi", FI_PROVIDER="tcp",
                FI_TCP_IFACE="eth0", PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
     cmd = [str(VENV_BIN / "mpiexec"), "-launcher", "ssh", "-launcher-exec",
