@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _arrays, _core, _nonfinite, _transports, autocodec
 from ._backends import Call, backend_for
-from ._errors import CCompressError, InvalidArgument, MismatchError, Unsupported
+from ._errors import CCompressError, InvalidArgument, MismatchError
 from ._device import _cuda_module
 from ._ranks import on_threads, run_ranks
 from ._resolve import resolve
