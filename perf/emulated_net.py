@@ -108,7 +108,7 @@ def in_burst(wire_bytes: int, burst: int) -> bool:
 
 def run_perf(net: Network, perf_args: List[str], json_path: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    # MPICH would otherwise use shared memory between the namespaces (BENCHMARKING.md).
+    # MPICH would otherwise use shared memory between the namespaces (docs/measuring.md).
     env.update(MPIR_CVAR_NOLOCAL="1", MPICH_CH4_NETMOD="ofi", FI_PROVIDER="tcp",
                FI_TCP_IFACE="eth0", PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
     cmd = [str(VENV_BIN / "mpiexec"), "-launcher", "ssh", "-launcher-exec",
