@@ -1,14 +1,62 @@
-// Collective options from Python arguments and statistics back to Python: shared by the
-// host (_core) and device (_cuda) bindings so both read and report a call alike.
+// The collectives for Python, written once for the host (_core) and device (_cuda) modules.
+//
+// A call reaches C++ as a CallSpec (which collective, and its options, parsed and validated
+// here once per call, before any data moves) plus the per-call buffers. Both modules bind
+// the same `run` method on their rank object (_core.Transport, _cuda.DeviceRank) through
+// def_run; only the Runner differs: the CPU backend on the calling thread, or the CUDA
+// backend ordered with the caller's stream.
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 
 #include "ccompress/collectives.h"
+#include "ccompress/error.h"
 
 namespace ccompress::py_bindings {
+
+using CollectiveFn = CollectiveStats (*)(Transport&, KernelBackend&, const void*, void*, int64_t,
+                                         DType, const Codec&, const CollectiveOptions&);
+
+/// One collective call as the Python layer resolved it: the kind and the options that are
+/// the same on every rank. algo applies to allreduce only, op to allreduce and
+/// reduce_scatter; passing either where it has no meaning is refused rather than ignored.
+struct CallSpec {
+  std::string kind;
+  CollectiveFn fn = nullptr;
+  CollectiveOptions options;
+};
+
+inline CallSpec make_call_spec(const std::string& kind, const std::optional<std::string>& algo,
+                               const std::optional<std::string>& op, int64_t slice_elems,
+                               double timeout_s, uint64_t seed) {
+  CallSpec s;
+  s.kind = kind;
+  if (kind == "allreduce") {
+    s.fn = &allreduce;
+  } else if (kind == "reduce_scatter") {
+    s.fn = &reduce_scatter;
+  } else if (kind == "allgather") {
+    s.fn = &allgather;
+  } else {
+    CC_CHECK(false, "unknown collective '" << kind
+                                           << "'; use allreduce, reduce_scatter or allgather");
+  }
+  CC_CHECK(!algo || kind == "allreduce",
+           kind << " has one schedule; algo applies to allreduce only");
+  CC_CHECK(!op || kind != "allgather", "allgather reduces nothing; op does not apply");
+  if (algo) s.options.algo = parse_algo(*algo);
+  if (op) s.options.op = parse_reduce_op(*op);
+  CC_CHECK(slice_elems >= 0, "slice_elems " << slice_elems << " is negative");
+  CC_CHECK(timeout_s > 0, "timeout " << timeout_s << " s must be positive");
+  s.options.slice_elems = slice_elems;
+  s.options.timeout_s = timeout_s;
+  s.options.seed = seed;
+  return s;
+}
 
 inline pybind11::dict stats_dict(const CollectiveStats& s) {
   pybind11::dict d;
@@ -23,17 +71,34 @@ inline pybind11::dict stats_dict(const CollectiveStats& s) {
   return d;
 }
 
-inline CollectiveOptions make_options(const std::string& algo, const std::string& op,
-                                      int64_t slice_elems, double timeout_s, uint64_t seed,
-                                      uint64_t step) {
-  CollectiveOptions o;
-  o.seed = seed;
-  o.step = step;
-  o.algo = parse_algo(algo);
-  o.op = parse_reduce_op(op);
-  o.slice_elems = slice_elems;
-  o.timeout_s = timeout_s;
-  return o;
+/// Binds `cls.run(spec, in_ptr, out_ptr, n, dtype, codec, *, step, stream, worker_residual,
+/// server_residual, ready_event) -> stats dict`. @p run is called as
+/// run(self, fn, in, out, n, dtype, codec, options, stream, ready_event) and returns the
+/// CollectiveStats; it converts the codec and releases the GIL around the collective (ranks
+/// on threads run in parallel).
+template <class Self, class Runner>
+void def_run(pybind11::class_<Self, std::shared_ptr<Self>>& cls, Runner run) {
+  namespace py = pybind11;
+  cls.def(
+      "run",
+      [run](Self& self, const CallSpec& spec, uintptr_t in, uintptr_t out, int64_t n,
+            const std::string& dtype, const py::object& codec, uint64_t step, uintptr_t stream,
+            uintptr_t worker_residual, uintptr_t server_residual, uintptr_t ready_event) {
+        DType dt = parse_dtype(dtype);
+        CollectiveOptions o = spec.options;
+        o.step = step;
+        o.feedback.worker = reinterpret_cast<float*>(worker_residual);
+        o.feedback.server = reinterpret_cast<float*>(server_residual);
+        CollectiveStats s = run(self, spec.fn, reinterpret_cast<const void*>(in),
+                                reinterpret_cast<void*>(out), n, dt, codec, o, stream, ready_event);
+        return stats_dict(s);
+      },
+      py::arg("spec"), py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("dtype"),
+      py::arg("codec"), py::kw_only(), py::arg("step") = 0, py::arg("stream") = 0,
+      py::arg("worker_residual") = 0, py::arg("server_residual") = 0, py::arg("ready_event") = 0,
+      "Runs the collective `spec` from in_ptr (n elements of dtype) into out_ptr with `codec`; "
+      "residuals are error-feedback buffers (0: none); stream and ready_event order a device "
+      "collective with the caller's stream.");
 }
 
 }  // namespace ccompress::py_bindings

@@ -20,35 +20,21 @@ namespace {
 
 const void* as_ptr(uintptr_t p) { return reinterpret_cast<const void*>(p); }
 
-using CollectiveFn = CollectiveStats (*)(Transport&, KernelBackend&, const void*, void*, int64_t,
-                                         DType, const Codec&, const CollectiveOptions&);
-
-// One binding body for the three collectives: the GIL is released while data moves so that
-// threads acting as ranks run in parallel.
-template <CollectiveFn Fn>
-py::dict call_collective(Transport& t, uintptr_t in, uintptr_t out, int64_t n,
-                         const std::string& dtype, const Codec& codec, const std::string& algo,
-                         const std::string& op, int64_t slice_elems, double timeout_s,
-                         uint64_t seed, uint64_t step, uintptr_t worker_residual,
-                         uintptr_t server_residual) {
-  DType dt = parse_dtype(dtype);
-  CollectiveOptions o = make_options(algo, op, slice_elems, timeout_s, seed, step);
-  o.feedback.worker = reinterpret_cast<float*>(worker_residual);
-  o.feedback.server = reinterpret_cast<float*>(server_residual);
-  CollectiveStats s;
-  {
-    py::gil_scoped_release release;
-    s = Fn(t, cpu_backend(), as_ptr(in), const_cast<void*>(as_ptr(out)), n, dt, codec, o);
-  }
-  return stats_dict(s);
-}
-
 }  // namespace
 
 void bind_collectives(py::module_& m) {
-  py::class_<Transport, std::shared_ptr<Transport>>(m, "Transport",
-                                                    "Moves bytes between the ranks of a group.")
-      .def_property_readonly("rank", &Transport::rank)
+  py::class_<CallSpec>(m, "CallSpec",
+                       "One collective call's kind and options, validated once per call.")
+      .def(py::init(&make_call_spec), py::arg("kind"), py::kw_only(), py::arg("algo") = py::none(),
+           py::arg("op") = py::none(), py::arg("slice_elems") = 0, py::arg("timeout") = 300.0,
+           py::arg("seed") = 0)
+      .def_readonly("kind", &CallSpec::kind)
+      .def_property_readonly("algo", [](const CallSpec& s) { return algo_name(s.options.algo); })
+      .def_property_readonly("op", [](const CallSpec& s) { return reduce_op_name(s.options.op); });
+
+  py::class_<Transport, std::shared_ptr<Transport>> transport(
+      m, "Transport", "Moves bytes between the ranks of a group.");
+  transport.def_property_readonly("rank", &Transport::rank)
       .def_property_readonly("size", &Transport::size)
       .def_property_readonly("name", &Transport::name)
       .def_property_readonly("bytes_sent", &Transport::bytes_sent)
@@ -101,19 +87,15 @@ void bind_collectives(py::module_& m) {
       py::arg("ptr"), py::arg("dtype"), py::arg("n"),
       "(count, first index or -1) of the NaN and +-Inf elements of a host buffer.");
 
-  m.def("allreduce", &call_collective<&allreduce>, py::arg("transport"), py::arg("in_ptr"),
-        py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),
-        py::arg("op"), py::arg("slice_elems"), py::arg("timeout"), py::arg("seed") = 0,
-        py::arg("step") = 0, py::arg("worker_residual") = 0, py::arg("server_residual") = 0);
-  m.def("reduce_scatter", &call_collective<&reduce_scatter>, py::arg("transport"),
-        py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"),
-        py::arg("algo"), py::arg("op"), py::arg("slice_elems"), py::arg("timeout"),
-        py::arg("seed") = 0, py::arg("step") = 0, py::arg("worker_residual") = 0,
-        py::arg("server_residual") = 0);
-  m.def("allgather", &call_collective<&allgather>, py::arg("transport"), py::arg("in_ptr"),
-        py::arg("out_ptr"), py::arg("n"), py::arg("dtype"), py::arg("codec"), py::arg("algo"),
-        py::arg("op"), py::arg("slice_elems"), py::arg("timeout"), py::arg("seed") = 0,
-        py::arg("step") = 0, py::arg("worker_residual") = 0, py::arg("server_residual") = 0);
+  def_run(transport, [](Transport& t, CollectiveFn fn, const void* in, void* out, int64_t n,
+                         DType dtype, const py::object& codec, const CollectiveOptions& o,
+                         uintptr_t stream, uintptr_t ready) {
+    CC_CHECK_AS(Unsupported, stream == 0 && ready == 0,
+                "a host transport runs on the CPU; stream= applies to device communicators");
+    const Codec& c = codec.cast<const Codec&>();
+    py::gil_scoped_release release;
+    return fn(t, cpu_backend(), in, out, n, dtype, c, o);
+  });
 }
 
 }  // namespace ccompress::py_bindings

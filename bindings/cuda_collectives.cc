@@ -40,38 +40,6 @@ cuda::NcclUniqueId unique_id_from(const py::bytes& b) {
   return id;
 }
 
-template <cuda::CollectiveFn Fn>
-py::dict call(DeviceRank& r, uintptr_t in, uintptr_t out, int64_t n, const std::string& dtype,
-              const py::object& codec, const std::string& algo, const std::string& op,
-              int64_t slice_elems, double timeout_s, uint64_t seed, uint64_t step,
-              uintptr_t stream, uintptr_t worker_residual, uintptr_t server_residual,
-              uintptr_t ready_event) {
-  DType dt = parse_dtype(dtype);
-  Codec c = to_codec(codec, dt);
-  CollectiveOptions o = make_options(algo, op, slice_elems, timeout_s, seed, step);
-  o.feedback.worker = reinterpret_cast<float*>(worker_residual);  // device memory
-  o.feedback.server = reinterpret_cast<float*>(server_residual);
-  CollectiveStats s;
-  {
-    py::gil_scoped_release release;  // ranks on threads run in parallel
-    s = cuda::run_device_collective(Fn, *r.transport, *r.backend,
-                                    reinterpret_cast<const void*>(in), reinterpret_cast<void*>(out),
-                                    n, dt, c, o, reinterpret_cast<cudaStream_t>(stream),
-                                    reinterpret_cast<cudaEvent_t>(ready_event));
-  }
-  return stats_dict(s);
-}
-
-template <cuda::CollectiveFn Fn>
-void def_collective(py::class_<DeviceRank, std::shared_ptr<DeviceRank>>& cls, const char* name,
-                    const char* doc) {
-  cls.def(name, &call<Fn>, py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("dtype"),
-          py::arg("codec"), py::arg("algo"), py::arg("op"), py::arg("slice_elems"),
-          py::arg("timeout"), py::arg("seed") = 0, py::arg("step") = 0, py::arg("stream") = 0,
-          py::arg("worker_residual") = 0, py::arg("server_residual") = 0,
-          py::arg("ready_event") = 0, doc);
-}
-
 }  // namespace
 
 void bind_device_collectives(py::module_& m) {
@@ -84,11 +52,15 @@ void bind_device_collectives(py::module_& m) {
       .def_property_readonly("device", [](DeviceRank& r) { return r.backend->streams().device(); })
       .def("barrier", [](DeviceRank& r) { r.transport->barrier(); },
            py::call_guard<py::gil_scoped_release>());
-  def_collective<&allreduce>(cls, "allreduce",
-                             "out <- reduction of in over all ranks, ordered with `stream`.");
-  def_collective<&reduce_scatter>(cls, "reduce_scatter",
-                                  "out <- this rank's chunk of the reduction of in.");
-  def_collective<&allgather>(cls, "allgather", "out <- every rank's decode(encode(in)).");
+  def_run(cls, [](DeviceRank& r, CollectiveFn fn, const void* in, void* out, int64_t n,
+                  DType dtype, const py::object& codec, const CollectiveOptions& o,
+                  uintptr_t stream, uintptr_t ready) {
+    Codec c = to_codec(codec, dtype);
+    py::gil_scoped_release release;  // ranks on threads run in parallel
+    return cuda::run_device_collective(fn, *r.transport, *r.backend, in, out, n, dtype, c, o,
+                                       reinterpret_cast<cudaStream_t>(stream),
+                                       reinterpret_cast<cudaEvent_t>(ready));
+  });
 
   cls.def(
       "nccl_allreduce",

@@ -17,7 +17,8 @@ from ._errors import InvalidArgument
 SUPPORTED = ("float32", "bfloat16", "float16")
 _HINT = "ccompress reduces float32, bfloat16 and float16 — cast first"
 
-# DLPack (v0.x ABI, the one every producer still exports without max_version).
+# DLPack: the v1 ABI (DLManagedTensorVersioned, which carries a read-only flag) when the
+# producer offers it for max_version=(1, 0), else the v0.x one; both start with a DLTensor.
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST = 1, 2, 3
 _KDL_FLOAT, _KDL_BFLOAT = 2, 4
 _DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
@@ -38,6 +39,18 @@ class _DLTensor(ctypes.Structure):
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+_DLPACK_FLAG_READ_ONLY = 1
+_VERSIONED = b"dltensor_versioned"
+
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype = ctypes.c_int
+_capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -92,10 +105,22 @@ def _device_of(x: Any) -> str | None:
     return f"{_DEVICE_NAMES.get(kind, f'device type {kind}')}:{index}"
 
 
+def _fortran_order(what: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"{what} is in Fortran (column-major) order; ccompress reads C (row-major) order: "
+        f"pass np.ascontiguousarray({what}) (or .contiguous())")
+
+
+def _is_jax(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] in ("jax", "jaxlib")
+
+
 def _view_numpy(x: np.ndarray, what: str) -> ArrayView:
     name = dtype_name(x.dtype)
     _check_dtype(name, what)
     if not x.flags.c_contiguous:
+        if x.flags.f_contiguous:
+            raise _fortran_order(what)
         raise InvalidArgument(
             f"{what} is not contiguous; pass np.ascontiguousarray({what}) (or .contiguous())")
     return ArrayView(int(x.__array_interface__["data"][0]), int(x.size), name, tuple(x.shape),
@@ -103,22 +128,28 @@ def _view_numpy(x: np.ndarray, what: str) -> ArrayView:
 
 
 def _export(x: Any, what: str, on_device: bool) -> Any:
-    try:
-        if on_device:
-            # stream=-1: no synchronisation by the producer; the communicator orders its work
-            # with the caller's stream itself. Producers that refuse -1 get the plain call.
-            try:
-                return x.__dlpack__(stream=-1)
-            except (TypeError, ValueError, BufferError):
-                pass
-        return x.__dlpack__()
-    except (RuntimeError, BufferError, TypeError, ValueError) as e:
-        raise InvalidArgument(f"{what} cannot be exported through DLPack: {e}") from e
+    # stream=-1 (device): no synchronisation by the producer; the communicator orders its
+    # work with the caller's stream itself. max_version=(1, 0) asks for the versioned
+    # capsule, whose flags say whether the memory is read-only (a read-only NumPy array is
+    # exported only that way). Producers that refuse either get the plainer call.
+    tries = [dict(stream=-1, max_version=(1, 0)), dict(stream=-1)] if on_device else []
+    tries += [dict(max_version=(1, 0)), {}]
+    for i, kw in enumerate(tries):
+        try:
+            return x.__dlpack__(**kw)
+        except (RuntimeError, BufferError, TypeError, ValueError) as e:
+            if i + 1 == len(tries):
+                raise InvalidArgument(f"{what} cannot be exported through DLPack: {e}") from e
 
 
 def _view_dlpack(x: Any, what: str, on_device: bool = False) -> ArrayView:
     capsule = _export(x, what, on_device)
-    t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    readonly = False
+    if _capsule_valid(capsule, _VERSIONED):
+        m = _DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, _VERSIONED))
+        t, readonly = m.dl_tensor, bool(m.flags & _DLPACK_FLAG_READ_ONLY)
+    else:
+        t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
     allowed = (_KDL_CUDA,) if on_device else (_KDL_CPU, _KDL_CUDA_HOST)
     if t.device.device_type not in allowed:
         where = "CUDA device" if on_device else "host"
@@ -135,17 +166,38 @@ def _view_dlpack(x: Any, what: str, on_device: bool = False) -> ArrayView:
     _check_dtype(name, what)
     shape = tuple(t.shape[i] for i in range(t.ndim))
     if t.strides:
-        expected = 1
-        for i in reversed(range(t.ndim)):
-            if shape[i] != 1 and t.strides[i] != expected:
-                raise InvalidArgument(f"{what} is not contiguous; pass {what}.contiguous() "
-                                      "(or np.ascontiguousarray)")
-            expected *= shape[i]
+        strides = [t.strides[i] for i in range(t.ndim)]
+        if not _dense(shape, strides, reversed(range(t.ndim))):
+            if _dense(shape, strides, range(t.ndim)):
+                raise _fortran_order(what)
+            raise InvalidArgument(f"{what} is not contiguous; pass {what}.contiguous() "
+                                  "(or np.ascontiguousarray)")
     n = int(np.prod(shape, dtype=np.int64)) if shape else 1
     ptr = (t.data or 0) + t.byte_offset
     # The capsule's own destructor releases the producer's tensor once we drop it.
     device = int(t.device.device_id) if on_device else None
-    return ArrayView(int(ptr), n, name, shape, False, (x, capsule), device)
+    return ArrayView(int(ptr), n, name, shape, readonly, (x, capsule), device)
+
+
+def _dense(shape, strides, axes) -> bool:
+    """Whether the strides (in elements) lay the axes out densely, the first of ``axes``
+    varying fastest (axes of length 1 have any stride)."""
+    expected = 1
+    for i in axes:
+        if shape[i] != 1 and strides[i] != expected:
+            return False
+        expected *= shape[i]
+    return True
+
+
+def _check_writable(x: Any, v: ArrayView, what: str) -> None:
+    if _is_jax(x):
+        # JAX arrays are immutable (and their DLPack export does not say so): writing into
+        # one would change a value JAX assumes never changes.
+        raise InvalidArgument(f"{what} is a JAX array, which is immutable; pass {what}=None "
+                              "and use the returned array")
+    if v.readonly:
+        raise InvalidArgument(f"{what} is read-only; pass a writable array")
 
 
 def cuda_device_of(x: Any) -> Optional[int]:
@@ -165,16 +217,17 @@ def device_view(x: Any, what: str = "x", writable: bool = False) -> ArrayView:
         raise InvalidArgument(f"{what} is not a CUDA array; pass a CuPy array or a CUDA "
                               "tensor, or use a host communicator for host arrays")
     v = _view_dlpack(x, what, on_device=True)
-    if writable and v.readonly:
-        raise InvalidArgument(f"{what} is read-only; pass a writable array")
+    if writable:
+        _check_writable(x, v, what)
     return v
 
 
 def view(x: Any, what: str = "x", writable: bool = False) -> ArrayView:
     """Validates ``x`` as a contiguous host array of a supported dtype.
 
-    Raises InvalidArgument for an unsupported dtype, a non-contiguous layout, device memory
-    (this communicator moves host memory), or, with ``writable``, a read-only array.
+    Raises InvalidArgument for an unsupported dtype, a non-contiguous or Fortran-order
+    layout, device memory (this communicator moves host memory), or, with ``writable``, an
+    array that may not be written: read-only NumPy, DLPack's read-only flag, JAX.
     """
     device = _device_of(x)
     if device is not None:
@@ -191,8 +244,8 @@ def view(x: Any, what: str = "x", writable: bool = False) -> ArrayView:
     else:
         raise InvalidArgument(f"{what} of type {type(x).__name__} is neither a NumPy array "
                               "nor a DLPack array")
-    if writable and v.readonly:
-        raise InvalidArgument(f"{what} is read-only; pass a writable array")
+    if writable:
+        _check_writable(x, v, what)
     return v
 
 

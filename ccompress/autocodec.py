@@ -119,3 +119,27 @@ def choose(name: str, a: np.ndarray, exact_sum) -> Choice:
     best = int(np.argmin(rel))  # first on ties: the order above breaks them
     table = [(c.name, lay, float(r)) for (c, lay), r in zip(options, rel)]
     return Choice(options[best][0], options[best][1], table)
+
+
+def allreduce(comm: Any, call: Any, name: str) -> dict:
+    """Runs the all-reduce ``call`` (resolved with codec "none") with the (codec, layout)
+    that ``auto8``/``auto4`` picks for its data: the ranks agree on the choice through one
+    exact all-reduce of their sample errors, then reduce as stored ("rows") or column by
+    column ("cols", through a rearranged copy). Host arrays only; the choice goes to
+    ``last_stats``."""
+    from dataclasses import replace
+
+    from . import _arrays
+
+    a = _arrays.as_numpy(call.x)
+    choice = choose(name, a, lambda v: comm._exact_sum(v, "two_shot"))
+    if choice.layout == "rows":
+        stats = comm._run(replace(call, codec=choice.codec))
+    else:
+        flat = arrange(a, "cols")
+        res = np.empty_like(flat)
+        stats = comm._run(replace(call, codec=choice.codec, x=_arrays.view(flat),
+                                  out=_arrays.view(res)))
+        _arrays.as_numpy(call.out)[...] = restore(res, call.x.shape, "cols")
+    stats.update(auto=name, layout=choice.layout, candidates=choice.table)
+    return stats

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import ccompress as cc
-from ccompress import _cuda
+from ccompress import _core, _cuda
 from ccompress._arrays import numpy_dtype
 from ccompress._device import DeviceBuffer
 
@@ -106,8 +106,9 @@ def pipeline_row(codec, algo, ranks, mib, dtype, slice_elems, iters):
     def body(r):
         dr, (x, y) = group[r], bufs[r]
         caller = _cuda.Backend(0)  # its stream is the caller's: synchronize() waits for results
-        call = lambda: dr.allreduce(x.ptr, y.ptr, n, dtype, codec, algo, "sum", slice_elems,  # noqa: E731
-                                    120.0, 0, 0, caller.stream)
+        spec = _core.CallSpec("allreduce", algo=algo, op="sum", slice_elems=slice_elems,
+                              timeout=120.0)
+        call = lambda: dr.run(spec, x.ptr, y.ptr, n, dtype, codec, stream=caller.stream)  # noqa: E731
         call()
         caller.synchronize()
         barrier.wait()

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+import ccompress as cc
 from ccompress._arrays import _DLTensor, dtype_name
 from ccompress._device import DeviceBuffer  # noqa: F401 - the tests take it from here
 
@@ -117,3 +118,12 @@ def to_host(lib, a):
         import cupy
         return cupy.asnumpy(a)
     return a.cpu().numpy()
+
+
+def device_run(dr, kind, in_ptr, out_ptr, n, dtype, codec, *, algo=None, op=None, slice_elems=0,
+               timeout=60.0, seed=0, **buffers):
+    """One collective straight on a _cuda.DeviceRank (no Communicator): the options go to
+    _core.CallSpec, the buffers (step, stream, residuals, ready_event) to DeviceRank.run."""
+    spec = cc._core.CallSpec(kind, algo=algo, op=op, slice_elems=slice_elems, timeout=timeout,
+                             seed=seed)
+    return dr.run(spec, in_ptr, out_ptr, n, dtype, codec, **buffers)

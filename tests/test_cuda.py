@@ -10,8 +10,8 @@ import ccompress as cc
 from ccompress import _core
 from ccompress._arrays import numpy_dtype
 from conftest import gaussian_parts, rel_l2, run_on_threads, same_bits
-from cuda_helpers import (DeviceBuffer, cuda_or_reason, framework_cases, host_ptr, to_device,
-                          to_host)
+from cuda_helpers import (DeviceBuffer, cuda_or_reason, device_run, framework_cases, host_ptr,
+                          to_device, to_host)
 
 CUDA, WHY = cuda_or_reason()
 gpu = pytest.mark.skipif(CUDA is None, reason=str(WHY))
@@ -216,7 +216,8 @@ def test_loopback_allreduce_matches_host(rng, algo, ranks, codec):
         def call(dr, r):
             x = DeviceBuffer.of(parts[r])
             y = DeviceBuffer(parts[r].nbytes)
-            stats = dr.allreduce(x.ptr, y.ptr, n, dtype, codec, algo, op, 1024, 60.0, 9, 4, 0)
+            stats = device_run(dr, "allreduce", x.ptr, y.ptr, n, dtype, codec, algo=algo, op=op,
+                               slice_elems=1024, seed=9, step=4)
             assert stats["algo"] == algo
             return y.download(parts[r])
 
@@ -248,9 +249,11 @@ def test_loopback_reduce_scatter_allgather_inplace_match_host(rng, ranks):
         x = DeviceBuffer.of(parts[r])
         rs = DeviceBuffer((hi - lo) * 2)
         ag = DeviceBuffer(ranks * n * 2)
-        dr.reduce_scatter(x.ptr, rs.ptr, n, "bfloat16", codec, "two_shot", "sum", 512, 60.0)
-        dr.allgather(x.ptr, ag.ptr, n, "bfloat16", codec, "one_shot", "sum", 512, 60.0)
-        dr.allreduce(x.ptr, x.ptr, n, "bfloat16", codec, "ring", "sum", 512, 60.0)
+        device_run(dr, "reduce_scatter", x.ptr, rs.ptr, n, "bfloat16", codec, op="sum",
+                   slice_elems=512)
+        device_run(dr, "allgather", x.ptr, ag.ptr, n, "bfloat16", codec, slice_elems=512)
+        device_run(dr, "allreduce", x.ptr, x.ptr, n, "bfloat16", codec, algo="ring", op="sum",
+                   slice_elems=512)
         return (rs.download(want[r][0]), ag.download(want[r][1]), x.download(parts[r]))
 
     got = loopback_run(ranks, parts, call)
@@ -275,8 +278,8 @@ def test_loopback_respects_the_callers_stream(rng):
         for _ in range(3):  # make the caller's stream busy first
             caller.finalize(acc.ptr, n, 1.0, z.ptr, "float32")
         caller.finalize(acc.ptr, n, 1.0, x.ptr, "float32")  # x written on the caller's stream
-        dr.allreduce(x.ptr, y.ptr, n, "float32", "fp8_e4m3:g128", "two_shot", "sum", 0, 60.0,
-                     0, 0, caller.stream)
+        device_run(dr, "allreduce", x.ptr, y.ptr, n, "float32", "fp8_e4m3:g128", algo="two_shot",
+                   op="sum", stream=caller.stream)
         CUDA.copy_async(z.ptr, y.ptr, parts[r].nbytes, caller.stream)  # read on the caller's stream
         caller.synchronize()
         return z.download(parts[r])
@@ -291,7 +294,8 @@ def test_loopback_mismatch_raises_on_every_rank(rng):
 
     def call(dr, r):
         with pytest.raises(cc.MismatchError):
-            dr.allreduce(bufs[r].ptr, bufs[r].ptr, 100 + r, "float32", "none", "ring", "sum", 0, 30.0)
+            device_run(dr, "allreduce", bufs[r].ptr, bufs[r].ptr, 100 + r, "float32", "none",
+                       algo="ring", op="sum", timeout=30.0)
         return True
 
     assert loopback_run(2, None, call) == [True, True]
@@ -306,7 +310,8 @@ def test_loopback_repeated_calls_reuse_scratch(rng):
         x, y = DeviceBuffer.of(parts[r]), DeviceBuffer(parts[r].nbytes)
         results = []
         for size in (n, n // 3, n):
-            dr.allreduce(x.ptr, y.ptr, size, "float32", "taco:g128", "ring", "sum", 2048, 60.0)
+            device_run(dr, "allreduce", x.ptr, y.ptr, size, "float32", "taco:g128", algo="ring",
+                       op="sum", slice_elems=2048)
             results.append(y.download(parts[r])[:size].copy())
         return results
 

@@ -13,7 +13,7 @@ import pytest
 
 import ccompress as cc
 from conftest import gaussian_parts, run_on_threads, same_bits
-from cuda_helpers import DeviceArray, DeviceBuffer, cuda_or_reason
+from cuda_helpers import DeviceArray, DeviceBuffer, cuda_or_reason, device_run
 
 CUDA, WHY = cuda_or_reason()
 pytestmark = pytest.mark.skipif(CUDA is None or not getattr(CUDA, "emulated", False),
@@ -130,8 +130,10 @@ def test_warm_collectives_allocate_nothing_and_never_synchronize_the_device(rng)
         x, y = bufs[r]
         for codec, algo in (("fp8_e4m3:g64", "ring"), ("hint4", "two_shot"), ("taco:g64", "tree"),
                             ("nvfp4:sr", "one_shot")):
-            dr.allreduce(x.ptr, y.ptr, n, "float32", codec, algo, "sum", 2048, 60.0)
-        dr.reduce_scatter(x.ptr, y.ptr, n, "float32", "hint8", "two_shot", "sum", 2048, 60.0)
+            device_run(dr, "allreduce", x.ptr, y.ptr, n, "float32", codec, algo=algo, op="sum",
+                       slice_elems=2048)
+        device_run(dr, "reduce_scatter", x.ptr, y.ptr, n, "float32", "hint8", op="sum",
+                   slice_elems=2048)
 
     start = CUDA.emulator_counts()
     run_on_threads(group, calls)  # warm-up: the first calls do allocate (the pools)

@@ -9,8 +9,8 @@ import ccompress as cc
 from ccompress import _core
 from ccompress._arrays import numpy_dtype
 from conftest import gaussian_parts, run_on_threads, same_bits
-from cuda_helpers import (DeviceBuffer, cuda_or_reason, framework_cases, host_ptr, to_device,
-                          to_host)
+from cuda_helpers import (DeviceBuffer, cuda_or_reason, device_run, framework_cases, host_ptr,
+                          to_device, to_host)
 
 CUDA, WHY = cuda_or_reason()
 gpu = pytest.mark.skipif(CUDA is None, reason=str(WHY))
@@ -94,8 +94,10 @@ def test_loopback_nonfinite_counts_match_host(rng, codec, algo):
     def call(dr, r):
         x, y = DeviceBuffer.of(parts[r]), DeviceBuffer(parts[r].nbytes)
         rs = DeviceBuffer(want[r][1].nbytes)
-        s1 = dr.allreduce(x.ptr, y.ptr, n, dtype, codec, algo, "sum", 1024, 60.0)
-        s2 = dr.reduce_scatter(x.ptr, rs.ptr, n, dtype, codec, "two_shot", "sum", 1024, 60.0)
+        s1 = device_run(dr, "allreduce", x.ptr, y.ptr, n, dtype, codec, algo=algo, op="sum",
+                        slice_elems=1024)
+        s2 = device_run(dr, "reduce_scatter", x.ptr, rs.ptr, n, dtype, codec, op="sum",
+                        slice_elems=1024)
         return y.download(parts[r]), rs.download(want[r][1]), s1, s2
 
     got = run_on_threads(CUDA.loopback_group(ranks, 0), call)
@@ -134,8 +136,9 @@ def test_loopback_error_feedback_matches_host(rng, codec, algo):
         ys, dropped = [], 0
         for t, x in enumerate(inputs):
             xd, yd = DeviceBuffer.of(x[r]), DeviceBuffer(x[r].nbytes)
-            stats = dr.allreduce(xd.ptr, yd.ptr, n, "float32", codec, algo, "avg", 1024, 60.0, 5,
-                                 t, 0, w.ptr, s.ptr)
+            stats = device_run(dr, "allreduce", xd.ptr, yd.ptr, n, "float32", codec, algo=algo,
+                               op="avg", slice_elems=1024, seed=5, step=t,
+                               worker_residual=w.ptr, server_residual=s.ptr)
             dropped += stats["feedback_nonfinite"]
             ys.append(yd.download(x[r]))
         return (ys, w.download(np.zeros(n, np.float32)),

@@ -1,0 +1,53 @@
+"""Asynchronous collectives: one worker thread per communicator runs them in issue order."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+from typing import Any, Callable, Optional
+
+
+class Work:
+    """Handle of an asynchronous collective (``async_op=True``)."""
+
+    def __init__(self, future: cf.Future):
+        self._future = future
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        """Blocks until done and returns the result (re-raising the collective's error)."""
+        return self._future.result(timeout)
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def add_done_callback(self, fn: Callable[["Work"], Any]) -> None:
+        """Calls ``fn(self)`` once the collective has finished (at once if it has), on the
+        thread that finished it; ``fn`` reads the outcome with ``wait()``."""
+        self._future.add_done_callback(lambda _: fn(self))
+
+    result = wait
+
+
+class IssueQueue:
+    """Runs collective bodies in the order they were issued: at once, or (async_op) on one
+    worker thread; a synchronous call first waits for the asynchronous ones before it."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._pool: Optional[cf.ThreadPoolExecutor] = None
+        self._last: Optional[cf.Future] = None
+
+    def launch(self, run: Callable[[], Any], async_op: bool) -> Any:
+        if async_op:
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=self._name)
+            self._last = self._pool.submit(run)
+            return Work(self._last)
+        if self._last is not None:  # keep issue order with earlier async calls
+            cf.wait([self._last])
+            self._last = None
+        return run()
+
+    def close(self) -> None:
+        """Waits for pending bodies and releases the worker thread."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
