@@ -17,7 +17,8 @@ from .error_feedback import ErrorFeedback
 
 def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: bool, stream: Any,
             step: Optional[int], error_feedback: Any = None, algo: Optional[str] = None,
-            op: Optional[str] = None) -> Tuple[Call, Any, Optional[str]]:
+            op: Optional[str] = None, hier: Tuple[Any, Optional[str]] = (None, None)
+            ) -> Tuple[Call, Any, Optional[str]]:
     """(the Call, the array to return, the auto codec's name or None). ``algo`` and ``op``
     stay None where the collective has none (reduce_scatter: algo; allgather: both)."""
     auto = codec if kind == "allreduce" and autocodec.is_auto(codec) else None
@@ -25,7 +26,7 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
         raise Unsupported(f"codec {auto!r} chooses on host data; on a device communicator "
                           "pass a codec spec (see ccompress-fidelity for the choice)")
     codec = Codec.parse("none" if auto else codec)
-    spec = comm._spec(kind, algo, op)  # validates kind, algo and op (C++), before any data
+    spec = comm._spec(kind, algo, op, hier)  # validates kind, algo, op (C++), before any data
     backend = comm._backend
     xv = backend.view(x, "x")
     if kind == "allreduce":

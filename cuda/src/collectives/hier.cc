@@ -49,7 +49,7 @@ CollectiveStats hier_allreduce(Transport& t, KernelBackend& k, const void* in, v
   CC_CHECK_AS(Unsupported, !opt.feedback.any(),
               "error feedback is not defined for algo 'hier'; use algo='two_shot'");
   const int nodes = P / G, node = r / G, local = r % G;
-  std::vector<int> node_ranks(size_t(G)), peers(size_t(nodes));
+  std::vector<int> node_ranks(static_cast<size_t>(G)), peers(static_cast<size_t>(nodes));
   for (int i = 0; i < G; ++i) node_ranks[size_t(i)] = node * G + i;
   for (int j = 0; j < nodes; ++j) peers[size_t(j)] = j * G + local;
 
