@@ -46,9 +46,10 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
     step = comm._next_step(step)
     if algo == "auto" and comm._model is not None and not auto and not fb:
         itemsize = _arrays.numpy_dtype(xv.dtype).itemsize
-        chosen = comm._model.choose(xv.n, itemsize, codec.name, comm.size)
-        if chosen and chosen != "auto":
-            spec = comm._spec(kind, chosen, op)
+        chosen = comm._model.choose_call(xv.n, itemsize, codec.name, comm.size,
+                                         comm.ranks_per_node)
+        if chosen:
+            spec = comm._spec(kind, chosen[0], op, (None, chosen[1]))
     return Call(spec, xv, ov, codec, step, fb, residuals, handle, ready), result, auto
 
 

@@ -17,7 +17,7 @@ from ._work import IssueQueue, Work
 from .codec import Codec
 
 # The names the C++ side accepts (it validates them, once per call: _core.CallSpec).
-ALGOS = ("auto", "ring", "two_shot", "tree", "one_shot")
+ALGOS = ("auto", "ring", "two_shot", "tree", "one_shot", "hier")
 OPS = ("sum", "avg")
 NONFINITE = _nonfinite.MODES
 

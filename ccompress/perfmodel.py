@@ -122,6 +122,24 @@ def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, 
         + messages * system.link.per_message
 
 
+def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
+              inter_algo: str = "two_shot") -> float:
+    """Predicted seconds of ``algo="hier"`` on a two-level system: an exact reduce-scatter
+    and all-gather inside each node over ``system.intra`` (together, an exact two_shot at
+    the engine's reduction rate), then the codec's flat all-reduce of each rank's 1/g shard
+    between nodes, the node's link shared by its g ranks. The levels run one after the
+    other."""
+    g = system.ranks_per_node
+    if g <= 1 or system.intra is None or system.ranks % g:
+        raise ValueError(f"{system.name}: hier needs nodes of equal size > 1 and an intra link")
+    exact = CodecCost("none", dtype_bytes, system.reduce_rate, system.reduce_rate)
+    inside = replace(system, ranks=g, link=system.intra, ranks_per_node=1, intra=None)
+    between = replace(system, ranks=system.ranks // g, ranks_per_node=1, intra=None,
+                      link=replace(system.link, bandwidth=system.link.bandwidth / g))
+    return collective_time(inside, n, dtype_bytes, exact, "two_shot") \
+        + collective_time(between, -(-n // g), dtype_bytes, codec, inter_algo)
+
+
 def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
     """The engine's uncompressed all-reduce, as NCCL picks it: the faster of a bandwidth-optimal
     ring (2(p-1)/p of the data each way, 2(p-1) latency rounds) and a pipelined binary tree
@@ -189,12 +207,29 @@ class AlgoModel:
     codecs: Tuple[CodecCost, ...] = ()
 
     def choose(self, n: int, dtype_bytes: int, codec_name: str, ranks: int) -> Optional[str]:
-        """The algorithm for ``n`` elements of ``codec_name`` on ``ranks`` ranks, or None
-        when the model has no cost for that codec."""
+        """The flat algorithm for ``n`` elements of ``codec_name`` on ``ranks`` ranks, or
+        None when the model has no cost for that codec."""
         for c in self.codecs:
             if c.name == codec_name:
                 return choose_algo(replace(self.system, ranks=ranks), n, dtype_bytes, c)
         return None
+
+    def choose_call(self, n: int, dtype_bytes: int, codec_name: str, ranks: int,
+                    ranks_per_node: Optional[int] = None) -> Optional[Tuple[str, Optional[str]]]:
+        """(algo, inter-node algo or None): :meth:`choose`, or ``("hier", flat algo)`` when
+        the communicator has nodes of ``ranks_per_node`` > 1 ranks, the system an intra-node
+        link, and the model predicts the hierarchical schedule faster than every flat one."""
+        flat = self.choose(n, dtype_bytes, codec_name, ranks)
+        g = ranks_per_node or 1
+        if flat is None or g <= 1 or ranks % g or self.system.intra is None:
+            return None if flat is None else (flat, None)
+        c = next(c for c in self.codecs if c.name == codec_name)
+        system = replace(self.system, ranks=ranks, ranks_per_node=g)
+        t_flat = collective_time(system, n, dtype_bytes, c, flat)
+        inter = min(ALGOS, key=lambda a: hier_time(system, n, dtype_bytes, c, a))
+        if ranks // g > 1 and hier_time(system, n, dtype_bytes, c, inter) < t_flat:
+            return "hier", inter
+        return flat, None
 
 
 def gbit(x: float) -> float:

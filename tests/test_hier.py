@@ -122,3 +122,26 @@ def test_ranks_disagreeing_on_the_topology_raise_on_every_rank():
             c.allreduce(np.ones(64, np.float32), algo="hier", codec="bf16")
         return True
     assert all(on_threads(group, body))
+
+
+def test_auto_picks_hier_where_the_cost_model_says_it_pays():
+    from ccompress import perfmodel as pm
+
+    fp8 = pm.CodecCost("fp8_e4m3:g128", 1.03, 1e10, 1e10)
+    slow_network = pm.System("2 nodes", 8, pm.Link(pm.gbit(1), 5e-6), ranks_per_node=4,
+                             intra=pm.Link(100e9, 1e-6), reduce_rate=1e10)
+    model = pm.AlgoModel(slow_network, (fp8,))
+    n = 1 << 20
+    assert model.choose_call(n, 4, fp8.name, 8, 4)[0] == "hier"
+    # Without nodes (or with a slow link inside them) the flat schedules stay.
+    assert model.choose_call(n, 4, fp8.name, 8, None)[0] != "hier"
+    slow_inside = pm.AlgoModel(pm.System("slow node", 8, pm.Link(pm.gbit(100), 5e-6), 4,
+                                         pm.Link(pm.gbit(1), 1e-6), reduce_rate=1e10), (fp8,))
+    assert slow_inside.choose_call(n, 4, fp8.name, 8, 4)[0] != "hier"
+
+    parts = _parts(8, 4000, "float32", seed=6)
+    res = cc.run_inproc(8, lambda c: (c.allreduce(parts[c.rank], codec="fp8_e4m3:g128"),
+                                      c.last_stats["algo"]), ranks_per_node=4, model=model)
+    assert {a for _, a in res} == {"hier"}
+    inter = model.choose_call(4000, 4, fp8.name, 8, 4)[1]
+    _check(parts, 4, [y for y, _ in res], "fp8_e4m3:g128", inter)
