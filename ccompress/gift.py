@@ -1,4 +1,4 @@
-"""GIFT: geometry-informed low-precision gradient all-reduce (ALGORITHMS.md section 2),
+"""GIFT: geometry-informed low-precision gradient all-reduce (docs/algorithms.md, "GIFT"),
 with the source's weaknesses fixed. NumPy, over any Communicator and any wire codec.
 
 For a linear layer y = x W^T (W: out x in), the input-side K-FAC factor A = E[x x^T] is

@@ -1,4 +1,4 @@
-"""TSR: two-sided low-rank all-reduce of matrix gradients (ALGORITHMS.md section 3), with the
+"""TSR: two-sided low-rank all-reduce of matrix gradients (docs/algorithms.md, "TSR"), with the
 source's open points closed. NumPy, over any Communicator.
 
 Per m x n gradient G_i (rank i) and bases U (m x r), V (n x r), identical on every rank:

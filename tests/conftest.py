@@ -3,6 +3,11 @@ import sys
 import numpy as np
 import pytest
 
+# The hooks and fixture of the multi-process tests in tests/mpi (see there).
+from reference.mpi_session import (  # noqa: F401
+    pytest_collection_modifyitems, pytest_ignore_collect, pytest_runtest_makereport,
+    pytest_sessionfinish, world)
+
 
 @pytest.fixture(autouse=True)
 def no_cuda_emulator_errors():

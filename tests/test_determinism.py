@@ -1,7 +1,8 @@
 """Determinism across configurations. The slice size never changes a result (tested for
 every codec family in test_collectives.py); neither does the order or timing in which
 messages arrive (ranks delayed at random, many slices in flight), nor the transport (the
-same call under mpiexec gives the bits of the in-process run: tests/mpi_checks.py). Results
+same call under mpiexec gives the bits of the in-process run: tests/mpi/test_collectives_mpi.py::
+test_transport_does_not_change_a_result). Results
 legitimately differ between algorithms (another summation order and number of
 quantizations), never between runs or configurations of one algorithm."""
 import time

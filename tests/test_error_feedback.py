@@ -5,7 +5,6 @@ import pytest
 
 import ccompress as cc
 from conftest import same_bits
-from test_mpi import needs_mpi, run_under_mpiexec
 
 P = 4
 F32_EPS = float(np.finfo(np.float32).eps)
@@ -172,11 +171,6 @@ def test_bfloat16_inputs_keep_float32_residuals(rng):
     # The output cast to bfloat16 (8 bits of mantissa) is outside the feedback loop.
     residue = identity_residue(outs, efs, inputs, "avg")
     assert np.abs(residue).max() <= 6 * 2.0 ** -8 * 3 * float(np.abs(inputs[0]).max())
-
-
-@needs_mpi
-def test_error_feedback_under_mpiexec():
-    run_under_mpiexec("mpi_grad_checks.py", 4)
 
 
 def test_reduce_scatter_worker_residual_identity(rng):

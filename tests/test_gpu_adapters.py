@@ -86,7 +86,7 @@ def test_torch_cuda_tp_and_hook(rng, codec):
     import torch
 
     from ccompress.torch import ddp_comm_hook, tp_all_reduce
-    from test_torch_ddp import Bucket
+    from torch_helpers import Bucket
 
     parts = gaussian_parts(rng, N, 50_001)
 
@@ -111,9 +111,9 @@ def test_torch_cuda_tp_and_hook(rng, codec):
 
 @_needs("cupy", gpus=2)  # one GPU per rank
 def test_cupy_example_under_mpiexec():
-    from test_mpi import _mpiexec
+    from reference.mpiexec import mpiexec
 
-    cmd = [_mpiexec(), "-n", "2", sys.executable, str(ROOT / "examples" / "cupy_allreduce.py"),
+    cmd = [mpiexec(), "-n", "2", sys.executable, str(ROOT / "examples" / "cupy_allreduce.py"),
            "--n", "1000000"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

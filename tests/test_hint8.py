@@ -9,8 +9,8 @@ import pytest
 import ccompress as cc
 from ccompress import _core
 from ccompress._errors import InvalidArgument
-from conftest import rel_l2, same_bits
-from test_taco import SIZES, abs_bits, decode, encode, mixed_data, rot_blocks, sr_uniform, wht
+from conftest import lib_decode as decode, lib_encode as encode, rel_l2, same_bits
+from reference.taco import SIZES, abs_bits, mixed_data, rot_blocks, sr_uniform, wht
 
 F32 = np.float32
 FLT_MIN = np.finfo(F32).tiny

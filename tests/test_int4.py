@@ -1,4 +1,4 @@
-"""hint4 against the NumPy reference of fourbit_ref.py (the formulas of
+"""hint4 against the NumPy reference in reference/fourbit.py (the formulas of
 cuda/src/cpu/int4_cpu.cc): bit-exact wire bytes, exact sizes, the stated per-element bound,
 the NaN/Inf policy, and all-reduce through every schedule against fp64."""
 import ml_dtypes
@@ -8,7 +8,7 @@ import pytest
 import ccompress as cc
 from ccompress._errors import InvalidArgument
 from conftest import lib_decode, lib_encode, rel_l2, same_bits
-import fourbit_ref as ref
+from reference import fourbit as ref
 
 F32 = np.float32
 SPECS = {  # spec -> reference kwargs
@@ -173,7 +173,6 @@ ALGOS = ["ring", "two_shot", "tree", "one_shot"]
 @pytest.mark.parametrize("spec", ["hint4:g16", "hint4:g32:s16"])
 @pytest.mark.parametrize("algo", ALGOS)
 def test_allreduce_every_algo(rng, spec, algo):
-    from test_nvfp4 import runs_of
     from ccompress.bounds import quantizations
     g = cc.Codec.parse(spec).group
     sb = cc.Codec.parse(spec)._c.scale_bits
@@ -189,7 +188,7 @@ def test_allreduce_every_algo(rng, spec, algo):
         q = quantizations(algo, nranks)
         grow = (1 + u) ** q
         bound = (nranks + 4) * 2.0 ** -23 * np.abs(parts.astype(np.float64)).sum(axis=0)
-        for lo, hi in runs_of(n, nranks, algo, 256):
+        for lo, hi in ref.runs_of(n, nranks, algo, 256):
             m = hi - lo
             c = np.abs(np.stack([ref.rotate(parts[r, lo:hi], g) for r in range(nranks)])
                        .astype(np.float64))

@@ -1,47 +1,30 @@
-"""Launches tests/mpi_checks.py under `mpiexec -n 4` with real processes."""
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
+"""The multi-process promises (tests/mpi) under `mpiexec` with real processes: one pytest
+session per rank count, each of its tests one promise (`mpiexec -n 4 python -m pytest
+tests/mpi` runs the same by hand). This test fails when that session fails, and also when it
+ran less than it should: every rank must report the same tests, each passed, and only the
+PyTorch ones may skip (when torch is missing)."""
 import pytest
 
-HERE = Path(__file__).resolve().parent
+from reference.mpiexec import TESTS, needs_mpi, run_pytest
 
-
-def _mpiexec():
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
-
-
-def _mpi_usable():
-    try:
-        import mpi4py  # noqa: F401
-        from ccompress import _mpi  # noqa: F401
-    except ImportError as e:
-        return str(e)
-    return None if _mpiexec() else "no mpiexec on PATH"
-
-
-needs_mpi = pytest.mark.skipif(_mpi_usable() is not None,
-                               reason=f"MPI unavailable: {_mpi_usable()}")
-
-
-def run_under_mpiexec(script, nranks):
-    """Runs tests/<script> on nranks processes; asserts it exits 0 and every rank said OK."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE)] + sys.path)
-    cmd = [_mpiexec(), "-n", str(nranks), sys.executable, str(HERE / script)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=HERE)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    for r in range(nranks):
-        assert f"OK {r}" in proc.stdout, out[-6000:]
-    print(proc.stdout)
+MPI_TESTS = TESTS / "mpi"
+# Rank counts and what runs at each: everything at 4, the collectives at 3 (odd chunks).
+RUNS = {4: [MPI_TESTS], 3: [MPI_TESTS / "test_collectives_mpi.py"]}
+MAY_SKIP = ("test_torch_ddp_mpi.py",)
 
 
 @needs_mpi
-@pytest.mark.parametrize("nranks", [4, 3])
-def test_mpiexec_real_processes(nranks):
-    run_under_mpiexec("mpi_checks.py", nranks)
+@pytest.mark.parametrize("nranks", sorted(RUNS, reverse=True))
+def test_mpi_promises_under_mpiexec(nranks, tmp_path):
+    rc, out, reports = run_pytest(nranks, RUNS[nranks], tmp_path)
+    assert rc == 0, out[-8000:]
+    assert sorted(reports) == list(range(nranks)), (sorted(reports), out[-8000:])
+    first = reports[0]
+    for r, rep in reports.items():
+        assert rep == first, f"rank {r} ran other tests than rank 0:\n{rep}\n{first}"
+    assert not first["failed"], first["failed"]
+    assert first["passed"], out[-8000:]
+    for nodeid, why in first["skipped"].items():
+        assert nodeid.split("::")[0].endswith(MAY_SKIP), (nodeid, why)
+    print(f"{len(first['passed'])} promises passed on {nranks} ranks; "
+          f"skipped: {sorted(first['skipped']) or 'none'}")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from test_mpi import _mpi_usable, _mpiexec
+from reference.mpiexec import mpi_unusable, mpiexec, script_env
 
 HERE = Path(__file__).resolve().parent
 NRANKS, VICTIM, TIMEOUT = 3, 1, 2.0
@@ -36,12 +36,11 @@ def _stop_ranks(folder: Path, ranks) -> None:
                 pass
 
 
-@pytest.mark.skipif(_mpi_usable() is not None, reason=f"MPI unavailable: {_mpi_usable()}")
+@pytest.mark.skipif(mpi_unusable() is not None, reason=f"MPI unavailable: {mpi_unusable()}")
 @pytest.mark.parametrize("mode", ["kill", "stop"])
 def test_survivors_fail_cleanly(mode, tmp_path):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE)] + sys.path)
-    cmd = [_mpiexec(), "-disable-auto-cleanup", "-n", str(NRANKS), sys.executable,
+    env = script_env()
+    cmd = [mpiexec(), "-disable-auto-cleanup", "-n", str(NRANKS), sys.executable,
            str(HERE / "mpi_faults.py"), mode, str(tmp_path), str(TIMEOUT)]
     # Not in a session of its own: hydra then takes one rank's death for the whole job's.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -1,4 +1,4 @@
-"""nvfp4 / hnvfp4 against the NumPy reference of fourbit_ref.py (the formulas of
+"""nvfp4 / hnvfp4 against the NumPy reference in reference/fourbit.py (the formulas of
 cuda/src/cpu/nvfp4_cpu.cc): bit-exact wire bytes, exact sizes, the stated per-element bound,
 the NaN/Inf policy, and all-reduce through every schedule against fp64."""
 import ml_dtypes
@@ -8,7 +8,7 @@ import pytest
 import ccompress as cc
 from ccompress._errors import InvalidArgument
 from conftest import lib_decode, lib_encode, rel_l2, same_bits
-import fourbit_ref as ref
+from reference import fourbit as ref
 
 F32 = np.float32
 SPECS = {  # spec -> reference kwargs
@@ -182,15 +182,6 @@ ALGOS = ["ring", "two_shot", "tree", "one_shot"]
 U = {"nvfp4": 17 / 96, "hnvfp4:g16": 17 / 96}
 
 
-def runs_of(n, nranks, algo, slice_elems):
-    """The encoded runs of a schedule: slices from each chunk start (ring, two_shot) or from 0."""
-    if nranks > 1 and algo in ("ring", "two_shot"):
-        chunks = [cc.chunk_range(n, nranks, c) for c in range(nranks)]
-    else:
-        chunks = [(0, n)]
-    return [(b, min(hi, b + slice_elems)) for lo, hi in chunks for b in range(lo, hi, slice_elems)]
-
-
 def allreduce_bound(parts, spec, algo, slice_elems, h):
     """Per element: in each run's coefficient domain (the same rotation blocks at every
     quantization) a quantization errs by <= u * M + s / 128 with M the group amax, and every
@@ -203,7 +194,7 @@ def allreduce_bound(parts, spec, algo, slice_elems, h):
     grow = (1 + u) ** q
     x64 = parts.astype(np.float64)
     out = (nranks + 4) * 2.0 ** -23 * np.abs(x64).sum(axis=0)
-    for lo, hi in runs_of(n, nranks, algo, slice_elems):
+    for lo, hi in ref.runs_of(n, nranks, algo, slice_elems):
         m = hi - lo
         c = np.stack([ref.rotate(parts[r, lo:hi], h) if h else parts[r, lo:hi]
                       for r in range(nranks)]).astype(np.float64)

@@ -1,6 +1,5 @@
 """Bounded soak (tests/soak.py) in-process and under mpiexec: hundreds of mixed calls, each
 checked against its bound and for bit-identical outputs on every rank, with flat memory."""
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ import pytest
 
 import ccompress as cc
 from soak import RSS_TOLERANCE, _agree, soak
-from test_mpi import _mpi_usable, _mpiexec
+from reference.mpiexec import mpi_unusable, mpiexec, script_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,11 +21,10 @@ def test_soak_inproc():
     assert grew <= RSS_TOLERANCE, f"resident memory grew by {grew >> 20} MiB"
 
 
-@pytest.mark.skipif(_mpi_usable() is not None, reason=f"MPI unavailable: {_mpi_usable()}")
+@pytest.mark.skipif(mpi_unusable() is not None, reason=f"MPI unavailable: {mpi_unusable()}")
 def test_soak_mpi():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE)] + sys.path)
-    cmd = [_mpiexec(), "-n", "3", sys.executable, str(HERE / "soak.py"), "--iterations", "200",
+    env = script_env()
+    cmd = [mpiexec(), "-n", "3", sys.executable, str(HERE / "soak.py"), "--iterations", "200",
            "--seed", "12"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=HERE)
     out = proc.stdout + proc.stderr

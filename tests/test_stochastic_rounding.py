@@ -11,7 +11,7 @@ import pytest
 import ccompress as cc
 from ccompress._errors import InvalidArgument
 from conftest import lib_decode as decode, lib_encode as encode, same_bits
-import fourbit_ref as ref
+from reference import fourbit as ref
 
 F32 = np.float32
 FLT_MIN = np.finfo(np.float32).tiny

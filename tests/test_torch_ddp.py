@@ -1,6 +1,6 @@
 """The DDP communication hook: on in-process ranks with DDP's bucket interface (buffer,
-index), and with real DistributedDataParallel over gloo under mpiexec
-(tests/torch_mpi_checks.py)."""
+index). Real DistributedDataParallel over gloo under mpiexec is in
+tests/mpi/test_torch_ddp_mpi.py (run by tests/test_mpi.py)."""
 import io
 
 import pytest
@@ -10,23 +10,9 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (the ccomp
 
 import ccompress as cc  # noqa: E402
 from ccompress.torch import ddp_comm_hook  # noqa: E402
-from test_mpi import needs_mpi, run_under_mpiexec  # noqa: E402
-from torch_helpers import check_reduced, rank_tensor, same_bits  # noqa: E402
+from torch_helpers import Bucket, check_reduced, rank_tensor, same_bits  # noqa: E402
 
 N = 4
-
-
-class Bucket:
-    """What DDP hands a hook: a flat gradient buffer and the bucket's index."""
-
-    def __init__(self, buffer, index):
-        self._buffer, self._index = buffer, index
-
-    def buffer(self):
-        return self._buffer
-
-    def index(self):
-        return self._index
 
 
 @pytest.mark.parametrize("codec", ["none", "hint8", "fp8_e4m3:g128"])
@@ -136,8 +122,3 @@ def test_hook_state_dict_round_trip():
     for same, same_as_fresh in cc.run_inproc(N, body):
         assert same and not same_as_fresh
 
-
-@needs_mpi
-def test_ddp_gloo_under_mpiexec():
-    """Real DistributedDataParallel over gloo, 4 processes: see torch_mpi_checks.py."""
-    run_under_mpiexec("torch_mpi_checks.py", N)

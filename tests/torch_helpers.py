@@ -44,3 +44,16 @@ def rank_tensor(rank, shape, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(1000 * seed + rank)
     scale = float(np.exp(np.random.default_rng([seed, rank]).standard_normal()))
     return (torch.randn(shape, generator=g) * scale).to(dtype)
+
+
+class Bucket:
+    """What DDP hands a hook: a flat gradient buffer and the bucket's index."""
+
+    def __init__(self, buffer, index):
+        self._buffer, self._index = buffer, index
+
+    def buffer(self):
+        return self._buffer
+
+    def index(self):
+        return self._index

@@ -1,6 +1,7 @@
 """NumPy reference of the 4-bit codecs (nvfp4 / hnvfp4 / hint4), written from the formulas in
 cuda/src/cpu/nvfp4_cpu.cc and int4_cpu.cc: every step is the same IEEE fp32 operation, so the
-wire bytes must match the library's bit for bit. Used by test_nvfp4.py and test_int4.py.
+wire bytes must match the library's bit for bit. Used by test_nvfp4.py, test_int4.py and
+test_stochastic_rounding.py.
 
 Independent of the C++ where it can be: E2M1 rounding is a nearest-grid-point search with
 ties to the even code, E4M3 / fp16 scales are ml_dtypes / NumPy casts after clamping, int4 is
@@ -215,3 +216,14 @@ def decode(wire, n, fmt, group, rotation=0, rs=False, scale_bits=8):
     with np.errstate(invalid="ignore"):
         y = (value(codes) * d).astype(np.float32)
     return rotate(y, rotation, rs, inverse=True) if rotation else y
+
+
+def runs_of(n, nranks, algo, slice_elems):
+    """The encoded runs of a schedule: slices from each chunk start (ring, two_shot) or from 0."""
+    from ccompress import chunk_range
+
+    if nranks > 1 and algo in ("ring", "two_shot"):
+        chunks = [chunk_range(n, nranks, c) for c in range(nranks)]
+    else:
+        chunks = [(0, n)]
+    return [(b, min(hi, b + slice_elems)) for lo, hi in chunks for b in range(lo, hi, slice_elems)]
