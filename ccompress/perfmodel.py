@@ -63,13 +63,18 @@ class System:
         return min(1.0, self.cores_per_rank)
 
 
-def _bandwidth(system: System) -> float:
-    """Effective per-rank bandwidth of the bottleneck level for an all-to-all-like pattern:
-    on two levels, the (P - g) / P of the traffic that leaves a node shares its link among
-    the node's g ranks."""
+def _bandwidth(system: System, pattern: str = "all_to_all") -> float:
+    """Effective per-rank bandwidth of the bottleneck level. ``all_to_all`` (two_shot,
+    one_shot): on two levels, the (P - g) / P of the traffic that leaves a node shares its
+    link among the node's g ranks. ``ring`` (ring, tree, and NCCL's own rings and trees,
+    laid out node by node): one rank per node and direction crosses the node's link, the
+    others talk over the intra-node link, so the slower of the two sets the pace."""
     p, g = system.ranks, system.ranks_per_node
     if g <= 1 or system.intra is None:
         return system.link.bandwidth
+    if pattern == "ring":
+        return min(system.link.bandwidth, system.intra.bandwidth) if p > g \
+            else system.intra.bandwidth
     inter_share = (p - g) / max(p - 1, 1)
     t_inter = inter_share * g / system.link.bandwidth
     t_intra = (1 - inter_share) / system.intra.bandwidth
@@ -85,7 +90,7 @@ def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, 
     """Predicted seconds of one all-reduce of ``n`` elements (``codec`` applied, ``algo``)."""
     p = system.ranks
     w = codec.wire_per_element
-    bw = _bandwidth(system)
+    bw = _bandwidth(system, "ring" if algo in ("ring", "tree") else "all_to_all")
     share = system.compute_share()
     enc, dec = codec.encode * share, codec.decode * share
     if p == 1:
@@ -143,11 +148,12 @@ def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
 def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
     """The engine's uncompressed all-reduce, as NCCL picks it: the faster of a bandwidth-optimal
     ring (2(p-1)/p of the data each way, 2(p-1) latency rounds) and a pipelined binary tree
-    (twice the data, 2 log2(p) rounds), with its reduction at ``reduce_rate``."""
+    (twice the data, 2 log2(p) rounds), with its reduction at ``reduce_rate``; on two levels
+    both are laid out node by node (one rank per node and direction on the node's link)."""
     p = system.ranks
     if p == 1:
         return 0.0
-    bw = _bandwidth(system)
+    bw = _bandwidth(system, "ring")
     add = (p - 1) / p * n / (system.reduce_rate * system.compute_share())
     ring = 2 * (p - 1) / p * n * dtype_bytes / bw + 2 * (p - 1) * _alpha(system)
     tree = 2 * n * dtype_bytes / bw + 2 * math.ceil(math.log2(p)) * _alpha(system)
