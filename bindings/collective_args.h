@@ -32,7 +32,9 @@ struct CallSpec {
 
 inline CallSpec make_call_spec(const std::string& kind, const std::optional<std::string>& algo,
                                const std::optional<std::string>& op, int64_t slice_elems,
-                               double timeout_s, uint64_t seed) {
+                               double timeout_s, uint64_t seed, int ranks_per_node,
+                               const std::optional<std::string>& inter_algo,
+                               const std::optional<Codec>& intra_codec) {
   CallSpec s;
   s.kind = kind;
   if (kind == "allreduce") {
@@ -54,6 +56,17 @@ inline CallSpec make_call_spec(const std::string& kind, const std::optional<std:
   s.options.slice_elems = slice_elems;
   s.options.timeout_s = timeout_s;
   s.options.seed = seed;
+  const bool hier = s.options.algo == Algo::Hier;
+  CC_CHECK(hier || (ranks_per_node == 0 && !inter_algo && !intra_codec),
+           "ranks_per_node, inter_algo and intra_codec apply to algo='hier' only");
+  if (hier) {
+    CC_CHECK(ranks_per_node >= 1, "algo='hier' needs ranks_per_node >= 1 (the communicator's "
+                                  "node size); got " << ranks_per_node);
+    s.options.ranks_per_node = ranks_per_node;
+    if (inter_algo) s.options.inter_algo = parse_algo(*inter_algo);
+    CC_CHECK(s.options.inter_algo != Algo::Hier, "inter_algo must be a flat algo, not 'hier'");
+    if (intra_codec) s.options.intra_codec = *intra_codec;
+  }
   return s;
 }
 

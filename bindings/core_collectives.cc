@@ -27,7 +27,8 @@ void bind_collectives(py::module_& m) {
                        "One collective call's kind and options, validated once per call.")
       .def(py::init(&make_call_spec), py::arg("kind"), py::kw_only(), py::arg("algo") = py::none(),
            py::arg("op") = py::none(), py::arg("slice_elems") = 0, py::arg("timeout") = 300.0,
-           py::arg("seed") = 0)
+           py::arg("seed") = 0, py::arg("ranks_per_node") = 0, py::arg("inter_algo") = py::none(),
+           py::arg("intra_codec") = py::none())
       .def_readonly("kind", &CallSpec::kind)
       .def_property_readonly("algo", [](const CallSpec& s) { return algo_name(s.options.algo); })
       .def_property_readonly("op", [](const CallSpec& s) { return reduce_op_name(s.options.op); });

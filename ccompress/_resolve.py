@@ -17,7 +17,8 @@ from .error_feedback import ErrorFeedback
 
 def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: bool, stream: Any,
             step: Optional[int], error_feedback: Any = None, algo: Optional[str] = None,
-            op: Optional[str] = None) -> Tuple[Call, Any, Optional[str]]:
+            op: Optional[str] = None, hier: Tuple[Any, Optional[str]] = (None, None)
+            ) -> Tuple[Call, Any, Optional[str]]:
     """(the Call, the array to return, the auto codec's name or None). ``algo`` and ``op``
     stay None where the collective has none (reduce_scatter: algo; allgather: both)."""
     auto = codec if kind == "allreduce" and autocodec.is_auto(codec) else None
@@ -25,7 +26,7 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
         raise Unsupported(f"codec {auto!r} chooses on host data; on a device communicator "
                           "pass a codec spec (see ccompress-fidelity for the choice)")
     codec = Codec.parse("none" if auto else codec)
-    spec = comm._spec(kind, algo, op)  # validates kind, algo and op (C++), before any data
+    spec = comm._spec(kind, algo, op, hier)  # validates kind, algo, op (C++), before any data
     backend = comm._backend
     xv = backend.view(x, "x")
     if kind == "allreduce":
@@ -45,9 +46,10 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
     step = comm._next_step(step)
     if algo == "auto" and comm._model is not None and not auto and not fb:
         itemsize = _arrays.numpy_dtype(xv.dtype).itemsize
-        chosen = comm._model.choose(xv.n, itemsize, codec.name, comm.size)
-        if chosen and chosen != "auto":
-            spec = comm._spec(kind, chosen, op)
+        chosen = comm._model.choose_call(xv.n, itemsize, codec.name, comm.size,
+                                         comm.ranks_per_node)
+        if chosen:
+            spec = comm._spec(kind, chosen[0], op, (None, chosen[1]))
     return Call(spec, xv, ov, codec, step, fb, residuals, handle, ready), result, auto
 
 

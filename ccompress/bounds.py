@@ -180,3 +180,71 @@ def allreduce_error_bound(parts: Any, codec: Any, algo: str, op: str = "sum",
     if dtype != "float32":
         bound = bound + _CAST[dtype] * (np.abs(ref) + bound) + _CAST_FLOOR[dtype]
     return bound + 1e-37
+
+
+def hier_error_bound(parts: Any, codec: Any, inter_algo: str, ranks_per_node: int,
+                     intra_codec: Any = "none", op: str = "sum",
+                     dtype: str = "float32") -> np.ndarray:
+    """Largest |result - exact| allowed per element for ``algo="hier"`` over consecutive
+    nodes of ``ranks_per_node`` ranks, with the resolved flat ``inter_algo`` between nodes.
+
+    It adds the three levels' bounds: each node's reduce-scatter with ``intra_codec`` (one
+    quantization, laid out by the node's shards); the inter-node all-reduce of every shard
+    with ``codec``, bounded on the exact node sums and widened by how far the node sums it
+    really received may be from them (each quantization's error grows with its group's
+    largest coefficient, which that distance can raise by up to the group's rotation size
+    to the half times the distance); and, when ``intra_codec`` is lossy, the all-gather's
+    quantization of the result, widened the same way."""
+    x = np.asarray(parts, dtype=np.float64)
+    if x.ndim != 2:
+        x = x.reshape(x.shape[0], -1)
+    nranks, n = x.shape
+    g = int(ranks_per_node)
+    if g < 1 or nranks % g:
+        raise ValueError(f"{nranks} ranks do not form nodes of {ranks_per_node}")
+    nodes = nranks // g
+    finite = np.where(np.isfinite(x), x, 0.0)
+    node_sums = finite.reshape(nodes, g, n).sum(axis=1)
+    intra = Codec.parse(intra_codec)
+    level_dtype = dtype  # every level writes the user dtype
+    b1 = np.zeros((nodes, n))
+    if g > 1:
+        for j in range(nodes):
+            b1[j] = allreduce_error_bound(finite[j * g:(j + 1) * g], intra, "reduce_scatter",
+                                          op, level_dtype)
+    if op == "avg":
+        node_sums = node_sums / g
+    total = b1.sum(axis=0)
+    if nodes > 1:
+        inter = Codec.parse(codec)
+        b2 = np.zeros(n)
+        for lo, hi in (_core.chunk_range(n, g, local) for local in range(g)):
+            if hi > lo:
+                b2[lo:hi] = allreduce_error_bound(node_sums[:, lo:hi], inter, inter_algo, op,
+                                                  level_dtype)
+        total = total + b2 + _widening(inter, inter_algo, nodes, b1, level_dtype)
+    mid = total
+    if g > 1 and intra.lossy(dtype):
+        result = node_sums.sum(axis=0) / (nodes if op == "avg" else 1)
+        b3 = allreduce_error_bound(result[None, :], intra, "one_shot", "sum", level_dtype)
+        total = total + b3 + _widening(intra, "one_shot", 1, mid[None, :], level_dtype)
+    return total + 1e-37
+
+
+def _widening(codec: Codec, algo: str, nranks: int, dist: np.ndarray,
+              dtype: str) -> np.ndarray:
+    """How much more a collective's quantizations may err when each rank's input is up to
+    ``dist`` (rows: ranks) away from the one its bound was computed on."""
+    c = codec._c
+    q = quantizations(algo, nranks)
+    sums = (nranks + 4) * 2.0 ** -23 * dist.sum(axis=0)  # the fp32 sums of the moved inputs
+    if c.kind == "raw":
+        wire = dtype if c.unbound else c.raw_dtype
+        u = (2.0 if c.stochastic else 1.0) * _CAST[wire]
+        return q * u * (1 + u) ** q * dist.sum(axis=0) + sums
+    u, v, _ = _constants(c)
+    # A coefficient of a rotation block of h moves by at most h^1/2 times the largest input
+    # move, and an element gathers h^-1/2 times the sum of its block's h coefficient errors.
+    reach = max(c.rotation, 1)
+    per_rank_max = dist.max(axis=1).sum() if dist.size else 0.0
+    return q * (u + v) * (1 + u) ** q * reach * per_rank_max + sums

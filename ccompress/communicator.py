@@ -3,11 +3,11 @@ as ranks, on the host or on one GPU)."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from . import _arrays, _core, _nonfinite, _transports, autocodec
+from . import _arrays, _core, _nonfinite, _topology, _transports, autocodec
 from ._backends import Call, backend_for
 from ._errors import CCompressError, InvalidArgument, MismatchError
 from ._device import _cuda_module
@@ -17,7 +17,7 @@ from ._work import IssueQueue, Work
 from .codec import Codec
 
 # The names the C++ side accepts (it validates them, once per call: _core.CallSpec).
-ALGOS = ("auto", "ring", "two_shot", "tree", "one_shot")
+ALGOS = ("auto", "ring", "two_shot", "tree", "one_shot", "hier")
 OPS = ("sum", "avg")
 NONFINITE = _nonfinite.MODES
 
@@ -53,7 +53,8 @@ class Communicator:
 
     def __init__(self, transport: "_core.Transport", *, timeout: float = 300.0,
                  slice_elems: Optional[int] = None, seed: int = 0, model: Any = None,
-                 nonfinite: str = "propagate", _keepalive: Any = None):
+                 nonfinite: str = "propagate", ranks_per_node: Optional[int] = None,
+                 _keepalive: Any = None):
         if timeout <= 0:
             raise InvalidArgument(f"timeout {timeout} s must be positive")
         if slice_elems is not None and slice_elems <= 0:
@@ -65,6 +66,7 @@ class Communicator:
         self._timeout = float(timeout)
         self._slice = int(slice_elems or 0)
         self._seed = int(seed)
+        self._ranks_per_node = _topology.check(ranks_per_node, transport.size)
         if model is not None and not callable(getattr(model, "choose", None)):
             raise InvalidArgument(f"model must be a ccompress.perfmodel.AlgoModel, got {model!r}")
         self._model = model
@@ -77,7 +79,8 @@ class Communicator:
         # from_mpi: the NCCL communicator that CUDA arrays go to, made at their first call.
         self._mpi_comm: Any = None
         self._nccl: Optional["Communicator"] = None
-        self._options = dict(timeout=timeout, slice_elems=slice_elems, seed=seed)
+        self._options = dict(timeout=timeout, slice_elems=slice_elems, seed=seed,
+                             ranks_per_node=ranks_per_node)
 
     # ---- construction ----
     @classmethod
@@ -85,6 +88,7 @@ class Communicator:
         """Wraps an mpi4py communicator (default ``MPI.COMM_WORLD``). Collective: every rank
         of ``comm`` must call it. Host arrays travel over MPI."""
         comm, transport = _transports.mpi_transport(comm)
+        kwargs.setdefault("ranks_per_node", _topology.from_mpi(comm))
         self = cls(transport, _keepalive=comm, **kwargs)
         self._mpi_comm = comm
         return self
@@ -128,6 +132,11 @@ class Communicator:
         return [cls(group.transport(r), _keepalive=group, **kwargs) for r in range(size)]
 
     # ---- properties ----
+    @property
+    def ranks_per_node(self) -> Optional[int]:
+        """Consecutive ranks that share a node (algo="hier"), or None when not known."""
+        return self._ranks_per_node
+
     @property
     def rank(self) -> int:
         return self._t.rank
@@ -173,13 +182,16 @@ class Communicator:
     def allreduce(self, x: Any, *, codec: Any = "none", algo: str = "auto", op: str = "sum",
                   out: Any = None, async_op: bool = False, stream: Any = None,
                   step: Optional[int] = None, nonfinite: Optional[str] = None,
-                  error_feedback: Any = None) -> Any:
+                  error_feedback: Any = None, intra_codec: Any = None,
+                  inter_algo: Optional[str] = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets bit-identical results.
 
         ``codec`` is a spec string or :class:`Codec`, or ``"auto8"`` / ``"auto4"`` to let
         the ranks pick a codec and scale-group layout per call from the data (see
         :mod:`ccompress.autocodec`; the choice is in ``last_stats``); ``algo`` one of ring,
-        two_shot, tree, one_shot, auto; ``op`` sum or avg. Writes into ``out`` when given
+        two_shot, tree, one_shot, hier, auto; ``op`` sum or avg. ``algo="hier"`` reduces
+        inside each node of ``ranks_per_node`` ranks with ``intra_codec`` (default none:
+        exact), between nodes with ``codec`` and the flat ``inter_algo`` (default auto). Writes into ``out`` when given
         (``out=x`` for in place) and returns it, else returns a new array like ``x``. With
         ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
         ``error_feedback`` is this tensor's :class:`~ccompress.ErrorFeedback` (two_shot,
@@ -192,7 +204,8 @@ class Communicator:
         """
         return self._submit("allreduce", x, codec=codec, algo=algo, op=op, out=out,
                             async_op=async_op, stream=stream, step=step,
-                            nonfinite=nonfinite, error_feedback=error_feedback)
+                            nonfinite=nonfinite, error_feedback=error_feedback,
+                            hier=(intra_codec, inter_algo))
 
     def reduce_scatter(self, x: Any, *, codec: Any = "none", op: str = "sum", out: Any = None,
                        async_op: bool = False, stream: Any = None,
@@ -235,9 +248,11 @@ class Communicator:
 
         return self._queue.launch(run, async_op)
 
-    def _spec(self, kind: str, algo: Optional[str], op: Optional[str]) -> Any:
+    def _spec(self, kind: str, algo: Optional[str], op: Optional[str],
+              hier: Tuple[Any, Optional[str]] = (None, None)) -> Any:
+        levels = _topology.levels(algo, self._ranks_per_node, *hier)
         return _core.CallSpec(kind, algo=algo, op=op, slice_elems=self._slice,
-                              timeout=self._timeout, seed=self._seed)
+                              timeout=self._timeout, seed=self._seed, **levels)
 
     def _next_step(self, step: Optional[int]) -> int:
         # Steps are taken in issue order, so every rank numbers its calls alike.

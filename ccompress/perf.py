@@ -27,7 +27,7 @@ import numpy as np
 
 import ccompress as cc
 from . import _arrays
-from .bounds import allreduce_error_bound
+from .bounds import allreduce_error_bound, hier_error_bound
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
 BASELINE = {"allreduce": "MPI_Allreduce", "reduce_scatter": "MPI_Reduce_scatter",
@@ -53,10 +53,11 @@ def busbw_factor(kind: str, n: int) -> float:
 
 # ---- the group of ranks: MPI processes, or threads of this process ----
 class MpiGroup:
-    def __init__(self) -> None:
+    def __init__(self, ranks_per_node: Optional[int] = None) -> None:
         from mpi4py import MPI
         self.MPI, self.mpi = MPI, MPI.COMM_WORLD
-        self.comm = cc.Communicator.from_mpi(self.mpi)
+        kw = {} if ranks_per_node is None else {"ranks_per_node": ranks_per_node}
+        self.comm = cc.Communicator.from_mpi(self.mpi, **kw)
         self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
         self.transport = "mpi, " + " ".join(MPI.Get_library_version().split()[:3])
 
@@ -121,7 +122,7 @@ def make_part(seed: int, rank: int, count: int, dtype: str) -> np.ndarray:
 
 
 def check(kind: str, y: np.ndarray, parts: np.ndarray, codec: str, algo: str, op: str,
-          dtype: str, rank: int) -> np.ndarray:
+          dtype: str, rank: int, hier: Optional[tuple] = None) -> np.ndarray:
     """[sum err^2, sum ref^2, elements outside the bound, max |err|] of this rank's output."""
     n = parts.shape[0]
     if kind == "allgather":
@@ -130,7 +131,10 @@ def check(kind: str, y: np.ndarray, parts: np.ndarray, codec: str, algo: str, op
                           for r in range(n)])
     else:
         ref = parts.astype(np.float64).sum(axis=0) / (n if op == "avg" else 1)
-        bound = allreduce_error_bound(parts, codec, algo, op, dtype)
+        if algo == "hier":  # hier = (ranks per node, inter-node algo, intra-node codec)
+            bound = hier_error_bound(parts, codec, hier[1], hier[0], hier[2], op, dtype)
+        else:
+            bound = allreduce_error_bound(parts, codec, algo, op, dtype)
         if kind == "reduce_scatter":
             lo, hi = cc.chunk_range(ref.size, n, rank)
             ref, bound = ref[lo:hi], bound[lo:hi]
@@ -216,7 +220,8 @@ def run(args: argparse.Namespace, g: Any) -> int:
             if args.check:
                 fn()
                 if parts is not None:
-                    stats = check(kind, y, parts, check_codec, check_algo, op, check_dtype, g.rank)
+                    stats = check(kind, y, parts, check_codec, check_algo, op, check_dtype, g.rank,
+                                  (g.comm.ranks_per_node, args.inter_algo, args.intra_codec))
                 if kind != "reduce_scatter":  # every rank must hold the same bytes
                     digests = g.allgather(hashlib.blake2b(y.tobytes(), digest_size=16).digest())
                     wrong_identity = sum(d != digests[0] for d in digests)
@@ -257,7 +262,11 @@ def run(args: argparse.Namespace, g: Any) -> int:
         for codec in codecs:
             for algo in algos:
                 y = np.empty(shape, dtype=x.dtype)
-                if kind == "allreduce":
+                if kind == "allreduce" and algo == "hier":
+                    fn = lambda: g.comm.allreduce(  # noqa: E731
+                        x, codec=codec, algo=algo, op=op, out=y, intra_codec=args.intra_codec,
+                        inter_algo=args.inter_algo)
+                elif kind == "allreduce":
                     fn = lambda: g.comm.allreduce(x, codec=codec, algo=algo, op=op, out=y)  # noqa: E731
                 elif kind == "reduce_scatter":
                     fn = lambda: g.comm.reduce_scatter(x, codec=codec, op=op, out=y)  # noqa: E731
@@ -313,8 +322,8 @@ def model_table(rows: List[Dict[str, Any]], rates: List[float], P: int, esize: i
         say(f"# model {rate:8g} {S:>11} {BASELINE['allreduce']:>18} {'-':>13} "
             f"{base * 1e6:11.1f} {'1.00x':>7} {err_s:>9}")
         for r in rows:
-            if r["size"] != S or r["codec"] == BASELINE["allreduce"]:
-                continue
+            if r["size"] != S or r["codec"] == BASELINE["allreduce"] or r["algo"] == "hier":
+                continue  # (the model has no hierarchical schedule yet)
             algo = r["algo"].split(":")[-1]
             if r["codec"] not in costs:
                 costs[r["codec"]] = pm.measure_codec_cost(r["codec"], min(count, 1 << 22))
@@ -363,6 +372,13 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="codec spec, repeatable (default: none and fp8_e4m3:g128)")
     p.add_argument("--algo", action="append", choices=cc.ALGOS,
                    help="all-reduce schedule, repeatable (default: auto)")
+    p.add_argument("--inter-algo", default="two_shot", choices=cc.ALGOS[1:-1],
+                   help="--algo hier: the flat schedule between nodes")
+    p.add_argument("--intra-codec", default="none",
+                   help="--algo hier: the codec inside a node (none: exact)")
+    p.add_argument("--ranks-per-node", type=int, metavar="G",
+                   help="consecutive ranks per node for --algo hier (default: found from MPI's "
+                        "shared-memory groups; with --inproc, 1)")
     p.add_argument("--seed", type=int, default=1234, help="seed of every rank's input")
     p.add_argument("--json", metavar="PATH", help="write every row to PATH")
     p.add_argument("--inproc", type=int, metavar="N",
@@ -394,8 +410,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     shared["barrier"].abort()
                     raise
 
-            return cc.run_inproc(args.inproc, body)[0]
-        group = MpiGroup()
+            kw = {} if args.ranks_per_node is None else {"ranks_per_node": args.ranks_per_node}
+            return cc.run_inproc(args.inproc, body, **kw)[0]
+        group = MpiGroup(args.ranks_per_node)
         if group.size == 1:
             print("ccompress-perf: ERROR: this is a 1-rank MPI world, so there is nothing to "
                   "communicate. Launch it under MPI (mpiexec -n 4 ccompress-perf ...), or pass "

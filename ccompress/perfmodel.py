@@ -63,13 +63,18 @@ class System:
         return min(1.0, self.cores_per_rank)
 
 
-def _bandwidth(system: System) -> float:
-    """Effective per-rank bandwidth of the bottleneck level for an all-to-all-like pattern:
-    on two levels, the (P - g) / P of the traffic that leaves a node shares its link among
-    the node's g ranks."""
+def _bandwidth(system: System, pattern: str = "all_to_all") -> float:
+    """Effective per-rank bandwidth of the bottleneck level. ``all_to_all`` (two_shot,
+    one_shot): on two levels, the (P - g) / P of the traffic that leaves a node shares its
+    link among the node's g ranks. ``ring`` (ring, tree, and NCCL's own rings and trees,
+    laid out node by node): one rank per node and direction crosses the node's link, the
+    others talk over the intra-node link, so the slower of the two sets the pace."""
     p, g = system.ranks, system.ranks_per_node
     if g <= 1 or system.intra is None:
         return system.link.bandwidth
+    if pattern == "ring":
+        return min(system.link.bandwidth, system.intra.bandwidth) if p > g \
+            else system.intra.bandwidth
     inter_share = (p - g) / max(p - 1, 1)
     t_inter = inter_share * g / system.link.bandwidth
     t_intra = (1 - inter_share) / system.intra.bandwidth
@@ -85,7 +90,7 @@ def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, 
     """Predicted seconds of one all-reduce of ``n`` elements (``codec`` applied, ``algo``)."""
     p = system.ranks
     w = codec.wire_per_element
-    bw = _bandwidth(system)
+    bw = _bandwidth(system, "ring" if algo in ("ring", "tree") else "all_to_all")
     share = system.compute_share()
     enc, dec = codec.encode * share, codec.decode * share
     if p == 1:
@@ -122,14 +127,33 @@ def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, 
         + messages * system.link.per_message
 
 
+def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
+              inter_algo: str = "two_shot") -> float:
+    """Predicted seconds of ``algo="hier"`` on a two-level system: an exact reduce-scatter
+    and all-gather inside each node over ``system.intra`` (together, an exact two_shot at
+    the engine's reduction rate), then the codec's flat all-reduce of each rank's 1/g shard
+    between nodes, the node's link shared by its g ranks. The levels run one after the
+    other."""
+    g = system.ranks_per_node
+    if g <= 1 or system.intra is None or system.ranks % g:
+        raise ValueError(f"{system.name}: hier needs nodes of equal size > 1 and an intra link")
+    exact = CodecCost("none", dtype_bytes, system.reduce_rate, system.reduce_rate)
+    inside = replace(system, ranks=g, link=system.intra, ranks_per_node=1, intra=None)
+    between = replace(system, ranks=system.ranks // g, ranks_per_node=1, intra=None,
+                      link=replace(system.link, bandwidth=system.link.bandwidth / g))
+    return collective_time(inside, n, dtype_bytes, exact, "two_shot") \
+        + collective_time(between, -(-n // g), dtype_bytes, codec, inter_algo)
+
+
 def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
     """The engine's uncompressed all-reduce, as NCCL picks it: the faster of a bandwidth-optimal
     ring (2(p-1)/p of the data each way, 2(p-1) latency rounds) and a pipelined binary tree
-    (twice the data, 2 log2(p) rounds), with its reduction at ``reduce_rate``."""
+    (twice the data, 2 log2(p) rounds), with its reduction at ``reduce_rate``; on two levels
+    both are laid out node by node (one rank per node and direction on the node's link)."""
     p = system.ranks
     if p == 1:
         return 0.0
-    bw = _bandwidth(system)
+    bw = _bandwidth(system, "ring")
     add = (p - 1) / p * n / (system.reduce_rate * system.compute_share())
     ring = 2 * (p - 1) / p * n * dtype_bytes / bw + 2 * (p - 1) * _alpha(system)
     tree = 2 * n * dtype_bytes / bw + 2 * math.ceil(math.log2(p)) * _alpha(system)
@@ -189,12 +213,29 @@ class AlgoModel:
     codecs: Tuple[CodecCost, ...] = ()
 
     def choose(self, n: int, dtype_bytes: int, codec_name: str, ranks: int) -> Optional[str]:
-        """The algorithm for ``n`` elements of ``codec_name`` on ``ranks`` ranks, or None
-        when the model has no cost for that codec."""
+        """The flat algorithm for ``n`` elements of ``codec_name`` on ``ranks`` ranks, or
+        None when the model has no cost for that codec."""
         for c in self.codecs:
             if c.name == codec_name:
                 return choose_algo(replace(self.system, ranks=ranks), n, dtype_bytes, c)
         return None
+
+    def choose_call(self, n: int, dtype_bytes: int, codec_name: str, ranks: int,
+                    ranks_per_node: Optional[int] = None) -> Optional[Tuple[str, Optional[str]]]:
+        """(algo, inter-node algo or None): :meth:`choose`, or ``("hier", flat algo)`` when
+        the communicator has nodes of ``ranks_per_node`` > 1 ranks, the system an intra-node
+        link, and the model predicts the hierarchical schedule faster than every flat one."""
+        flat = self.choose(n, dtype_bytes, codec_name, ranks)
+        g = ranks_per_node or 1
+        if flat is None or g <= 1 or ranks % g or self.system.intra is None:
+            return None if flat is None else (flat, None)
+        c = next(c for c in self.codecs if c.name == codec_name)
+        system = replace(self.system, ranks=ranks, ranks_per_node=g)
+        t_flat = collective_time(system, n, dtype_bytes, c, flat)
+        inter = min(ALGOS, key=lambda a: hier_time(system, n, dtype_bytes, c, a))
+        if ranks // g > 1 and hier_time(system, n, dtype_bytes, c, inter) < t_flat:
+            return "hier", inter
+        return flat, None
 
 
 def gbit(x: float) -> float:

@@ -1,7 +1,7 @@
 """Emulated bandwidth-limited networks: one MPI rank per network namespace.
 
-    sudo .venv/bin/python perf/emulated_net.py [--ranks 4] [--rates 0.5,1,2.5] \
-        [-- ccompress-perf options]
+    sudo .venv/bin/python perf/emulated_net.py [--ranks 4] [--ranks-per-node 1] \
+        [--rates 0.5,1,2.5] [-- ccompress-perf options]
 
 Creates N namespaces joined by veth pairs into a bridge, each veth rate-limited with `tbf` on
 both ends (a full-duplex NIC per node), runs `ccompress-perf allreduce` under MPICH's hydra
@@ -106,15 +106,21 @@ def in_burst(wire_bytes: int, burst: int) -> bool:
     return wire_bytes < BURST_MULTIPLE * burst
 
 
-def run_perf(net: Network, perf_args: List[str], json_path: str) -> subprocess.CompletedProcess:
+def run_perf(net: Network, perf_args: List[str], json_path: str,
+             ranks_per_node: int = 1) -> subprocess.CompletedProcess:
+    """ccompress-perf under hydra, ``ranks_per_node`` consecutive ranks in each namespace."""
     env = dict(os.environ)
-    # MPICH would otherwise use shared memory between the namespaces (docs/measuring.md).
-    env.update(MPIR_CVAR_NOLOCAL="1", MPICH_CH4_NETMOD="ofi", FI_PROVIDER="tcp",
-               FI_TCP_IFACE="eth0", PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+    env.update(MPICH_CH4_NETMOD="ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="eth0",
+               PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+    if ranks_per_node == 1:
+        # MPICH would otherwise use shared memory between the namespaces (docs/measuring.md);
+        # with several ranks per node it should, inside each one (their host names differ).
+        env["MPIR_CVAR_NOLOCAL"] = "1"
+    hosts = ",".join(f"{ns}:{ranks_per_node}" for ns in net.ns)
     cmd = [str(VENV_BIN / "mpiexec"), "-launcher", "ssh", "-launcher-exec",
-           str(ROOT / "perf" / "netns_exec.sh"), "-iface", net.bridge, "-hosts", ",".join(net.ns),
-           "-n", str(net.ranks), "-genvall", str(VENV_BIN / "ccompress-perf"), "allreduce",
-           "--json", json_path] + perf_args
+           str(ROOT / "perf" / "netns_exec.sh"), "-iface", net.bridge, "-hosts", hosts,
+           "-n", str(net.ranks * ranks_per_node), "-genvall", str(VENV_BIN / "ccompress-perf"),
+           "allreduce", "--json", json_path] + perf_args
     print("+", " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
     return subprocess.run(cmd, env=env, text=True, capture_output=True)
 
@@ -138,7 +144,10 @@ def speedup_table(rows: List[dict], gbit: float, burst: int) -> List[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--ranks", type=int, default=4, help="emulated nodes (network namespaces)")
+    ap.add_argument("--ranks-per-node", type=int, default=1,
+                    help="MPI ranks in each namespace: shared memory inside it, the "
+                         "rate-limited link to the others")
     ap.add_argument("--rates", default="0.5,1,2.5", help="Gbit/s per link, comma separated")
     ap.add_argument("--json", help="write every row, with rate and link counters, here")
     ap.add_argument("perf_args", nargs=argparse.REMAINDER,
@@ -163,7 +172,7 @@ def main(argv=None) -> int:
             before = net.counters()
             start = time.monotonic()
             jpath = os.path.join(tmp, f"rate{gbit}.json")
-            proc = run_perf(net, perf_args, jpath)
+            proc = run_perf(net, perf_args, jpath, args.ranks_per_node)
             if proc.returncode:
                 print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
                 return proc.returncode
@@ -174,16 +183,19 @@ def main(argv=None) -> int:
             # counters see it twice. The run sent, per row and call, wire(B) from every rank.
             moved = (after["tx"] - before["tx"] + after["rx"] - before["rx"]) / 2
             calls = run["iters"] + run["warmup"] + (1 if "-c" not in perf_args else 0)
-            reported = sum(r["wire_bytes"] for r in rows) * net.ranks * calls
+            reported = sum(r["wire_bytes"] for r in rows) * run["ranks"] * calls
             print(proc.stdout, flush=True)
             print(f"# {gbit} Gbit/s: the links carried {moved / 1e6:.1f} MB for the "
                   f"{reported / 1e6:.1f} MB of payload the run reports ({moved / reported:.3f}x: "
-                  f"TCP/IP headers, barriers, result checks) in {time.monotonic() - start:.0f} s",
+                  f"TCP/IP headers, barriers, result checks"
+                  f"{'; traffic inside a node stays off the links' if args.ranks_per_node > 1 else ''}"
+                  f") in {time.monotonic() - start:.0f} s",
                   flush=True)
             lines += speedup_table(rows, gbit, burst)
             for r in rows:
                 r["rate_gbit"] = gbit
-            all_rows.append({"rate_gbit": gbit, "ranks": net.ranks, "link_bytes": moved,
+            all_rows.append({"rate_gbit": gbit, "ranks": run["ranks"], "nodes": net.ranks,
+                             "ranks_per_node": args.ranks_per_node, "link_bytes": moved,
                              "reported_bytes": reported, "burst_bytes": burst, "rows": rows})
     lines.append(f"# * a rank moved less than {BURST_MULTIPLE}x the tbf burst per call (its own "
                  "or the baseline's): up to burst/wire of its traffic passed at veth speed, so "

@@ -37,14 +37,16 @@ const char* algo_name(Algo a) {
     case Algo::TwoShot: return "two_shot";
     case Algo::Tree: return "tree";
     case Algo::OneShot: return "one_shot";
+    case Algo::Hier: return "hier";
   }
   return "?";
 }
 
 Algo parse_algo(const std::string& s) {
-  for (Algo a : {Algo::Auto, Algo::Ring, Algo::TwoShot, Algo::Tree, Algo::OneShot})
+  for (Algo a : {Algo::Auto, Algo::Ring, Algo::TwoShot, Algo::Tree, Algo::OneShot, Algo::Hier})
     if (s == algo_name(a)) return a;
-  CC_CHECK(false, "unknown algo '" << s << "'; use one of auto, ring, two_shot, tree, one_shot");
+  CC_CHECK(false,
+           "unknown algo '" << s << "'; use one of auto, ring, two_shot, tree, one_shot, hier");
 }
 
 }  // namespace ccompress

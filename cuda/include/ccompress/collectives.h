@@ -41,6 +41,13 @@ struct CollectiveOptions {
   uint64_t seed = 0;
   uint64_t step = 0;
   ErrorFeedbackBuffers feedback;
+  /// algo == Hier: consecutive blocks of `ranks_per_node` ranks form a node (the size must
+  /// be a multiple of it). The call's codec is used between nodes, by the flat schedule
+  /// `inter_algo` (Auto: by size and node count); `intra_codec` (default none: exact)
+  /// inside a node, for the reduce-scatter and the all-gather.
+  int ranks_per_node = 0;
+  Algo inter_algo = Algo::Auto;
+  Codec intra_codec;
 };
 
 constexpr int64_t kDefaultSliceElems = 1 << 16;
@@ -66,6 +73,7 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index);
 Algo choose_algo(int64_t n, DType dtype, const Codec& codec, int nranks);
 
 /// out[0:n) <- reduce over ranks of in[0:n). @p in and @p out may be the same buffer.
+/// With opt.algo == Algo::Hier the reduction runs in two levels (CollectiveOptions).
 CollectiveStats allreduce(Transport& t, KernelBackend& k, const void* in, void* out, int64_t n,
                           DType dtype, const Codec& codec, const CollectiveOptions& opt);
 

@@ -36,9 +36,12 @@ const char* reduce_op_name(ReduceOp op);
 ReduceOp parse_reduce_op(const std::string& s);
 
 /// All-reduce schedules (see DESIGN.md, "Algorithms").
-enum class Algo : uint8_t { Auto = 0, Ring = 1, TwoShot = 2, Tree = 3, OneShot = 4 };
+/// Hier: exact (or intra-codec) reduce-scatter inside each node, a flat all-reduce of each
+/// shard between nodes, an all-gather inside each node (collectives/hier.cc).
+enum class Algo : uint8_t { Auto = 0, Ring = 1, TwoShot = 2, Tree = 3, OneShot = 4, Hier = 5 };
 const char* algo_name(Algo a);
-/// Parses "auto", "ring", "two_shot", "tree" or "one_shot"; throws InvalidArgument otherwise.
+/// Parses "auto", "ring", "two_shot", "tree", "one_shot" or "hier"; throws InvalidArgument
+/// otherwise.
 Algo parse_algo(const std::string& s);
 
 /// Library version string.

@@ -1,11 +1,39 @@
 // allgather: every rank's input, encoded once, reaches every rank; each rank decodes all n
 // encodings (its own too), so the output is bit-identical everywhere.
+//
+// allgather of chunks (hier.cc's last level): the buffer is cut by chunk_range; each rank's
+// own chunk, encoded once, reaches every rank, which decodes it in place of its own copy.
 #include "collectives/plan.h"
 
 namespace ccompress {
 
 namespace {
 constexpr int kStepAll = 0;
+}
+
+Plan build_allgather_chunks(const PlanContext& ctx) {
+  PlanBuilder b(ctx);
+  const int r = ctx.rank, P = ctx.size;
+  size_t max_s = 0;
+  const auto chunk_slices = b.chunk_slices(max_s);
+  for (size_t s = 0; s < max_s; ++s) {
+    if (s < chunk_slices[r].size()) {
+      auto [lo, hi] = chunk_slices[r][s];
+      int64_t w = b.alloc_wire(hi - lo);
+      int e = b.encode_input(lo, hi - lo, w, 1.f);
+      for (int k = 1; k < P; ++k) b.send((r + k) % P, w, hi - lo, b.tag(kStepAll, r, s), {e});
+      b.decode_out(w, hi - lo, lo, {e});
+    }
+    for (int k = 1; k < P; ++k) {
+      int c = (r + P - k) % P;
+      if (s >= chunk_slices[c].size()) continue;
+      auto [lo, hi] = chunk_slices[c][s];
+      int64_t w = b.alloc_wire(hi - lo);
+      int rv = b.recv(c, w, hi - lo, b.tag(kStepAll, c, s));
+      b.decode_out(w, hi - lo, lo, {rv});
+    }
+  }
+  return b.finish(1);
 }
 
 Plan build_allgather(const PlanContext& ctx) {

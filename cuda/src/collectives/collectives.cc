@@ -5,6 +5,7 @@
 #include "ccompress/error.h"
 #include "collectives/executor.h"
 #include "collectives/header_check.h"
+#include "collectives/hier.h"
 #include "collectives/ordered_executor.h"
 #include "collectives/plan.h"
 
@@ -53,6 +54,10 @@ Plan build_plan(CollectiveKind kind, Algo algo, const PlanContext& ctx, Algo& ra
     ran = Algo::OneShot;
     return build_allgather(ctx);
   }
+  if (kind == CollectiveKind::AllGatherChunks) {
+    ran = Algo::TwoShot;
+    return build_allgather_chunks(ctx);
+  }
   if (kind == CollectiveKind::ReduceScatter) {
     ran = Algo::TwoShot;
     return ctx.size == 1 ? build_single(ctx) : build_two_shot(ctx, true);
@@ -79,9 +84,22 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   CC_CHECK(n == 0 || (in != nullptr && out != nullptr), "null buffer for " << n << " elements");
   PlanContext ctx = make_context(t, n, dtype, codec, opt, inplace);
   CallDescription call{kind, n, dtype, ctx.codec, opt.algo, opt.op, ctx.slice_elems};
+  const bool hier = kind == CollectiveKind::AllReduce && opt.algo == Algo::Hier;
+  if (hier) {
+    call.ranks_per_node = opt.ranks_per_node;
+    call.inter_algo = opt.inter_algo;
+  } else {
+    CC_CHECK(opt.algo != Algo::Hier, "algo 'hier' applies to allreduce only");
+  }
   const uint64_t call_number = t.next_call();
   CollectiveStats stats;
   stats.header_bytes = check_same_call(t, call, opt.timeout_s);
+  if (hier) {
+    const int64_t check_bytes = stats.header_bytes;
+    stats = hier_allreduce(t, k, in, out, n, dtype, codec, opt, call_number);
+    stats.header_bytes += check_bytes;
+    return stats;
+  }
 
   const ErrorFeedbackBuffers& fb = opt.feedback;
   if (fb.any()) {
@@ -148,6 +166,11 @@ CollectiveStats reduce_scatter(Transport& t, KernelBackend& k, const void* in, v
 CollectiveStats allgather(Transport& t, KernelBackend& k, const void* in, void* out, int64_t n,
                           DType dtype, const Codec& codec, const CollectiveOptions& opt) {
   return run(t, k, CollectiveKind::AllGather, in, out, n, dtype, codec, opt);
+}
+
+CollectiveStats allgather_chunks(Transport& t, KernelBackend& k, void* buf, int64_t n,
+                                 DType dtype, const Codec& codec, const CollectiveOptions& opt) {
+  return run(t, k, CollectiveKind::AllGatherChunks, buf, buf, n, dtype, codec, opt);
 }
 
 }  // namespace ccompress

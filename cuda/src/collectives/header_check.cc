@@ -23,7 +23,7 @@ struct WireHeader {
   uint32_t codec_id;
   uint32_t algo;
   uint32_t op;
-  uint32_t pad;
+  uint32_t topology;  // algo == hier: ranks per node | inter-node algo << 24; else 0
   int64_t slice_elems;
   char codec_name[32];
 };
@@ -40,6 +40,8 @@ WireHeader pack(const CallDescription& d) {
   h.algo = uint32_t(d.algo);
   h.op = uint32_t(d.op);
   h.slice_elems = d.slice_elems;
+  if (d.algo == Algo::Hier)
+    h.topology = uint32_t(d.ranks_per_node & 0xFFFFFF) | (uint32_t(d.inter_algo) << 24);
   std::strncpy(h.codec_name, d.codec.name().c_str(), sizeof h.codec_name - 1);
   return h;
 }
@@ -49,6 +51,7 @@ const char* kind_name(uint32_t k) {
     case uint32_t(CollectiveKind::AllReduce): return "allreduce";
     case uint32_t(CollectiveKind::ReduceScatter): return "reduce_scatter";
     case uint32_t(CollectiveKind::AllGather): return "allgather";
+    case uint32_t(CollectiveKind::AllGatherChunks): return "allgather of chunks";
   }
   return "unknown collective";
 }
@@ -57,7 +60,11 @@ std::string describe(const WireHeader& h) {
   std::ostringstream os;
   os << kind_name(h.kind) << "(count=" << h.count << ", dtype=" << dtype_name(DType(h.dtype))
      << ", codec=" << std::string(h.codec_name, strnlen(h.codec_name, sizeof h.codec_name))
-     << ", algo=" << algo_name(Algo(h.algo)) << ", op=" << reduce_op_name(ReduceOp(h.op))
+     << ", algo=" << algo_name(Algo(h.algo));
+  if (Algo(h.algo) == Algo::Hier)
+    os << " (ranks_per_node=" << (h.topology & 0xFFFFFF)
+       << ", between nodes " << algo_name(Algo(h.topology >> 24)) << ")";
+  os << ", op=" << reduce_op_name(ReduceOp(h.op))
      << ", slice_elems=" << h.slice_elems << ")";
   return os.str();
 }
@@ -65,7 +72,7 @@ std::string describe(const WireHeader& h) {
 bool same_call(const WireHeader& a, const WireHeader& b) {
   return a.kind == b.kind && a.dtype == b.dtype && a.count == b.count &&
          a.codec_id == b.codec_id && a.algo == b.algo && a.op == b.op &&
-         a.slice_elems == b.slice_elems;
+         a.slice_elems == b.slice_elems && a.topology == b.topology;
 }
 
 // Waits for every request, dropping each from @p reqs as it completes.

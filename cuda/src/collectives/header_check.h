@@ -14,7 +14,14 @@
 
 namespace ccompress {
 
-enum class CollectiveKind : uint8_t { AllReduce = 1, ReduceScatter = 2, AllGather = 3 };
+/// AllGatherChunks: the all-gather half of two_shot, in place: each rank's chunk
+/// (chunk_range(count, size, rank)) of the buffer reaches every rank (collectives/hier.cc).
+enum class CollectiveKind : uint8_t {
+  AllReduce = 1,
+  ReduceScatter = 2,
+  AllGather = 3,
+  AllGatherChunks = 4
+};
 
 struct CallDescription {
   CollectiveKind kind = CollectiveKind::AllReduce;
@@ -24,6 +31,8 @@ struct CallDescription {
   Algo algo = Algo::Auto;  ///< as requested, before auto resolves it
   ReduceOp op = ReduceOp::Sum;
   int64_t slice_elems = 0;
+  int32_t ranks_per_node = 0;  ///< algo == Hier only
+  Algo inter_algo = Algo::Auto;  ///< algo == Hier only
 };
 
 /// Exchanges @p mine with all peers; throws MismatchError on every rank if any differ.

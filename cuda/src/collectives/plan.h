@@ -144,6 +144,8 @@ Plan build_two_shot(const PlanContext& ctx, bool reduce_scatter_only);
 Plan build_tree(const PlanContext& ctx);
 Plan build_one_shot(const PlanContext& ctx);
 Plan build_allgather(const PlanContext& ctx);
+/// In place over ctx.n elements: chunk chunk_range(n, size, rank) of every rank, to all.
+Plan build_allgather_chunks(const PlanContext& ctx);
 /// One rank: every algorithm is out <- decode(encode(in / divisor)).
 Plan build_single(const PlanContext& ctx);
 

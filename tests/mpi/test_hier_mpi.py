@@ -1,0 +1,32 @@
+"""algo="hier" between real processes: 4 ranks as 2 nodes x 2 (ranks_per_node given, since
+mpiexec here puts every rank on one host), and the topology MPI reports on one host."""
+import hashlib
+
+import numpy as np
+import pytest
+
+import ccompress as cc
+from ccompress.bounds import hier_error_bound
+
+
+def test_one_host_is_one_node(world):
+    comm = cc.Communicator.from_mpi(world, timeout=60)
+    assert comm.ranks_per_node == world.size  # MPI's shared-memory group spans the host
+
+
+@pytest.mark.parametrize("codec,inter_algo", [("fp8_e4m3:g128", "two_shot"),
+                                              ("hint8", "ring"), ("nvfp4", "one_shot")])
+def test_two_nodes_of_two_bit_identical_within_both_levels(world, codec, inter_algo):
+    if world.size % 2:
+        pytest.skip("needs an even rank count")
+    comm = cc.Communicator.from_mpi(world, timeout=60, ranks_per_node=2)
+    rng = np.random.default_rng(7)
+    parts = rng.standard_normal((world.size, 50_001)).astype(np.float32)
+    y = comm.allreduce(parts[world.rank], codec=codec, algo="hier", inter_algo=inter_algo)
+    assert comm.last_stats["algo"] == "hier"
+    digests = world.allgather(hashlib.sha256(y.tobytes()).hexdigest())
+    assert len(set(digests)) == 1, digests
+    ref = parts.astype(np.float64).sum(axis=0)
+    bound = hier_error_bound(parts, codec, inter_algo, 2)
+    err = np.abs(y.astype(np.float64) - ref)
+    assert np.all(err <= bound), float((err / bound).max())
