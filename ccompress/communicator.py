@@ -191,7 +191,8 @@ class Communicator:
         :mod:`ccompress.autocodec`; the choice is in ``last_stats``); ``algo`` one of ring,
         two_shot, tree, one_shot, hier, auto; ``op`` sum or avg. ``algo="hier"`` reduces
         inside each node of ``ranks_per_node`` ranks with ``intra_codec`` (default none:
-        exact), between nodes with ``codec`` and the flat ``inter_algo`` (default auto). Writes into ``out`` when given
+        exact), between nodes with ``codec`` and the flat ``inter_algo`` (default auto).
+        Writes into ``out`` when given
         (``out=x`` for in place) and returns it, else returns a new array like ``x``. With
         ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
         ``error_feedback`` is this tensor's :class:`~ccompress.ErrorFeedback` (two_shot,
