@@ -70,4 +70,30 @@ std::vector<std::string> codec_family_help() {
   return out;
 }
 
+std::vector<std::string> codec_family_bases() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out;
+  for (const CodecFamily& f : r.families) out.emplace_back(f.base);
+  return out;
+}
+
+std::vector<std::string> codec_family_examples() {
+  std::vector<const CodecFamily*> fams;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const CodecFamily& f : r.families) fams.push_back(&f);
+  }
+  std::vector<std::string> out;
+  for (const CodecFamily* f : fams) {
+    Codec c;
+    c.kind = f->kind;
+    c.unbound = false;
+    f->configure(c, CodecOptions{}, f->base);
+    out.push_back(f->name(c));
+  }
+  return out;
+}
+
 }  // namespace ccompress

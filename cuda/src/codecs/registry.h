@@ -52,6 +52,10 @@ const CodecFamily* find_codec_family(CodecKind kind);
 const CodecFamily& require_codec_family(CodecKind kind);
 /// Help lines of every registered family.
 std::vector<std::string> codec_family_help();
+/// The base name of each registered family, in registration order.
+std::vector<std::string> codec_family_bases();
+/// The canonical spec of each registered base with default options ("taco:g128"), in order.
+std::vector<std::string> codec_family_examples();
 
 /// Calls fn(first, length) for the pieces of a run of n elements (see Codec::run_block).
 template <class Fn>

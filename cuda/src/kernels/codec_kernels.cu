@@ -137,11 +137,6 @@ void check_fp8(const Codec& codec, int64_t n) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
 }
 
-void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  CC_CHECK_AS(CudaError, err == cudaSuccess,
-              what << " launch failed: " << cudaGetErrorString(err));
-}
 
 // Blocks for work_items items at per_block items per block, at least 1, at most kMaxBlocks.
 int grid_for(int64_t work_items, int per_block) {
@@ -185,7 +180,7 @@ void launch_fp8_encode(const void* src, DType src_dtype, const void* wire_in, in
           in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
     }
   });
-  check_launch(in_wire != nullptr ? "fp8 decode_reduce_encode" : "fp8 encode");
+  CC_CUDA_CHECK_LAUNCH(in_wire != nullptr ? "fp8 decode_reduce_encode" : "fp8 encode");
 }
 
 void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
@@ -211,7 +206,7 @@ void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Dec
   } else {
     go(Fp8E5M2{});
   }
-  check_launch(o.out != nullptr ? "fp8 decode" : "fp8 decode_accumulate");
+  CC_CUDA_CHECK_LAUNCH(o.out != nullptr ? "fp8 decode" : "fp8 decode_accumulate");
 }
 
 }  // namespace ccompress::cuda

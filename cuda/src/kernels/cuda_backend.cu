@@ -22,10 +22,11 @@
 
 namespace ccompress::cuda {
 
-void check_cuda(int err, const char* what) {
+void check_cuda_status(int err, const char* what, const SourceSite& site) {
   auto e = static_cast<cudaError_t>(err);
-  if (e != cudaSuccess) cudaGetLastError();  // clear a sticky launch error for later checks
-  CC_CHECK_AS(CudaError, e == cudaSuccess, what << ": " << cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // clear a sticky launch error for later checks
+  detail::throw_at<CudaError>(site, std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
 DeviceGuard::DeviceGuard(int device, bool quiet) {
@@ -36,8 +37,8 @@ DeviceGuard::DeviceGuard(int device, bool quiet) {
     }
     return;
   }
-  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-  if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  CC_CUDA_CHECK(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device) CC_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
 }
 
 DeviceGuard::~DeviceGuard() {
@@ -51,9 +52,9 @@ RankStreams::RankStreams(int device) : device_(device) {
   CC_CHECK(device >= 0 && device < count,
            "CUDA device " << device << " does not exist; " << count << " visible");
   DeviceGuard g(device);
-  check_cuda(cudaStreamCreateWithFlags(&codec_, cudaStreamNonBlocking), "codec stream");
-  check_cuda(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "comm stream");
-  check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "ordering event");
+  CC_CUDA_CHECK(cudaStreamCreateWithFlags(&codec_, cudaStreamNonBlocking), "creating the codec stream");
+  CC_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "creating the comm stream");
+  CC_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "creating the ordering event");
 }
 
 RankStreams::~RankStreams() {
@@ -66,8 +67,8 @@ RankStreams::~RankStreams() {
 
 void RankStreams::order(cudaStream_t first, cudaStream_t waiter) {
   if (first == waiter) return;
-  check_cuda(cudaEventRecord(event_, first), "cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(waiter, event_, 0), "cudaStreamWaitEvent");
+  CC_CUDA_CHECK(cudaEventRecord(event_, first), "cudaEventRecord");
+  CC_CUDA_CHECK(cudaStreamWaitEvent(waiter, event_, 0), "cudaStreamWaitEvent");
 }
 
 DeviceScratch::~DeviceScratch() {
@@ -77,9 +78,9 @@ DeviceScratch::~DeviceScratch() {
 void* DeviceScratch::get(int64_t bytes, cudaStream_t user_a, cudaStream_t user_b) {
   if (bytes <= bytes_ && ptr_ != nullptr) return ptr_;
   if (ptr_ != nullptr) {
-    check_cuda(cudaStreamSynchronize(user_a), "scratch growth: waiting for the codec stream");
-    check_cuda(cudaStreamSynchronize(user_b), "scratch growth: waiting for the comm stream");
-    check_cuda(cudaFree(ptr_), "cudaFree");
+    CC_CUDA_CHECK(cudaStreamSynchronize(user_a), "scratch growth: waiting for the codec stream");
+    CC_CUDA_CHECK(cudaStreamSynchronize(user_b), "scratch growth: waiting for the comm stream");
+    CC_CUDA_CHECK(cudaFree(ptr_), "cudaFree");
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -92,7 +93,7 @@ void* DeviceScratch::get(int64_t bytes, cudaStream_t user_a, cudaStream_t user_b
     want = align_up(std::max<int64_t>(bytes, 1), 256);
     err = cudaMalloc(&ptr_, size_t(want));
   }
-  check_cuda(err, "cudaMalloc of collective scratch");
+  CC_CUDA_CHECK(err, "cudaMalloc of collective scratch");
   bytes_ = want;
   return ptr_;
 }
@@ -111,8 +112,8 @@ void* CudaBackend::workspace(int64_t bytes) {
   // the comm stream could land in a slot after this call's host memcpy into it), so wait
   // for both streams before handing the slots out again.
   if (!reads_finished_) {
-    check_cuda(cudaStreamSynchronize(streams_->codec()), "after a failed collective: codec stream");
-    check_cuda(cudaStreamSynchronize(streams_->comm()), "after a failed collective: comm stream");
+    CC_CUDA_CHECK(cudaStreamSynchronize(streams_->codec()), "after a failed collective, waiting for the codec stream");
+    CC_CUDA_CHECK(cudaStreamSynchronize(streams_->comm()), "after a failed collective, waiting for the comm stream");
   }
   reads_finished_ = false;
   slots_.reset();
@@ -125,19 +126,19 @@ void CudaBackend::write_bytes(void* dst, const void* src, int64_t bytes) {
   // that completes before the collective returns.
   void* slot = slots_.take(bytes);
   std::memcpy(slot, src, size_t(bytes));
-  check_cuda(cudaMemcpyAsync(dst, slot, size_t(bytes), cudaMemcpyHostToDevice, streams_->codec()),
+  CC_CUDA_CHECK(cudaMemcpyAsync(dst, slot, size_t(bytes), cudaMemcpyHostToDevice, streams_->codec()),
              "writing a message header");
 }
 
 const void* CudaBackend::read_bytes(const void* src, int64_t bytes) {
   void* slot = slots_.take(bytes);
-  check_cuda(cudaMemcpyAsync(slot, src, size_t(bytes), cudaMemcpyDeviceToHost, streams_->comm()),
+  CC_CUDA_CHECK(cudaMemcpyAsync(slot, src, size_t(bytes), cudaMemcpyDeviceToHost, streams_->comm()),
              "reading a message header");
   return slot;
 }
 
 void CudaBackend::finish_reads() {
-  check_cuda(cudaStreamSynchronize(streams_->comm()), "waiting for the message headers");
+  CC_CUDA_CHECK(cudaStreamSynchronize(streams_->comm()), "waiting for the message headers");
   reads_finished_ = true;
 }
 
@@ -165,7 +166,7 @@ void* PinnedSlots::take(int64_t bytes) {
   const size_t block = size_t(next_ / kSlotsPerBlock);
   if (block == blocks_.size()) {
     void* p = nullptr;
-    check_cuda(cudaMallocHost(&p, size_t(kSlotsPerBlock * kSlotBytes)), "cudaMallocHost");
+    CC_CUDA_CHECK(cudaMallocHost(&p, size_t(kSlotsPerBlock * kSlotBytes)), "cudaMallocHost");
     blocks_.push_back(p);
   }
   void* slot = static_cast<uint8_t*>(blocks_[block]) + (next_ % kSlotsPerBlock) * kSlotBytes;

@@ -200,7 +200,7 @@ void launch_hint8_encode(const void* src, DType src_dtype, const void* wire_in, 
                                                static_cast<uint8_t*>(dst));
     });
   });
-  rot::check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
 void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
@@ -216,7 +216,7 @@ void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const D
           <<<grid, rot::kThreads, 0, stream>>>(static_cast<const uint8_t*>(src), p, o);
     });
   });
-  rot::check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
 }  // namespace ccompress::cuda

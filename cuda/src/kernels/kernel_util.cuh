@@ -11,7 +11,12 @@
 
 #include "ccompress/common.h"
 #include "codecs/float_convert.h"
+#include "kernels/cuda_backend.h"
 #include "kernels/decode_out.h"
+
+/// After a kernel launch: throws CudaError "<what> failed: <CUDA's message>" (in debug mode
+/// naming the launching line) when the launch failed.
+#define CC_CUDA_CHECK_LAUNCH(what) CC_CUDA_CHECK(cudaGetLastError(), what)
 
 namespace ccompress::cuda {
 

@@ -155,7 +155,7 @@ void launch_taco_encode(const void* src, DType src_dtype, const void* wire_in, i
       });
     });
   });
-  rot::check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
 void launch_taco_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
@@ -175,7 +175,7 @@ void launch_taco_decode(const void* src, int64_t n, const Codec& codec, const De
       });
     });
   });
-  rot::check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
 }  // namespace ccompress::cuda
