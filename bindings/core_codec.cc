@@ -12,7 +12,7 @@
 #include "collectives/message_header.h"
 #include "ccompress/error.h"
 #include "codecs/float_convert.h"
-#include "codecs/fp8.h"
+#include "codecs/fp8/fp8.h"
 #include "cpu/cpu_backend.h"
 
 namespace py = pybind11;
@@ -20,17 +20,8 @@ namespace py = pybind11;
 namespace ccompress::py_bindings {
 namespace {
 
-// "raw", "fp8_e4m3", "fp8_e5m2", or a registered family's base name ("taco", ...).
-std::string kind_name(CodecKind k) {
-  switch (k) {
-    case CodecKind::Raw: return "raw";
-    case CodecKind::Fp8E4M3: return "fp8_e4m3";
-    case CodecKind::Fp8E5M2: return "fp8_e5m2";
-    default: break;
-  }
-  const CodecFamily* f = find_codec_family(k);
-  return f ? f->base : "unregistered";
-}
+// "raw", "fp8_e4m3", "fp8_e5m2", "taco", ...: as the codec's family names it.
+std::string kind_name(const Codec& c) { return codec_family(c).kind_name(c); }
 
 const Codec& require_bound(const Codec& c) {
   CC_CHECK(!c.unbound, "codec 'none' is unbound: bind it to a dtype first (codec.bind(dtype))");
@@ -88,7 +79,7 @@ void bind_codec_class(py::module_& m) {
       .def_readonly("scale_bits", &Codec::scale_bits)
       .def_readonly("stochastic", &Codec::stochastic)
       .def_readonly("random_signs", &Codec::random_signs)
-      .def_property_readonly("kind", [](const Codec& c) { return kind_name(c.kind); })
+      .def_property_readonly("kind", [](const Codec& c) { return kind_name(c); })
       .def_readonly("unbound", &Codec::unbound)
       .def_property_readonly("raw_dtype",
                              [](const Codec& c) -> py::object {

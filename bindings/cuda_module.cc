@@ -13,7 +13,6 @@
 #include "ccompress/error.h"
 #include "cuda_bindings.h"
 #include "error_translator.h"
-#include "kernels/codec_kernels.h"
 #if defined(CCOMPRESS_CUDA_EMULATOR)
 #include <cuda_runtime.h>  // cuda/emu's: emu::emu_error_count, emu_call_counts
 #include <pybind11/stl.h>

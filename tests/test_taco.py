@@ -1,4 +1,4 @@
-"""TACO (`taco:gG`, `taco_e5m2:gG`; format in cuda/src/codecs/taco.h) against a NumPy
+"""TACO (`taco:gG`, `taco_e5m2:gG`; format in cuda/src/codecs/taco/taco.h) against a NumPy
 reference written from ALGORITHMS.md §1: the same fp32 operations in the same order, so the
 wire bytes and decoded values must match bit for bit. The rotation and noise helpers here are
 shared with test_hint8.py.
@@ -92,7 +92,7 @@ def fp8_sr(t, u, fmt):
 
 
 def taco_ref_encode(x, fmt, g, sr=None):
-    """Wire bytes of x (float32) per codecs/taco.h; sr = (seed, step, rank, index) or None."""
+    """Wire bytes of x (float32) per codecs/taco/taco.h; sr = (seed, step, rank, index) or None."""
     dt, fmax = FMT[fmt][:2]
     n = x.size
     q = np.zeros(n, np.uint8)

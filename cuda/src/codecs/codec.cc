@@ -11,24 +11,19 @@
 namespace ccompress {
 namespace {
 
-constexpr int32_t kDefaultGroup = 128;
-constexpr int32_t kMinGroup = 16;
-constexpr int32_t kMaxGroup = 1024;
-
-// The second line of every spec error: each base with its main option, and the per-call
-// codecs that ccompress/autocodec.py resolves (auto8, auto4).
+// The second line of every spec error: each base, and the per-call codecs that
+// ccompress/autocodec.py resolves (auto8, auto4).
 std::string valid_specs() {
-  std::string s = "valid codec specs: none, bf16, fp16, fp8_e4m3:gG, fp8_e5m2:gG";
-  for (const std::string& b : codec_family_bases()) s += ", " + b;
-  s += ", auto8, auto4 (options :gN group, :hN rotation, :s8/:s16/:s32 scale bits, :rs random "
+  std::string s = "valid codec specs:";
+  for (const std::string& b : codec_family_bases()) s += " " + b + ",";
+  s += " auto8, auto4 (options :gN group, :hN rotation, :s8/:s16/:s32 scale bits, :rs random "
        "signs, :sr stochastic rounding)";
   return s;
 }
 
 // One canonical spec per base, the "did you mean" candidates.
 std::vector<std::string> suggestion_candidates() {
-  std::vector<std::string> c = {"none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g128"};
-  for (const std::string& e : codec_family_examples()) c.push_back(e);
+  std::vector<std::string> c = codec_family_examples();
   c.push_back("auto8");
   c.push_back("auto4");
   return c;
@@ -83,7 +78,8 @@ int32_t parse_number(const std::string& s, size_t from) {
 }
 
 // Splits "base:opt:opt" into the base and the options; throws on unknown or repeated ones.
-std::string split_spec(const std::string& spec, CodecOptions& o, std::string& given) {
+std::string split_spec(const std::string& spec, CodecOptions& o) {
+  std::string& given = o.given;
   size_t colon = spec.find(':');
   std::string base = spec.substr(0, colon);
   while (colon != std::string::npos) {
@@ -117,57 +113,28 @@ std::string split_spec(const std::string& spec, CodecOptions& o, std::string& gi
 
 Codec Codec::parse(const std::string& spec) {
   CodecOptions o;
-  std::string given;
-  std::string base = split_spec(spec, o, given);
-  Codec c;
-  if (base == "fp8_e4m3" || base == "fp8_e5m2") {
-    CC_CHECK(given.find_first_not_of("gS") == std::string::npos,
-             "codec '" << spec << "': " << base << " takes only :gG (G in " << kMinGroup << ".."
-                       << kMaxGroup << ") and :sr\n" << valid_specs());
-    c.kind = base == "fp8_e4m3" ? CodecKind::Fp8E4M3 : CodecKind::Fp8E5M2;
-    c.unbound = false;
-    c.stochastic = o.stochastic;
-    c.group = o.group ? o.group : kDefaultGroup;
-    CC_CHECK(c.group >= kMinGroup && c.group <= kMaxGroup,
-             "codec '" << spec << "': the group G of " << base << ":gG is in " << kMinGroup
-                       << ".." << kMaxGroup << " (e.g. " << base << ":g128)\n" << valid_specs());
-    return c;
-  }
-  if (const CodecFamily* f = find_codec_family(base)) {
-    c.kind = f->kind;
-    c.unbound = false;
-    f->configure(c, o, spec);
-    return c;
-  }
+  const std::string base = split_spec(spec, o);
   CC_CHECK(base != "auto8" && base != "auto4",
            "codec '" << spec << "' is chosen per call from the data by a communicator: pass "
                      << "codec='" << base << "' to allreduce (or simulate.allreduce)");
-  CC_CHECK(base == "none" || base == "bf16" || base == "fp16",
+  const CodecFamily* f = find_codec_family(base);
+  CC_CHECK(f != nullptr,
            "unknown codec '" << spec << "'" << did_you_mean(base) << "\n" << valid_specs());
-  CC_CHECK(given.empty() || (base != "none" && given == "S"),
-           "codec '" << spec << "': " << base << " takes "
-                     << (base == "none" ? "no options" : "only :sr") << "\n" << valid_specs());
-  if (base == "none") return c;
+  Codec c;
+  c.kind = codec_kind_of(*f);
   c.unbound = false;
-  c.raw_dtype = base == "bf16" ? DType::BFloat16 : DType::Float16;
-  c.stochastic = o.stochastic;
+  try {
+    f->configure(c, base, o, spec);
+  } catch (const InvalidArgument& e) {
+    // A family names what is wrong in one line; the list of specs follows on the second.
+    const std::string what = e.what();
+    if (what.find('\n') != std::string::npos) throw;
+    throw InvalidArgument(what + "\n" + valid_specs());
+  }
   return c;
 }
 
-std::string Codec::name() const {
-  switch (kind) {
-    case CodecKind::Fp8E4M3:
-      return "fp8_e4m3:g" + std::to_string(group) + (stochastic ? ":sr" : "");
-    case CodecKind::Fp8E5M2:
-      return "fp8_e5m2:g" + std::to_string(group) + (stochastic ? ":sr" : "");
-    case CodecKind::Raw: break;
-    default: return require_codec_family(kind).name(*this);
-  }
-  // `none` bound to bfloat16 / float16 is the same wire format as bf16 / fp16, so it takes
-  // that name; bound to float32 it stays `none`.
-  if (unbound || raw_dtype == DType::Float32) return "none";
-  return std::string(raw_dtype == DType::BFloat16 ? "bf16" : "fp16") + (stochastic ? ":sr" : "");
-}
+std::string Codec::name() const { return codec_family(*this).spec_name(*this); }
 
 Codec Codec::bind(DType input) const {
   Codec c = *this;
@@ -181,21 +148,16 @@ Codec Codec::bind(DType input) const {
 int64_t Codec::wire_bytes(int64_t n) const {
   CC_CHECK(!unbound, "codec 'none' is unbound: bind it to a dtype first (Codec.bind(dtype))");
   CC_CHECK(n >= 0, "element count " << n << " is negative");
-  // Far beyond any real tensor; keeps every size formula below free of int64 overflow, so
-  // an absurd count read from a peer is refused instead of wrapping around.
+  // Far beyond any real tensor; keeps every size formula free of int64 overflow, so an
+  // absurd count read from a peer is refused instead of wrapping around.
   CC_CHECK(n <= kMaxElements, "element count " << n << " exceeds the largest supported ("
                                                 << kMaxElements << ")");
-  if (kind == CodecKind::Raw) return n * static_cast<int64_t>(dtype_size(raw_dtype));
-  if (kind == CodecKind::Fp8E4M3 || kind == CodecKind::Fp8E5M2)
-    return align_up(n, 4) + 4 * ceil_div(n, group);
-  return family_wire_bytes(require_codec_family(kind), *this, n);
+  return codec_family(*this).wire_bytes(*this, n);
 }
 
 bool Codec::lossy(DType input) const {
-  if (kind != CodecKind::Raw) return true;
-  if (unbound || raw_dtype == input) return false;
-  // Widening bf16/fp16 to fp32 is exact; every other pair of distinct dtypes loses bits.
-  return raw_dtype != DType::Float32;
+  const CodecFamily& f = codec_family(*this);
+  return f.lossy == nullptr || f.lossy(*this, input);
 }
 
 uint32_t Codec::id() const {

@@ -1,5 +1,5 @@
-// CUDA KernelBackend: dispatch to the codec launchers. The ring hop (decode_reduce_encode) and
-// decode to a dtype are fused for every codec family, with no fp32 scratch: the hop is the
+// CUDA KernelBackend: dispatch to the codec families' launchers (codecs/registry.h). The ring
+// hop (decode_reduce_encode) and decode to a dtype are fused for every codec family, with no fp32 scratch: the hop is the
 // family's encode kernel loading decode(wire) + x (the decode kernel's own code) instead of
 // its input, decode to a dtype the decode kernel storing a cast. Raw, FP8, taco and hint8 hops
 // are one pass; a 4-bit hop (nvfp4 / hnvfp4, hint4) needs the run amax before quantizing, so
@@ -13,12 +13,8 @@
 #include <cstring>
 
 #include "ccompress/error.h"
-#include "kernels/codec_kernels.h"
+#include "codecs/registry.h"
 #include "kernels/elementwise_kernels.h"
-#include "kernels/hint8_kernels.h"
-#include "kernels/int4_kernels.h"
-#include "kernels/nvfp4_kernels.h"
-#include "kernels/taco_kernels.h"
 
 namespace ccompress::cuda {
 
@@ -27,6 +23,15 @@ void check_cuda_status(int err, const char* what, const SourceSite& site) {
   if (e == cudaSuccess) return;
   cudaGetLastError();  // clear a sticky launch error for later checks
   detail::throw_at<CudaError>(site, std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // reset the error state so a later launch check does not see it
+    return 0;
+  }
+  return count;
 }
 
 DeviceGuard::DeviceGuard(int device, bool quiet) {
@@ -186,62 +191,16 @@ void CudaBackend::launch_encode(const void* src, DType src_dtype, const void* wi
                                 const Codec& codec, float divisor, const EncodeContext& ctx,
                                 void* dst) {
   require_bound(codec);
-  cudaStream_t s = streams_->codec();
-  switch (codec.kind) {
-    case CodecKind::Raw: {  // cast(src / divisor), or the hop's cast((wire_in + src) / divisor)
-      const CastRounding r{codec.stochastic, ctx};
-      if (wire_in == nullptr) {
-        launch_cast(src, src_dtype, nullptr, DType::Float32, n, divisor, dst, codec.raw_dtype, r,
-                    s);
-      } else {
-        launch_cast(wire_in, codec.raw_dtype, src, src_dtype, n, divisor, dst, codec.raw_dtype,
-                    r, s);
-      }
-      return;
-    }
-    case CodecKind::Fp8E4M3:
-    case CodecKind::Fp8E5M2:
-      launch_fp8_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, s);
-      return;
-    case CodecKind::Taco:
-      launch_taco_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, s);
-      return;
-    case CodecKind::HInt8:
-      launch_hint8_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, s);
-      return;
-    case CodecKind::Nvfp4:  // a hop's run amax goes to one scratch word (nvfp4_kernels.h)
-      launch_nvfp4_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst,
-                          wire_in != nullptr ? temp(1) : nullptr, s);
-      return;
-    case CodecKind::Int4:
-      launch_int4_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst,
-                         wire_in != nullptr ? temp(1) : nullptr, s);
-      return;
-  }
-  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no encoder for codec '" << codec.name() << "'");
+  const DeviceOps& ops = device_ops(codec);
+  // A hop of a family that gathers a run amax first needs one scratch word (nvfp4, hint4).
+  void* scratch = wire_in != nullptr && ops.hop_scratch ? temp(1) : nullptr;
+  ops.encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, scratch, streams_->codec());
 }
 
 void CudaBackend::launch_decode(const void* src, int64_t n, const Codec& codec,
                                 const DecodeOut& o) {
   require_bound(codec);
-  cudaStream_t s = streams_->codec();
-  switch (codec.kind) {
-    case CodecKind::Raw:
-      if (o.out != nullptr) {
-        launch_cast(src, codec.raw_dtype, nullptr, DType::Float32, n, 1.0f, o.out, o.out_dtype,
-                    CastRounding{}, s);
-      } else {
-        launch_accumulate(src, codec.raw_dtype, n, o.acc, o.assign, s);
-      }
-      return;
-    case CodecKind::Fp8E4M3:
-    case CodecKind::Fp8E5M2: launch_fp8_decode(src, n, codec, o, s); return;
-    case CodecKind::Taco: launch_taco_decode(src, n, codec, o, s); return;
-    case CodecKind::HInt8: launch_hint8_decode(src, n, codec, o, s); return;
-    case CodecKind::Nvfp4: launch_nvfp4_decode(src, n, codec, o, s); return;
-    case CodecKind::Int4: launch_int4_decode(src, n, codec, o, s); return;
-  }
-  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no decoder for codec '" << codec.name() << "'");
+  device_ops(codec).decode(src, n, codec, o, streams_->codec());
 }
 
 void CudaBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,

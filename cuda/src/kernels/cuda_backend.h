@@ -17,6 +17,9 @@ typedef struct CUevent_st* cudaEvent_t;
 
 namespace ccompress::cuda {
 
+/// Number of visible CUDA devices; 0 when there is no GPU or driver. Never throws.
+int device_count() noexcept;
+
 /// CC_CUDA_CHECK's checker (ccompress/error.h): throws CudaError "<what> failed: <CUDA's
 /// message>" when @p err (a cudaError_t) is not cudaSuccess, with @p site in debug mode.
 void check_cuda_status(int err, const char* what, const SourceSite& site);

@@ -1,4 +1,4 @@
-// Pieces shared by the codec kernels of every family (codec_kernels.cu, warp_rotation.cuh,
+// Pieces shared by the codec kernels of every family (codecs/fp8/fp8_kernels.cu, warp_rotation.cuh,
 // fourbit_kernels.cuh): storing a decoded value (kernels/decode_out.h), and a runtime flag as
 // a template argument. Decode to a dtype is one pass, bit-identical with decoding into fp32
 // and casting that.

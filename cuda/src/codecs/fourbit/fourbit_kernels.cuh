@@ -1,5 +1,5 @@
 // CUDA kernels of the 4-bit codecs (nvfp4_kernels.cu, int4_kernels.cu), templated on the
-// grid policy Q of codecs/fourbit.h. They compute exactly what cpu/fourbit_cpu.h computes:
+// grid policy Q of codecs/fourbit/fourbit.h. They compute exactly what codecs/fourbit/fourbit_cpu.h computes:
 // every value goes through the same fp32 operations, and the rotation evaluates the same
 // butterfly network (each butterfly's operands are fixed by the network, whatever order the
 // threads run them in), so wire bytes and decoded values are bit-identical to the CPU's.
@@ -33,8 +33,8 @@
 #include "ccompress/error.h"
 #include "ccompress/kernel_backend.h"
 #include "codecs/float_convert.h"
-#include "codecs/fourbit.h"
-#include "codecs/group_codec.h"
+#include "codecs/fourbit/fourbit.h"
+#include "codecs/fp8/group_codec.h"
 #include "codecs/registry.h"
 #include "codecs/stochastic.h"
 #include "kernels/kernel_util.cuh"
