@@ -7,12 +7,13 @@
 #include <string>
 
 #include "bindings.h"
+#include "kernel_backend_calls.h"
 #include "ccompress/codec.h"
 #include "codecs/registry.h"
 #include "collectives/message_header.h"
 #include "ccompress/error.h"
 #include "codecs/float_convert.h"
-#include "codecs/fp8.h"
+#include "codecs/fp8/fp8.h"
 #include "cpu/cpu_backend.h"
 
 namespace py = pybind11;
@@ -20,24 +21,13 @@ namespace py = pybind11;
 namespace ccompress::py_bindings {
 namespace {
 
-// "raw", "fp8_e4m3", "fp8_e5m2", or a registered family's base name ("taco", ...).
-std::string kind_name(CodecKind k) {
-  switch (k) {
-    case CodecKind::Raw: return "raw";
-    case CodecKind::Fp8E4M3: return "fp8_e4m3";
-    case CodecKind::Fp8E5M2: return "fp8_e5m2";
-    default: break;
-  }
-  const CodecFamily* f = find_codec_family(k);
-  return f ? f->base : "unregistered";
-}
+// "raw", "fp8_e4m3", "fp8_e5m2", "taco", ...: as the codec's family names it.
+std::string kind_name(const Codec& c) { return codec_family(c).kind_name(c); }
 
 const Codec& require_bound(const Codec& c) {
   CC_CHECK(!c.unbound, "codec 'none' is unbound: bind it to a dtype first (codec.bind(dtype))");
   return c;
 }
-
-void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
 std::string codec_repr(const Codec& c) {
   std::string s = "Codec('" + c.name() + "'";
@@ -88,7 +78,7 @@ void bind_codec_class(py::module_& m) {
       .def_readonly("scale_bits", &Codec::scale_bits)
       .def_readonly("stochastic", &Codec::stochastic)
       .def_readonly("random_signs", &Codec::random_signs)
-      .def_property_readonly("kind", [](const Codec& c) { return kind_name(c.kind); })
+      .def_property_readonly("kind", [](const Codec& c) { return kind_name(c); })
       .def_readonly("unbound", &Codec::unbound)
       .def_property_readonly("raw_dtype",
                              [](const Codec& c) -> py::object {
@@ -119,72 +109,17 @@ void bind_codec_class(py::module_& m) {
           }));
 }
 
-void bind_pointer_calls(py::module_& m) {
-  m.def(
-      "encode",
-      [](const Codec& c, uintptr_t src, const std::string& src_dtype, int64_t n, float divisor,
-         uintptr_t dst, uint64_t seed, uint64_t step, int32_t rank, int64_t index) {
-        DType t = parse_dtype(src_dtype);
-        const Codec& b = require_bound(c);
-        py::gil_scoped_release nogil;
-        cpu_backend().encode(ptr(src), t, n, b, divisor, EncodeContext{seed, step, rank, index},
-                             ptr(dst));
-      },
-      py::arg("codec"), py::arg("src_ptr"), py::arg("src_dtype"), py::arg("n"),
-      py::arg("divisor"), py::arg("dst_ptr"), py::arg("seed") = 0, py::arg("step") = 0,
-      py::arg("rank") = 0, py::arg("index") = 0,
-      "dst <- encode(src / divisor) on the CPU backend; (seed, step, rank, index) place the run "
-      "for stochastic rounding.");
-  m.def(
-      "decode",
-      [](const Codec& c, uintptr_t src, int64_t n, uintptr_t out, const std::string& out_dtype) {
-        DType t = parse_dtype(out_dtype);
-        const Codec& b = require_bound(c);
-        py::gil_scoped_release nogil;
-        cpu_backend().decode(ptr(src), n, b, ptr(out), t);
-      },
-      py::arg("codec"), py::arg("src_ptr"), py::arg("n"), py::arg("out_ptr"), py::arg("out_dtype"));
-  m.def(
-      "decode_accumulate",
-      [](const Codec& c, uintptr_t src, int64_t n, uintptr_t acc, bool assign) {
-        const Codec& b = require_bound(c);
-        py::gil_scoped_release nogil;
-        cpu_backend().decode_accumulate(ptr(src), n, b, static_cast<float*>(ptr(acc)), assign);
-      },
-      py::arg("codec"), py::arg("src_ptr"), py::arg("n"), py::arg("acc_ptr"), py::arg("assign"));
-  m.def(
-      "load_accumulate",
-      [](uintptr_t src, const std::string& src_dtype, int64_t n, uintptr_t acc, bool assign) {
-        DType t = parse_dtype(src_dtype);
-        py::gil_scoped_release nogil;
-        cpu_backend().load_accumulate(ptr(src), t, n, static_cast<float*>(ptr(acc)), assign);
-      },
-      py::arg("src_ptr"), py::arg("src_dtype"), py::arg("n"), py::arg("acc_ptr"),
-      py::arg("assign"));
-  m.def(
-      "decode_reduce_encode",
-      [](const Codec& c, uintptr_t src, uintptr_t x, const std::string& x_dtype, int64_t n,
-         float divisor, uintptr_t dst, uint64_t seed, uint64_t step, int32_t rank,
-         int64_t index) {
-        DType t = parse_dtype(x_dtype);
-        const Codec& b = require_bound(c);
-        py::gil_scoped_release nogil;
-        cpu_backend().decode_reduce_encode(ptr(src), ptr(x), t, n, b, divisor,
-                                           EncodeContext{seed, step, rank, index}, ptr(dst));
-      },
-      py::arg("codec"), py::arg("src_ptr"), py::arg("x_ptr"), py::arg("x_dtype"), py::arg("n"),
-      py::arg("divisor"), py::arg("dst_ptr"), py::arg("seed") = 0, py::arg("step") = 0,
-      py::arg("rank") = 0, py::arg("index") = 0);
-  m.def(
-      "finalize",
-      [](uintptr_t acc, int64_t n, float divisor, uintptr_t out, const std::string& out_dtype) {
-        DType t = parse_dtype(out_dtype);
-        py::gil_scoped_release nogil;
-        cpu_backend().finalize(static_cast<const float*>(ptr(acc)), n, divisor, ptr(out), t);
-      },
-      py::arg("acc_ptr"), py::arg("n"), py::arg("divisor"), py::arg("out_ptr"),
-      py::arg("out_dtype"));
-}
+// The KernelBackend calls on the CPU backend: codecs must come bound, the GIL is released.
+struct CpuCalls {
+  Codec codec(const Codec& c, DType) const { return require_bound(c); }
+  template <class Fn>
+  void run(Fn fn) const {
+    py::gil_scoped_release nogil;
+    fn(static_cast<KernelBackend&>(cpu_backend()));
+  }
+};
+
+void bind_pointer_calls(py::module_& m) { def_kernel_backend_calls<>(m, CpuCalls{}); }
 
 // The 16-byte header every collective message starts with (collectives/message_header.h),
 // for Codec.encode_message / decode_message and the fuzz targets.

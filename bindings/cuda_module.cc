@@ -13,7 +13,7 @@
 #include "ccompress/error.h"
 #include "cuda_bindings.h"
 #include "error_translator.h"
-#include "kernels/codec_kernels.h"
+#include "kernel_backend_calls.h"
 #if defined(CCOMPRESS_CUDA_EMULATOR)
 #include <cuda_runtime.h>  // cuda/emu's: emu::emu_error_count, emu_call_counts
 #include <pybind11/stl.h>
@@ -28,20 +28,13 @@ namespace py = pybind11;
 namespace ccompress::py_bindings {
 
 Codec to_codec(const py::object& c, DType bind_to) {
-  // A spec string or a ccompress Codec (anything with a `name`), so this module needs no
-  // pybind11 type shared with _core. A bound `none` is named after its dtype ("bf16",
-  // "fp16") except for float32, so binding what is still unbound to float32 is exact.
-  // A _core Codec that is already bound keeps its own wire dtype: a float32 `none` is named
-  // "none" like an unbound one, and must not take the output or addend dtype instead.
-  std::string name = py::isinstance<py::str>(c) ? c.cast<std::string>()
-                                                : c.attr("name").cast<std::string>();
-  Codec codec = Codec::parse(name);
-  if (!codec.unbound) return codec;
-  if (!py::isinstance<py::str>(c) && py::hasattr(c, "unbound") && !c.attr("unbound").cast<bool>()) {
-    py::object raw = c.attr("raw_dtype");
-    if (!raw.is_none()) return codec.bind(parse_dtype(raw.cast<std::string>()));
-  }
-  return codec.bind(bind_to);
+  // _core's Codec is this module's Codec type too (one pybind11 type; the module imports
+  // _core first), so it arrives as it is, never re-parsed; a ccompress.Codec carries one as
+  // `_c`. A spec string is parsed here. Only what is still unbound takes @p bind_to: a bound
+  // float32 `none` keeps its own wire dtype.
+  if (py::isinstance<py::str>(c)) return Codec::parse(c.cast<std::string>()).bind(bind_to);
+  const py::object core = py::isinstance<Codec>(c) ? c : c.attr("_c");
+  return core.cast<const Codec&>().bind(bind_to);
 }
 
 namespace {
@@ -50,11 +43,24 @@ void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
 using cuda::CudaBackend;
 
+// The KernelBackend calls on one rank's CUDA backend: an unbound `none` is bound to the
+// call's dtype, the rank's device is made current for the call.
+struct CudaCalls {
+  Codec codec(const Codec& c, DType t) const { return c.bind(t); }
+  template <class Fn>
+  void run(CudaBackend& k, Fn fn) const {
+    cuda::DeviceGuard g(k.streams().device());
+    fn(static_cast<KernelBackend&>(k));
+  }
+};
+
 // A CUDA backend on its own streams, for kernel-level tests and timing: every call is
 // asynchronous on `stream`; synchronize() waits for it.
 void bind_backend(py::module_& m) {
-  py::class_<CudaBackend, std::shared_ptr<CudaBackend>>(
-      m, "Backend", "The CUDA KernelBackend of one rank (pointer-level calls, like _core's).")
+  py::class_<CudaBackend, std::shared_ptr<CudaBackend>> backend(
+      m, "Backend", "The CUDA KernelBackend of one rank (pointer-level calls, like _core's).");
+  def_kernel_backend_calls<CudaBackend>(backend, CudaCalls{});
+  backend
       .def(py::init([](int device) {
              return std::make_shared<CudaBackend>(std::make_shared<cuda::RankStreams>(device));
            }),
@@ -66,72 +72,6 @@ void bind_backend(py::module_& m) {
         py::gil_scoped_release nogil;
         cuda::stream_synchronize(k.streams().codec());
       })
-      .def(
-          "encode",
-          [](CudaBackend& k, const py::object& c, uintptr_t src, const std::string& src_dtype,
-             int64_t n, float divisor, uintptr_t dst, uint64_t seed, uint64_t step, int32_t rank,
-             int64_t index) {
-            DType t = parse_dtype(src_dtype);
-            Codec b = to_codec(c, t);
-            cuda::DeviceGuard g(k.streams().device());
-            k.encode(ptr(src), t, n, b, divisor, EncodeContext{seed, step, rank, index}, ptr(dst));
-          },
-          py::arg("codec"), py::arg("src_ptr"), py::arg("src_dtype"), py::arg("n"),
-          py::arg("divisor"), py::arg("dst_ptr"), py::arg("seed") = 0, py::arg("step") = 0,
-          py::arg("rank") = 0, py::arg("index") = 0)
-      .def(
-          "decode",
-          [](CudaBackend& k, const py::object& c, uintptr_t src, int64_t n, uintptr_t out,
-             const std::string& out_dtype) {
-            DType t = parse_dtype(out_dtype);
-            cuda::DeviceGuard g(k.streams().device());
-            k.decode(ptr(src), n, to_codec(c, t), ptr(out), t);
-          },
-          py::arg("codec"), py::arg("src_ptr"), py::arg("n"), py::arg("out_ptr"),
-          py::arg("out_dtype"))
-      .def(
-          "decode_accumulate",
-          [](CudaBackend& k, const py::object& c, uintptr_t src, int64_t n, uintptr_t acc,
-             bool assign) {
-            cuda::DeviceGuard g(k.streams().device());
-            k.decode_accumulate(ptr(src), n, to_codec(c, DType::Float32),
-                                static_cast<float*>(ptr(acc)), assign);
-          },
-          py::arg("codec"), py::arg("src_ptr"), py::arg("n"), py::arg("acc_ptr"),
-          py::arg("assign"))
-      .def(
-          "load_accumulate",
-          [](CudaBackend& k, uintptr_t src, const std::string& src_dtype, int64_t n,
-             uintptr_t acc, bool assign) {
-            cuda::DeviceGuard g(k.streams().device());
-            k.load_accumulate(ptr(src), parse_dtype(src_dtype), n, static_cast<float*>(ptr(acc)),
-                              assign);
-          },
-          py::arg("src_ptr"), py::arg("src_dtype"), py::arg("n"), py::arg("acc_ptr"),
-          py::arg("assign"))
-      .def(
-          "decode_reduce_encode",
-          [](CudaBackend& k, const py::object& c, uintptr_t src, uintptr_t x,
-             const std::string& x_dtype, int64_t n, float divisor, uintptr_t dst, uint64_t seed,
-             uint64_t step, int32_t rank, int64_t index) {
-            DType t = parse_dtype(x_dtype);
-            cuda::DeviceGuard g(k.streams().device());
-            k.decode_reduce_encode(ptr(src), ptr(x), t, n, to_codec(c, t), divisor,
-                                   EncodeContext{seed, step, rank, index}, ptr(dst));
-          },
-          py::arg("codec"), py::arg("src_ptr"), py::arg("x_ptr"), py::arg("x_dtype"),
-          py::arg("n"), py::arg("divisor"), py::arg("dst_ptr"), py::arg("seed") = 0,
-          py::arg("step") = 0, py::arg("rank") = 0, py::arg("index") = 0)
-      .def(
-          "finalize",
-          [](CudaBackend& k, uintptr_t acc, int64_t n, float divisor, uintptr_t out,
-             const std::string& out_dtype) {
-            cuda::DeviceGuard g(k.streams().device());
-            k.finalize(static_cast<const float*>(ptr(acc)), n, divisor, ptr(out),
-                       parse_dtype(out_dtype));
-          },
-          py::arg("acc_ptr"), py::arg("n"), py::arg("divisor"), py::arg("out_ptr"),
-          py::arg("out_dtype"))
       .def(
           "count_nonfinite",
           [](CudaBackend& k, uintptr_t src, const std::string& dtype, int64_t n, uintptr_t count) {
@@ -203,6 +143,8 @@ void bind_memory(py::module_& m) {
 
 PYBIND11_MODULE(_cuda, m) {
   m.doc() = "ccompress CUDA backend: kernels, one-GPU loopback groups, device collectives";
+  // _core's Codec class is the one this module's calls take (kernel_backend_calls.h).
+  pybind11::module_::import("ccompress._core");
   ccompress::py_bindings::register_error_translator();
   ccompress::py_bindings::bind_memory(m);
   ccompress::py_bindings::bind_backend(m);

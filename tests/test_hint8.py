@@ -1,4 +1,4 @@
-"""hint8 (format in cuda/src/codecs/hint8.h) against a NumPy reference written from the
+"""hint8 (format in cuda/src/codecs/hint8/hint8.h) against a NumPy reference written from the
 format: the same fp32 operations in the same order, so wire bytes and decoded values must
 match bit for bit; error bounds against float64; collectives through cc.simulate.
 """

@@ -1,5 +1,5 @@
 """hint4 against the NumPy reference in reference/fourbit.py (the formulas of
-cuda/src/cpu/int4_cpu.cc): bit-exact wire bytes, exact sizes, the stated per-element bound,
+cuda/src/codecs/int4/int4.cc): bit-exact wire bytes, exact sizes, the stated per-element bound,
 the NaN/Inf policy, and all-reduce through every schedule against fp64."""
 import ml_dtypes
 import numpy as np

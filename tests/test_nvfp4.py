@@ -1,5 +1,5 @@
 """nvfp4 / hnvfp4 against the NumPy reference in reference/fourbit.py (the formulas of
-cuda/src/cpu/nvfp4_cpu.cc): bit-exact wire bytes, exact sizes, the stated per-element bound,
+cuda/src/codecs/nvfp4/nvfp4.cc): bit-exact wire bytes, exact sizes, the stated per-element bound,
 the NaN/Inf policy, and all-reduce through every schedule against fp64."""
 import ml_dtypes
 import numpy as np

@@ -1,4 +1,4 @@
-"""TACO (`taco:gG`, `taco_e5m2:gG`; format in cuda/src/codecs/taco.h) against the NumPy
+"""TACO (`taco:gG`, `taco_e5m2:gG`; format in cuda/src/codecs/taco/taco.h) against the NumPy
 reference in tests/reference/taco.py (written from docs/algorithms.md, "TACO"): the same fp32
 operations in the same order, so the wire bytes and decoded values must match bit for bit.
 """

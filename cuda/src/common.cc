@@ -2,7 +2,44 @@
 
 #include "ccompress/error.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace ccompress {
+
+namespace detail {
+
+bool debug_messages() {
+  static const bool on = [] {
+    const char* v = std::getenv("CCOMPRESS_DEBUG");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+namespace {
+
+// __FILE__ is absolute in a CMake build: keep the part from the repository's top folders on
+// (the last "cuda/" or "bindings/" component), so no machine's path reaches a message.
+const char* repo_path(const char* file) {
+  const char* best = file;
+  for (const char* top : {"/cuda/", "/bindings/"}) {
+    for (const char* p = std::strstr(file, top); p != nullptr; p = std::strstr(p + 1, top))
+      if (p + 1 > best) best = p + 1;
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string with_site(const std::string& msg, const SourceSite& site) {
+  if (!debug_messages()) return msg;
+  std::string s = msg + " [" + site.expr + " at " + repo_path(site.file) + ":" +
+                  std::to_string(site.line) + "]";
+  return s;
+}
+
+}  // namespace detail
 
 const char* version() { return "0.1.0"; }
 

@@ -1,6 +1,6 @@
 """NumPy reference of the 4-bit codecs (nvfp4 / hnvfp4 / hint4), written from the formulas in
-cuda/src/cpu/nvfp4_cpu.cc and int4_cpu.cc: every step is the same IEEE fp32 operation, so the
-wire bytes must match the library's bit for bit. Used by test_nvfp4.py, test_int4.py and
+cuda/src/codecs/nvfp4/nvfp4.cc and int4/int4.cc: every step is the same IEEE fp32 operation,
+so the wire bytes must match the library's bit for bit. Used by test_nvfp4.py, test_int4.py and
 test_stochastic_rounding.py.
 
 Independent of the C++ where it can be: E2M1 rounding is a nearest-grid-point search with

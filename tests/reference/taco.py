@@ -1,4 +1,4 @@
-"""NumPy reference of TACO (taco:gG, taco_e5m2:gG; format in cuda/src/codecs/taco.h), written
+"""NumPy reference of TACO (taco:gG, taco_e5m2:gG; format in cuda/src/codecs/taco/taco.h), written
 from docs/algorithms.md ("TACO"): the same fp32 operations in the same order as the library,
 so wire bytes and decoded values match bit for bit. Its rotation (blocked Walsh-Hadamard)
 and stochastic-noise pieces are shared by the hint8 reference tests."""
@@ -85,7 +85,7 @@ def fp8_sr(t, u, fmt):
 
 
 def taco_ref_encode(x, fmt, g, sr=None):
-    """Wire bytes of x (float32) per codecs/taco.h; sr = (seed, step, rank, index) or None."""
+    """Wire bytes of x (float32) per codecs/taco/taco.h; sr = (seed, step, rank, index) or None."""
     dt, fmax = FMT[fmt][:2]
     n = x.size
     q = np.zeros(n, np.uint8)

@@ -6,31 +6,13 @@
 /// and every slice starts a new scale group, so the same elements always meet the same
 /// groups whatever the slice size (slice sizes are multiples of the group size).
 ///
-/// Formats:
-///  - `none`: the input dtype itself (bound at call time). Exact for float32.
-///  - `bf16`, `fp16`: a round-to-nearest-even cast; no scale. fp16 overflows to +-Inf
-///    beyond +-65504 exactly like a cast. Raw codecs keep NaN and +-Inf as they are.
-///  - `fp8_e4m3:gG`, `fp8_e5m2:gG` (G in 16..1024, default 128): per group of G elements an
-///    fp32 scale s = max(amax / FP8_MAX, FLT_MIN) with amax the largest finite |x| of the
-///    group; payload q = fp8(x / s) with saturating round-to-nearest-even (the hardware's
-///    `satfinite` conversion); decode x' = float(q) * s. x / s is an IEEE fp32 division,
-///    float(q) * s one fp32 multiply, identical on host and device.
-///    Bound per element (finite x, taken after the divisor), with m mantissa bits, emin the
-///    min normal exponent (E4M3: m = 3, emin = -6; E5M2: m = 2, emin = -14) and
-///    H = FP8_MAX * u the half-spacing at the top of the format (u = 1/28 E4M3, 1/14 E5M2):
-///      |x' - x| <= min(s * H, |x| * 2^-(m+1) + s * 2^(emin - m - 1)) * (1 + 2^-16).
-///    While the scale is not floored (amax >= FP8_MAX * FLT_MIN), s * H = amax * u to one
-///    fp32 rounding; the factor (1 + 2^-16) covers the roundings of s, x / s and q * s.
-///    (amax * u alone does not bound a floored group: there |x'-x| can reach ~amax / 17.)
-///    wire_bytes(n) = align4(n) + 4 * ceil(n / G); the padding bytes are zero.
-///    `:sr` (stochastic rounding): x / s goes to one of its two neighbouring FP8 values, the
-///    upper with probability proportional to the distance from the lower (unbiased; noise
-///    sr_uniform(seed, step, rank, index) of element index); the bound doubles (a whole step).
+/// Formats: each family documents its format at its type, in its folder
+/// cuda/src/codecs/<family>/ (raw/raw.h: none, bf16, fp16; fp8/group_codec.h: fp8_e4m3:gG,
+/// fp8_e5m2:gG; taco/taco.h; hint8/hint8.h; nvfp4/nvfp4.cc; int4/int4.cc): bit layout,
+/// rounding, scales, exact size, error bound and NaN policy.
 ///
-/// Non-finite policy: NaN stays NaN and +-Inf stays +-Inf in its own element (E4M3 has no
-/// Inf, so there +-Inf becomes NaN); the scale is computed over the finite elements only,
-/// so the rest of the group is encoded as if the non-finite element were absent. FP8 NaN is
-/// written as 0x7F, E5M2 Inf as 0x7C / 0xFC.
+/// Non-finite policy, every codec: NaN stays NaN in its own element, and no NaN or Inf ever
+/// spoils the scale of its neighbours (each family says where +-Inf goes).
 ///
 /// Untrusted bytes: decoding reads exactly wire_bytes(n) bytes and writes n values whatever
 /// they hold; collectives check a message's header and size before decoding it
@@ -45,16 +27,11 @@
 
 namespace ccompress {
 
+/// A codec's family: its position in the codec registry (cuda/src/codecs/families.cc), where
+/// everything that depends on the family is dispatched. The raw casts come first, so a
+/// default Codec is the unbound `none`. Not on the wire (Codec::id is).
 enum class CodecKind : uint8_t {
-  Raw = 0,      ///< a plain dtype on the wire: none / bf16 / fp16
-  Fp8E4M3 = 1,  ///< FP8 E4M3 (max 448), per-group fp32 scale
-  Fp8E5M2 = 2,  ///< FP8 E5M2 (max 57344), per-group fp32 scale
-  // Families registered by their own files (cuda/src/codecs/registry.h); each documents its
-  // format at its registration.
-  Taco = 3,     ///< RMS pre-scale, Walsh-Hadamard, absmax scale, FP8 (`taco`, `taco_e5m2`)
-  HInt8 = 4,    ///< Hadamard rotation, symmetric int8 (`hint8` and variants)
-  Nvfp4 = 5,    ///< E2M1 in 16-element blocks with E4M3 block scales (`nvfp4`, `hnvfp4`)
-  Int4 = 6,     ///< symmetric int4 after a Hadamard rotation (`hint4`)
+  Raw = 0,  ///< a plain dtype on the wire: none / bf16 / fp16
 };
 
 /// A parsed codec spec. Trivially copyable so it can be passed to CUDA kernels by value.
@@ -68,7 +45,7 @@ struct CC_API Codec {
   int32_t group = 0;
   /// Walsh-Hadamard block size applied before quantizing (0: no rotation).
   int32_t rotation = 0;
-  /// FP8 element format where a family offers both: 0 = E4M3, 1 = E5M2.
+  /// FP8 element format of the FP8 families (fp8_*, taco*): 0 = E4M3, 1 = E5M2.
   uint8_t fp8_format = 0;
   /// Bits per stored group scale: 32 (fp32), 16 (fp16) or 8 (8-bit under one fp32 scale
   /// per encoded run: the two-level scale).

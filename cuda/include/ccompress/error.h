@@ -58,17 +58,32 @@ class CC_API MpiError : public Error {
   using Error::Error;
 };
 
+/// Where a check is written: the checked expression and its file:line. Messages carry it
+/// only in debug mode (env CCOMPRESS_DEBUG=1), as "[expr at cuda/src/x.cc:12]" with the path
+/// relative to the repository; a user reads the message alone, without C++ or source paths.
+struct SourceSite {
+  const char* expr;
+  const char* file;
+  int line;
+};
+
 namespace detail {
+/// Whether messages end in their check's site: env CCOMPRESS_DEBUG set to anything but "" or
+/// "0" (read once).
+CC_API bool debug_messages();
+/// @p msg, followed in debug mode by " [expr at path:line]" (path relative to the repository).
+CC_API std::string with_site(const std::string& msg, const SourceSite& site);
+
 template <typename E>
-[[noreturn]] inline void throw_error(const char* expr, const char* file, int line,
-                                     const std::string& msg) {
-  std::ostringstream os;
-  os << msg << " [" << expr << " at " << file << ":" << line << "]";
-  throw E(os.str());
+[[noreturn]] inline void throw_at(const SourceSite& site, const std::string& msg) {
+  throw E(with_site(msg, site));
 }
 }  // namespace detail
 
 }  // namespace ccompress
+
+/// The site of the code where it is written (a check's call site, never a helper's).
+#define CC_HERE(expr) (::ccompress::SourceSite{(expr), __FILE__, __LINE__})
 
 /// Throws @p EXC (a ccompress error type) with a streamed message when @p cond is false.
 /// Usage: CC_CHECK_AS(InvalidArgument, n >= 0, "count " << n << " is negative");
@@ -77,10 +92,24 @@ template <typename E>
     if (!(cond)) {                                                                      \
       std::ostringstream cc_os_;                                                        \
       cc_os_ << msg;                                                                    \
-      ::ccompress::detail::throw_error<::ccompress::EXC>(#cond, __FILE__, __LINE__,    \
-                                                         cc_os_.str());                 \
+      ::ccompress::detail::throw_at<::ccompress::EXC>(CC_HERE(#cond), cc_os_.str());    \
     }                                                                                   \
   } while (0)
 
 /// Argument check: throws InvalidArgument.
 #define CC_CHECK(cond, msg) CC_CHECK_AS(InvalidArgument, cond, msg)
+
+/// A checked call into a C library whose calls return a status: evaluates @p call once and
+/// hands its status to `checker(status, what, site)`, which throws that library's error type
+/// naming @p what (a short description: "cudaMalloc of collective scratch") when the status
+/// is not success. The site is the macro's own line, so a message in debug mode names the
+/// code that made the call, not the checker. Each library gets a one-line macro over it:
+#define CC_CHECK_CALL(checker, call, what) checker((call), (what), CC_HERE(#call))
+
+/// A CUDA runtime call (cudaError_t); throws CudaError. The checker is
+/// ccompress::cuda::check_cuda_status (kernels/cuda_backend.h, in the CUDA module).
+#define CC_CUDA_CHECK(call, what) CC_CHECK_CALL(::ccompress::cuda::check_cuda_status, call, what)
+
+/// An MPI call (int status) inside an MpiTransport member; throws MpiError (MessageError for
+/// a truncated receive). The checker is MpiTransport::check (transport/mpi_transport.h).
+#define CC_MPI_CHECK(call, what) CC_CHECK_CALL(check, call, what)

@@ -1,7 +1,7 @@
 #include "codecs/registry.h"
 
-#include <deque>
-#include <mutex>
+#include <atomic>
+#include <cstring>
 
 #include "ccompress/error.h"
 
@@ -9,65 +9,79 @@ namespace ccompress {
 
 namespace {
 
-struct Registry {
-  std::mutex mu;
-  std::deque<CodecFamily> families;  // stable addresses for find_codec_family
-};
+constexpr size_t kMaxFamilies = 32;
 
-Registry& registry() {
-  static Registry r;
-  return r;
+// The CUDA module's launchers, by family position; set once when that module loads.
+std::atomic<const DeviceOps*>& device_slot(size_t i) {
+  static std::atomic<const DeviceOps*> slots[kMaxFamilies] = {};
+  return slots[i];
 }
 
 }  // namespace
 
-bool register_codec_family(const CodecFamily& family) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  for (const CodecFamily& f : r.families)
-    CC_CHECK_AS(Error, std::string(f.base) != family.base,
-                "codec family '" << family.base << "' registered twice");
-  r.families.push_back(family);
-  return true;
-}
-
 const CodecFamily* find_codec_family(const std::string& base) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  for (const CodecFamily& f : r.families)
-    if (base == f.base) return &f;
+  for (const CodecFamily* f : codec_families())
+    for (const char* const* b = f->bases; *b != nullptr; ++b)
+      if (base == *b) return f;
   return nullptr;
 }
 
-const CodecFamily* find_codec_family(CodecKind kind) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  for (const CodecFamily& f : r.families)
-    if (f.kind == kind) return &f;
-  return nullptr;
+const CodecFamily& codec_family(const Codec& c) {
+  const auto& all = codec_families();
+  const size_t i = static_cast<size_t>(c.kind);
+  CC_CHECK_AS(Unsupported, i < all.size(),
+              "codec kind " << i << " is not a codec family of this build");
+  return *all[i];
 }
 
-const CodecFamily& require_codec_family(CodecKind kind) {
-  const CodecFamily* f = find_codec_family(kind);
-  CC_CHECK_AS(Unsupported, f != nullptr,
-              "codec kind " << int(kind) << " is not registered in this build");
-  return *f;
+CodecKind codec_kind_of(const CodecFamily& f) {
+  const auto& all = codec_families();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i] == &f) return static_cast<CodecKind>(i);
+  CC_CHECK_AS(Error, false, "codec family '" << f.name << "' is not in codecs/families.cc");
 }
 
-int64_t family_wire_bytes(const CodecFamily& f, const Codec& c, int64_t n) {
-  if (c.run_block <= 0 || n <= c.run_block) return f.wire_bytes(c, n);
-  const int64_t full = n / c.run_block, rest = n % c.run_block;
-  const int64_t per_piece = f.wire_bytes(c, c.run_block);
-  CC_CHECK_AS(Error, per_piece % 4 == 0, "codec piece of " << per_piece << " bytes is unaligned");
-  return full * per_piece + (rest ? f.wire_bytes(c, rest) : 0);
-}
-
-std::vector<std::string> codec_family_help() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
+std::vector<std::string> codec_family_bases() {
   std::vector<std::string> out;
-  for (const CodecFamily& f : r.families) out.emplace_back(f.help);
+  for (const CodecFamily* f : codec_families())
+    for (const char* const* b = f->bases; *b != nullptr; ++b) out.emplace_back(*b);
   return out;
+}
+
+std::vector<std::string> codec_family_examples() {
+  std::vector<std::string> out;
+  for (const CodecFamily* f : codec_families())
+    for (const char* const* b = f->bases; *b != nullptr; ++b)
+      out.push_back(Codec::parse(*b).name());
+  return out;
+}
+
+bool attach_device_ops(const char* family, const DeviceOps& ops) {
+  const auto& all = codec_families();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (std::strcmp(all[i]->name, family) == 0) {
+      device_slot(i).store(&ops, std::memory_order_release);
+      return true;
+    }
+  }
+  CC_CHECK_AS(Error, false, "CUDA launchers for unknown codec family '" << family << "'");
+}
+
+const DeviceOps& device_ops(const Codec& c) {
+  const CodecFamily& f = codec_family(c);
+  const DeviceOps* ops = device_slot(static_cast<size_t>(c.kind)).load(std::memory_order_acquire);
+  CC_CHECK_AS(Unsupported, ops != nullptr,
+              "the CUDA backend has no kernels for codec '" << f.spec_name(c) << "'");
+  return *ops;
+}
+
+int64_t pieces_wire_bytes(int64_t (*piece_bytes)(const Codec&, int64_t), const Codec& c,
+                          int64_t n) {
+  if (c.run_block <= 0 || n <= c.run_block) return piece_bytes(c, n);
+  const int64_t full = n / c.run_block, rest = n % c.run_block;
+  const int64_t per_piece = piece_bytes(c, c.run_block);
+  CC_CHECK_AS(Error, per_piece % 4 == 0, "codec piece of " << per_piece << " bytes is unaligned");
+  return full * per_piece + (rest ? piece_bytes(c, rest) : 0);
 }
 
 }  // namespace ccompress

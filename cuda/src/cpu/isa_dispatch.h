@@ -36,13 +36,3 @@ CC_API const char* cpu_isa();
 #define CC_CPU_DISPATCH(ret, name, params, args) \
   ret name params { return name##_body args; }
 #endif
-
-// A codec family's entry points (codecs/registry.h), `encode` and `decode`, from its
-// `encode_body` and `decode_body`.
-#define CC_CPU_DISPATCH_CODEC_FAMILY()                                                      \
-  CC_CPU_DISPATCH(void, encode,                                                             \
-                  (const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,     \
-                   uint8_t* dst),                                                           \
-                  (x, n, c, ctx, dst))                                                      \
-  CC_CPU_DISPATCH(void, decode, (const uint8_t* src, int64_t n, const Codec& c, float* out), \
-                  (src, n, c, out))

@@ -1,5 +1,5 @@
-// CUDA KernelBackend: dispatch to the codec launchers. The ring hop (decode_reduce_encode) and
-// decode to a dtype are fused for every codec family, with no fp32 scratch: the hop is the
+// CUDA KernelBackend: dispatch to the codec families' launchers (codecs/registry.h). The ring
+// hop (decode_reduce_encode) and decode to a dtype are fused for every codec family, with no fp32 scratch: the hop is the
 // family's encode kernel loading decode(wire) + x (the decode kernel's own code) instead of
 // its input, decode to a dtype the decode kernel storing a cast. Raw, FP8, taco and hint8 hops
 // are one pass; a 4-bit hop (nvfp4 / hnvfp4, hint4) needs the run amax before quantizing, so
@@ -13,19 +13,25 @@
 #include <cstring>
 
 #include "ccompress/error.h"
-#include "kernels/codec_kernels.h"
+#include "codecs/registry.h"
 #include "kernels/elementwise_kernels.h"
-#include "kernels/hint8_kernels.h"
-#include "kernels/int4_kernels.h"
-#include "kernels/nvfp4_kernels.h"
-#include "kernels/taco_kernels.h"
 
 namespace ccompress::cuda {
 
-void check_cuda(int err, const char* what) {
+void check_cuda_status(int err, const char* what, const SourceSite& site) {
   auto e = static_cast<cudaError_t>(err);
-  if (e != cudaSuccess) cudaGetLastError();  // clear a sticky launch error for later checks
-  CC_CHECK_AS(CudaError, e == cudaSuccess, what << ": " << cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // clear a sticky launch error for later checks
+  detail::throw_at<CudaError>(site, std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // reset the error state so a later launch check does not see it
+    return 0;
+  }
+  return count;
 }
 
 DeviceGuard::DeviceGuard(int device, bool quiet) {
@@ -36,8 +42,8 @@ DeviceGuard::DeviceGuard(int device, bool quiet) {
     }
     return;
   }
-  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-  if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  CC_CUDA_CHECK(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device) CC_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice");
 }
 
 DeviceGuard::~DeviceGuard() {
@@ -51,9 +57,9 @@ RankStreams::RankStreams(int device) : device_(device) {
   CC_CHECK(device >= 0 && device < count,
            "CUDA device " << device << " does not exist; " << count << " visible");
   DeviceGuard g(device);
-  check_cuda(cudaStreamCreateWithFlags(&codec_, cudaStreamNonBlocking), "codec stream");
-  check_cuda(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "comm stream");
-  check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "ordering event");
+  CC_CUDA_CHECK(cudaStreamCreateWithFlags(&codec_, cudaStreamNonBlocking), "creating the codec stream");
+  CC_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "creating the comm stream");
+  CC_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "creating the ordering event");
 }
 
 RankStreams::~RankStreams() {
@@ -66,8 +72,8 @@ RankStreams::~RankStreams() {
 
 void RankStreams::order(cudaStream_t first, cudaStream_t waiter) {
   if (first == waiter) return;
-  check_cuda(cudaEventRecord(event_, first), "cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(waiter, event_, 0), "cudaStreamWaitEvent");
+  CC_CUDA_CHECK(cudaEventRecord(event_, first), "cudaEventRecord");
+  CC_CUDA_CHECK(cudaStreamWaitEvent(waiter, event_, 0), "cudaStreamWaitEvent");
 }
 
 DeviceScratch::~DeviceScratch() {
@@ -77,9 +83,9 @@ DeviceScratch::~DeviceScratch() {
 void* DeviceScratch::get(int64_t bytes, cudaStream_t user_a, cudaStream_t user_b) {
   if (bytes <= bytes_ && ptr_ != nullptr) return ptr_;
   if (ptr_ != nullptr) {
-    check_cuda(cudaStreamSynchronize(user_a), "scratch growth: waiting for the codec stream");
-    check_cuda(cudaStreamSynchronize(user_b), "scratch growth: waiting for the comm stream");
-    check_cuda(cudaFree(ptr_), "cudaFree");
+    CC_CUDA_CHECK(cudaStreamSynchronize(user_a), "scratch growth: waiting for the codec stream");
+    CC_CUDA_CHECK(cudaStreamSynchronize(user_b), "scratch growth: waiting for the comm stream");
+    CC_CUDA_CHECK(cudaFree(ptr_), "cudaFree");
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -92,7 +98,7 @@ void* DeviceScratch::get(int64_t bytes, cudaStream_t user_a, cudaStream_t user_b
     want = align_up(std::max<int64_t>(bytes, 1), 256);
     err = cudaMalloc(&ptr_, size_t(want));
   }
-  check_cuda(err, "cudaMalloc of collective scratch");
+  CC_CUDA_CHECK(err, "cudaMalloc of collective scratch");
   bytes_ = want;
   return ptr_;
 }
@@ -111,8 +117,8 @@ void* CudaBackend::workspace(int64_t bytes) {
   // the comm stream could land in a slot after this call's host memcpy into it), so wait
   // for both streams before handing the slots out again.
   if (!reads_finished_) {
-    check_cuda(cudaStreamSynchronize(streams_->codec()), "after a failed collective: codec stream");
-    check_cuda(cudaStreamSynchronize(streams_->comm()), "after a failed collective: comm stream");
+    CC_CUDA_CHECK(cudaStreamSynchronize(streams_->codec()), "after a failed collective, waiting for the codec stream");
+    CC_CUDA_CHECK(cudaStreamSynchronize(streams_->comm()), "after a failed collective, waiting for the comm stream");
   }
   reads_finished_ = false;
   slots_.reset();
@@ -125,19 +131,19 @@ void CudaBackend::write_bytes(void* dst, const void* src, int64_t bytes) {
   // that completes before the collective returns.
   void* slot = slots_.take(bytes);
   std::memcpy(slot, src, size_t(bytes));
-  check_cuda(cudaMemcpyAsync(dst, slot, size_t(bytes), cudaMemcpyHostToDevice, streams_->codec()),
+  CC_CUDA_CHECK(cudaMemcpyAsync(dst, slot, size_t(bytes), cudaMemcpyHostToDevice, streams_->codec()),
              "writing a message header");
 }
 
 const void* CudaBackend::read_bytes(const void* src, int64_t bytes) {
   void* slot = slots_.take(bytes);
-  check_cuda(cudaMemcpyAsync(slot, src, size_t(bytes), cudaMemcpyDeviceToHost, streams_->comm()),
+  CC_CUDA_CHECK(cudaMemcpyAsync(slot, src, size_t(bytes), cudaMemcpyDeviceToHost, streams_->comm()),
              "reading a message header");
   return slot;
 }
 
 void CudaBackend::finish_reads() {
-  check_cuda(cudaStreamSynchronize(streams_->comm()), "waiting for the message headers");
+  CC_CUDA_CHECK(cudaStreamSynchronize(streams_->comm()), "waiting for the message headers");
   reads_finished_ = true;
 }
 
@@ -165,7 +171,7 @@ void* PinnedSlots::take(int64_t bytes) {
   const size_t block = size_t(next_ / kSlotsPerBlock);
   if (block == blocks_.size()) {
     void* p = nullptr;
-    check_cuda(cudaMallocHost(&p, size_t(kSlotsPerBlock * kSlotBytes)), "cudaMallocHost");
+    CC_CUDA_CHECK(cudaMallocHost(&p, size_t(kSlotsPerBlock * kSlotBytes)), "cudaMallocHost");
     blocks_.push_back(p);
   }
   void* slot = static_cast<uint8_t*>(blocks_[block]) + (next_ % kSlotsPerBlock) * kSlotBytes;
@@ -185,62 +191,16 @@ void CudaBackend::launch_encode(const void* src, DType src_dtype, const void* wi
                                 const Codec& codec, float divisor, const EncodeContext& ctx,
                                 void* dst) {
   require_bound(codec);
-  cudaStream_t s = streams_->codec();
-  switch (codec.kind) {
-    case CodecKind::Raw: {  // cast(src / divisor), or the hop's cast((wire_in + src) / divisor)
-      const CastRounding r{codec.stochastic, ctx};
-      if (wire_in == nullptr) {
-        launch_cast(src, src_dtype, nullptr, DType::Float32, n, divisor, dst, codec.raw_dtype, r,
-                    s);
-      } else {
-        launch_cast(wire_in, codec.raw_dtype, src, src_dtype, n, divisor, dst, codec.raw_dtype,
-                    r, s);
-      }
-      return;
-    }
-    case CodecKind::Fp8E4M3:
-    case CodecKind::Fp8E5M2:
-      launch_fp8_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, s);
-      return;
-    case CodecKind::Taco:
-      launch_taco_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, s);
-      return;
-    case CodecKind::HInt8:
-      launch_hint8_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, s);
-      return;
-    case CodecKind::Nvfp4:  // a hop's run amax goes to one scratch word (nvfp4_kernels.h)
-      launch_nvfp4_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst,
-                          wire_in != nullptr ? temp(1) : nullptr, s);
-      return;
-    case CodecKind::Int4:
-      launch_int4_encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst,
-                         wire_in != nullptr ? temp(1) : nullptr, s);
-      return;
-  }
-  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no encoder for codec '" << codec.name() << "'");
+  const DeviceOps& ops = device_ops(codec);
+  // A hop of a family that gathers a run amax first needs one scratch word (nvfp4, hint4).
+  void* scratch = wire_in != nullptr && ops.hop_scratch ? temp(1) : nullptr;
+  ops.encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, scratch, streams_->codec());
 }
 
 void CudaBackend::launch_decode(const void* src, int64_t n, const Codec& codec,
                                 const DecodeOut& o) {
   require_bound(codec);
-  cudaStream_t s = streams_->codec();
-  switch (codec.kind) {
-    case CodecKind::Raw:
-      if (o.out != nullptr) {
-        launch_cast(src, codec.raw_dtype, nullptr, DType::Float32, n, 1.0f, o.out, o.out_dtype,
-                    CastRounding{}, s);
-      } else {
-        launch_accumulate(src, codec.raw_dtype, n, o.acc, o.assign, s);
-      }
-      return;
-    case CodecKind::Fp8E4M3:
-    case CodecKind::Fp8E5M2: launch_fp8_decode(src, n, codec, o, s); return;
-    case CodecKind::Taco: launch_taco_decode(src, n, codec, o, s); return;
-    case CodecKind::HInt8: launch_hint8_decode(src, n, codec, o, s); return;
-    case CodecKind::Nvfp4: launch_nvfp4_decode(src, n, codec, o, s); return;
-    case CodecKind::Int4: launch_int4_decode(src, n, codec, o, s); return;
-  }
-  CC_CHECK_AS(Unsupported, false, "the CUDA backend has no decoder for codec '" << codec.name() << "'");
+  device_ops(codec).decode(src, n, codec, o, streams_->codec());
 }
 
 void CudaBackend::encode(const void* src, DType src_dtype, int64_t n, const Codec& codec,

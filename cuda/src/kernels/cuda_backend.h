@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "ccompress/error.h"
 #include "ccompress/kernel_backend.h"
 #include "kernels/decode_out.h"
 
@@ -16,8 +17,16 @@ typedef struct CUevent_st* cudaEvent_t;
 
 namespace ccompress::cuda {
 
-/// Throws CudaError naming @p what when @p err (a cudaError_t) is not cudaSuccess.
-void check_cuda(int err, const char* what);
+/// Number of visible CUDA devices; 0 when there is no GPU or driver. Never throws.
+int device_count() noexcept;
+
+/// CC_CUDA_CHECK's checker (ccompress/error.h): throws CudaError "<what> failed: <CUDA's
+/// message>" when @p err (a cudaError_t) is not cudaSuccess, with @p site in debug mode.
+void check_cuda_status(int err, const char* what, const SourceSite& site);
+/// The same without a call site, for code not yet on CC_CUDA_CHECK (transport/nccl_*).
+inline void check_cuda(int err, const char* what) {
+  check_cuda_status(err, what, SourceSite{"check_cuda", "cuda/src/kernels/cuda_backend.h", 0});
+}
 
 /// Makes @p device current for the calling thread while it lives, then restores the old one.
 /// With @p quiet (destructors) failures are ignored instead of thrown.

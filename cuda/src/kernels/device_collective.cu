@@ -13,7 +13,7 @@ CollectiveStats run_device_collective(CollectiveFn fn, Transport& t, CudaBackend
   // Codec kernels start after the caller's earlier work; transfers into the workspace start
   // after the codec kernels of the previous collective that still read it.
   if (ready != nullptr) {
-    check_cuda(cudaStreamWaitEvent(s.codec(), ready, 0), "waiting for the caller's work");
+    CC_CUDA_CHECK(cudaStreamWaitEvent(s.codec(), ready, 0), "waiting for the caller's work");
   } else {
     s.order(caller, s.codec());
   }

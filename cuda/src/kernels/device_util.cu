@@ -11,39 +11,39 @@ void* device_alloc(int64_t bytes, int device) {
   CC_CHECK(bytes >= 0, "cannot allocate " << bytes << " bytes");
   DeviceGuard g(device);
   void* p = nullptr;
-  check_cuda(cudaMalloc(&p, size_t(bytes > 0 ? bytes : 1)), "cudaMalloc");
+  CC_CUDA_CHECK(cudaMalloc(&p, size_t(bytes > 0 ? bytes : 1)), "cudaMalloc");
   return p;
 }
 
 void device_free(void* p, int device) {
   DeviceGuard g(device);
-  check_cuda(cudaFree(p), "cudaFree");
+  CC_CUDA_CHECK(cudaFree(p), "cudaFree");
 }
 
 void copy_sync(void* dst, const void* src, int64_t bytes, cudaStream_t stream) {
   if (bytes <= 0) return;
-  check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  CC_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+  CC_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 void copy_async(void* dst, const void* src, int64_t bytes, cudaStream_t stream) {
   if (bytes <= 0) return;
-  check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream),
+  CC_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream),
              "cudaMemcpyAsync");
 }
 
 void stream_synchronize(cudaStream_t stream) {
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  CC_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 void device_synchronize(int device) {
   DeviceGuard g(device);
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  CC_CUDA_CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 TimingEvent::TimingEvent(int device) : device_(device) {
   DeviceGuard g(device);
-  check_cuda(cudaEventCreate(&event_), "cudaEventCreate");
+  CC_CUDA_CHECK(cudaEventCreate(&event_), "cudaEventCreate");
 }
 
 TimingEvent::~TimingEvent() {
@@ -53,14 +53,14 @@ TimingEvent::~TimingEvent() {
 
 void TimingEvent::record(cudaStream_t stream) {
   DeviceGuard g(device_);
-  check_cuda(cudaEventRecord(event_, stream), "cudaEventRecord");
+  CC_CUDA_CHECK(cudaEventRecord(event_, stream), "cudaEventRecord");
 }
 
-void TimingEvent::synchronize() { check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+void TimingEvent::synchronize() { CC_CUDA_CHECK(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
 
 float TimingEvent::elapsed_ms(const TimingEvent& start) const {
   float ms = 0.f;
-  check_cuda(cudaEventElapsedTime(&ms, start.event_, event_), "cudaEventElapsedTime");
+  CC_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_), "cudaEventElapsedTime");
   return ms;
 }
 

@@ -12,6 +12,7 @@
 #include "codecs/feedback.h"
 #include "codecs/float_convert.h"
 #include "codecs/stochastic.h"
+#include "kernels/kernel_util.cuh"
 
 namespace ccompress::cuda {
 namespace {
@@ -212,10 +213,6 @@ int grid_for(int64_t n) {
   return static_cast<int>(std::min(std::max<int64_t>(blocks, 1), kMaxBlocks));
 }
 
-void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  CC_CHECK_AS(CudaError, err == cudaSuccess, what << " launch failed: " << cudaGetErrorString(err));
-}
 
 // Runs fn(std::integral_constant<DType, t>{}) for the runtime dtype t.
 template <class Fn>
@@ -239,9 +236,9 @@ void launch_cast(const void* src, DType src_dtype, const void* x, DType x_dtype,
   // mode or not.
   if (src_dtype == dst_dtype && x == nullptr && divisor == 1.0f) {
     if (src == dst) return;
-    cudaError_t err = cudaMemcpyAsync(dst, src, size_t(n) * dtype_size(src_dtype),
-                                      cudaMemcpyDeviceToDevice, stream);
-    CC_CHECK_AS(CudaError, err == cudaSuccess, "cast copy failed: " << cudaGetErrorString(err));
+    CC_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * dtype_size(src_dtype),
+                                  cudaMemcpyDeviceToDevice, stream),
+                  "the cast's copy");
     return;
   }
   CC_CHECK(!rounding.stochastic || dst_dtype != DType::Float32,
@@ -255,7 +252,7 @@ void launch_cast(const void* src, DType src_dtype, const void* x, DType x_dtype,
           src, x, x_dtype, n, divisor, dst, vec, rounding.stochastic, prefix, rounding.ctx.index);
     });
   });
-  check_launch("cast");
+  CC_CUDA_CHECK_LAUNCH("cast");
 }
 
 void launch_accumulate(const void* src, DType src_dtype, int64_t n, float* acc, bool assign,
@@ -267,7 +264,7 @@ void launch_accumulate(const void* src, DType src_dtype, int64_t n, float* acc, 
     accumulate_kernel<decltype(s)::value>
         <<<grid_for(n), kThreads, 0, stream>>>(src, n, acc, assign, vec);
   });
-  check_launch("accumulate");
+  CC_CUDA_CHECK_LAUNCH("accumulate");
 }
 
 void launch_count_nonfinite(const void* src, DType t, int64_t n, int64_t* count,
@@ -278,7 +275,7 @@ void launch_count_nonfinite(const void* src, DType t, int64_t n, int64_t* count,
     count_nonfinite_kernel<decltype(d)::value>
         <<<grid_for(n), kThreads, 0, stream>>>(src, n, aligned16(src), count);
   });
-  check_launch("count_nonfinite");
+  CC_CUDA_CHECK_LAUNCH("count_nonfinite");
 }
 
 void launch_feedback_residual(const float* v, const float* decoded, int64_t n, float* residual,
@@ -288,7 +285,7 @@ void launch_feedback_residual(const float* v, const float* decoded, int64_t n, f
   const bool vec = aligned16(v) && aligned16(decoded) && aligned16(residual);
   feedback_residual_kernel<<<grid_for(n), kThreads, 0, stream>>>(v, decoded, n, vec, residual,
                                                                  count);
-  check_launch("feedback_residual");
+  CC_CUDA_CHECK_LAUNCH("feedback_residual");
 }
 
 }  // namespace ccompress::cuda

@@ -1,6 +1,6 @@
 // Host launchers of the element-wise kernels of the CUDA backend: dtype casts with an
 // optional addend and divisor (raw codecs, finalize, the raw ring hop), fp32
-// accumulation, the NaN/Inf counts and error feedback's residuals. Plain C++ like codec_kernels.h; the math is codecs/float_convert.h and
+// accumulation, the NaN/Inf counts and error feedback's residuals. Plain C++ like codecs/fp8/fp8_kernels.h; the math is codecs/float_convert.h and
 // codecs/stochastic.h, element for element what the CPU backend does.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Pieces shared by the codec kernels of every family (codec_kernels.cu, warp_rotation.cuh,
+// Pieces shared by the codec kernels of every family (codecs/fp8/fp8_kernels.cu, warp_rotation.cuh,
 // fourbit_kernels.cuh): storing a decoded value (kernels/decode_out.h), and a runtime flag as
 // a template argument. Decode to a dtype is one pass, bit-identical with decoding into fp32
 // and casting that.
@@ -11,7 +11,12 @@
 
 #include "ccompress/common.h"
 #include "codecs/float_convert.h"
+#include "kernels/cuda_backend.h"
 #include "kernels/decode_out.h"
+
+/// After a kernel launch: throws CudaError "<what> failed: <CUDA's message>" (in debug mode
+/// naming the launching line) when the launch failed.
+#define CC_CUDA_CHECK_LAUNCH(what) CC_CUDA_CHECK(cudaGetLastError(), what)
 
 namespace ccompress::cuda {
 

@@ -107,10 +107,6 @@ inline int grid_for_blocks(int64_t rot_blocks) {
   return static_cast<int>(std::min(std::max<int64_t>(g, 1), kMaxGrid));
 }
 
-inline void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  CC_CHECK_AS(CudaError, err == cudaSuccess, what << " launch failed: " << cudaGetErrorString(err));
-}
 
 /// Runs fn(std::integral_constant<int, kSlots>) with the register slots a block of h needs.
 template <class Fn>

@@ -37,9 +37,9 @@ class DeviceCopier : public InprocCopier {
     DeviceGuard g(r.device());
     for (const auto* ready : {&send_ready, &recv_ready})
       if (*ready != nullptr)
-        check_cuda(cudaStreamWaitEvent(r.comm(), static_cast<cudaEvent_t>(ready->get()), 0),
+        CC_CUDA_CHECK(cudaStreamWaitEvent(r.comm(), static_cast<cudaEvent_t>(ready->get()), 0),
                    "loopback: ordering a copy after the work posted before it");
-    check_cuda(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, r.comm()),
+    CC_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, r.comm()),
                "loopback copy");
     return record_shared_event(r.comm());
   }
@@ -52,16 +52,16 @@ class DeviceCopier : public InprocCopier {
 
 std::shared_ptr<void> record_shared_event(cudaStream_t stream) {
   cudaEvent_t e = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  CC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   std::shared_ptr<void> handle(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
-  check_cuda(cudaEventRecord(e, stream), "cudaEventRecord");
+  CC_CUDA_CHECK(cudaEventRecord(e, stream), "cudaEventRecord");
   return handle;
 }
 
 bool shared_event_done(const std::shared_ptr<void>& event) {
   cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event.get()));
   if (err == cudaErrorNotReady) return false;
-  check_cuda(err, "an asynchronous copy or kernel failed");
+  CC_CUDA_CHECK(err, "an asynchronous copy or kernel");
   return true;
 }
 

@@ -20,15 +20,15 @@ std::string mpi_error_string(int rc) {
 
 }  // namespace
 
-void MpiTransport::check(int rc, const char* what) const {
+void MpiTransport::check(int rc, const char* what, const SourceSite& site) const {
   if (rc == MPI_SUCCESS) return;
   int cls = rc;
   MPI_Error_class(rc, &cls);
+  const std::string rank = "rank " + std::to_string(rank_) + ": ";
   if (cls == MPI_ERR_TRUNCATE)
-    CC_CHECK_AS(MessageError, false,
-                "rank " << rank_ << ": " << what << ": a peer sent a longer message than "
-                        << "expected (" << mpi_error_string(rc) << ")");
-  CC_CHECK_AS(MpiError, false, "rank " << rank_ << ": " << what << " failed: " << mpi_error_string(rc));
+    detail::throw_at<MessageError>(site, rank + what + ": a peer sent a longer message than " +
+                                             "expected (" + mpi_error_string(rc) + ")");
+  detail::throw_at<MpiError>(site, rank + what + " failed: " + mpi_error_string(rc));
 }
 
 MpiTransport::MpiTransport(MPI_Comm comm) {
@@ -38,10 +38,10 @@ MpiTransport::MpiTransport(MPI_Comm comm) {
   CC_CHECK_AS(MpiError, initialized && !finalized,
               "MPI is not initialised (import mpi4py.MPI first) or already finalised");
   CC_CHECK(comm != MPI_COMM_NULL, "got MPI_COMM_NULL; pass a valid communicator");
-  check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
-  check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-  check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  CC_MPI_CHECK(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  CC_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  CC_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  CC_MPI_CHECK(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   void* attr = nullptr;
   int flag = 0;
   MPI_Comm_get_attr(comm_, MPI_TAG_UB, &attr, &flag);
@@ -68,7 +68,7 @@ Request MpiTransport::isend(int peer, const void* buf, int64_t bytes, int tag) {
   CC_CHECK(bytes <= INT_MAX, "message of " << bytes << " bytes exceeds MPI's int count; "
                                            << "use a smaller slice_elems");
   MPI_Request req;
-  check(MPI_Isend(buf, int(bytes), MPI_BYTE, peer, int(int64_t(tag) % (int64_t(tag_ub_) + 1)), comm_, &req),
+  CC_MPI_CHECK(MPI_Isend(buf, int(bytes), MPI_BYTE, peer, int(int64_t(tag) % (int64_t(tag_ub_) + 1)), comm_, &req),
         "MPI_Isend");
   bytes_sent_ += bytes;
   return track(req, -1, peer);
@@ -78,7 +78,7 @@ Request MpiTransport::irecv(int peer, void* buf, int64_t bytes, int tag) {
   CC_CHECK(bytes <= INT_MAX, "message of " << bytes << " bytes exceeds MPI's int count; "
                                            << "use a smaller slice_elems");
   MPI_Request req;
-  check(MPI_Irecv(buf, int(bytes), MPI_BYTE, peer, int(int64_t(tag) % (int64_t(tag_ub_) + 1)), comm_, &req),
+  CC_MPI_CHECK(MPI_Irecv(buf, int(bytes), MPI_BYTE, peer, int(int64_t(tag) % (int64_t(tag_ub_) + 1)), comm_, &req),
         "MPI_Irecv");
   return track(req, bytes, peer);
 }
@@ -98,7 +98,7 @@ std::vector<size_t> MpiTransport::test_some(const std::vector<Request>& reqs) {
   std::vector<int> index(mpi.size());
   std::vector<MPI_Status> status(mpi.size());
   int count = 0;
-  check(MPI_Testsome(int(mpi.size()), mpi.data(), &count, index.data(), status.data()),
+  CC_MPI_CHECK(MPI_Testsome(int(mpi.size()), mpi.data(), &count, index.data(), status.data()),
         "MPI_Testsome");
   if (count == MPI_UNDEFINED) return done;
   std::vector<std::pair<int, MPI_Status>> finished;
@@ -148,7 +148,7 @@ void MpiTransport::cancel(const std::vector<Request>& reqs) {
   }
 }
 
-void MpiTransport::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiTransport::barrier() { CC_MPI_CHECK(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 std::string MpiTransport::library_version() {
   char buf[MPI_MAX_LIBRARY_VERSION_STRING];

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ccompress/error.h"
 #include "ccompress/transport.h"
 
 namespace ccompress {
@@ -41,7 +42,8 @@ class CC_API MpiTransport : public Transport {
     int peer;
   };
   Request track(MPI_Request req, int64_t expected, int peer);
-  void check(int rc, const char* what) const;
+  // CC_MPI_CHECK's checker (ccompress/error.h): throws when rc is not MPI_SUCCESS.
+  void check(int rc, const char* what, const SourceSite& site) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;

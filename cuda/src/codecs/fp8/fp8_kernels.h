@@ -1,5 +1,5 @@
 // Host launchers of the FP8 codec kernels. Plain C++ (no CUDA headers needed to call them),
-// so host-compiled bindings can use them; the kernels themselves live in codec_kernels.cu
+// so host-compiled bindings can use them; the kernels themselves live in codecs/fp8/fp8_kernels.cu
 // and run the same cuda/src/codecs math as the CPU backend.
 #pragma once
 
@@ -14,9 +14,6 @@
 typedef struct CUstream_st* cudaStream_t;
 
 namespace ccompress::cuda {
-
-// Number of visible CUDA devices; 0 when there is no GPU or driver. Never throws.
-int device_count() noexcept;
 
 // dst <- encode(src / divisor) for an FP8 codec. src: n elements of src_dtype on the device;
 // dst: codec.wire_bytes(n) bytes on the device, 4-byte aligned (the scales are fp32).

@@ -44,7 +44,7 @@
 
 #include "codecs/float_convert.h"
 #include "codecs/rotation_blocks.h"
-#include "codecs/taco.h"  // floor_small, sr_step, sr_prefix: shared with TACO
+#include "codecs/taco/taco.h"  // floor_small, sr_step, sr_prefix: shared with TACO
 
 namespace ccompress::codecs {
 

@@ -1,5 +1,5 @@
 // hint8 encode / decode kernels: one warp per rotation block in registers, one read and one
-// write per element, the math of codecs/hint8.h in the order of cpu/hint8_cpu.cc (layout:
+// write per element, the math of codecs/hint8/hint8.h in the order of codecs/hint8/hint8.cc (layout:
 // kernels/warp_rotation.cuh). Every scale, the s8 block exponent included, depends only on
 // its own block, so each kernel is a single pass. The ring hop is the encode kernel whose
 // load step first decodes the block from the incoming wire (decode_block, the decode
@@ -11,10 +11,11 @@
 // and writes only those same bytes (plus, block 0, the payload's zero pad, which no decoder
 // reads); blocks own disjoint bytes (the scale section is block by block in element order).
 // All its reads happen in decode_block, before a __syncwarp that precedes every write.
-#include "kernels/hint8_kernels.h"
+#include "codecs/hint8/hint8_kernels.h"
 
 #include "ccompress/error.h"
-#include "codecs/hint8.h"
+#include "codecs/hint8/hint8.h"
+#include "codecs/registry.h"
 #include "codecs/stochastic.h"
 #include "kernels/warp_rotation.cuh"
 
@@ -171,7 +172,6 @@ __global__ void __launch_bounds__(rot::kThreads)
 }
 
 Hint8Params params_of(const Codec& codec, int64_t n) {
-  CC_CHECK(codec.kind == CodecKind::HInt8, "not a hint8 codec: '" << codec.name() << "'");
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   const int32_t g = codec.group, h = codec.rotation;
   CC_CHECK(h >= 16 && h <= 1024 && (h & (h - 1)) == 0 && g >= 8 && g <= h && (g & (g - 1)) == 0,
@@ -200,7 +200,7 @@ void launch_hint8_encode(const void* src, DType src_dtype, const void* wire_in, 
                                                static_cast<uint8_t*>(dst));
     });
   });
-  rot::check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
 void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
@@ -216,7 +216,19 @@ void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const D
           <<<grid, rot::kThreads, 0, stream>>>(static_cast<const uint8_t*>(src), p, o);
     });
   });
-  rot::check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
+
+namespace {
+
+void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
+               float divisor, const EncodeContext& ctx, void* dst, void*, cudaStream_t s) {
+  launch_hint8_encode(src, src_dtype, wire_in, n, c, divisor, ctx, dst, s);
+}
+
+constexpr DeviceOps kDeviceOps = {encode_op, launch_hint8_decode, false};
+[[maybe_unused]] const bool kAttached = attach_device_ops("hint8", kDeviceOps);
+
+}  // namespace
 
 }  // namespace ccompress::cuda

@@ -38,69 +38,53 @@
 //   the symmetric grid never uses), decoding to NaN. A non-finite element makes every
 //   coefficient of its rotation block non-finite, so that block (p elements, no other)
 //   decodes to NaN; so does a finite block whose rotated sum overflows fp32.
-#include <string>
+//
+// The layout and the shared scale steps are in codecs/fourbit/fourbit.h.
+#pragma once
 
-#include "ccompress/error.h"
-#include "codecs/hadamard.h"
-#include "codecs/int4.h"
-#include "codecs/registry.h"
-#include "cpu/fourbit_cpu.h"
-#include "cpu/isa_dispatch.h"
+#include <cstdint>
 
-namespace ccompress {
-namespace {
+#include "codecs/fourbit/fourbit.h"
+#include "codecs/stochastic.h"
 
-constexpr int32_t kDefaultGroup = 16;
-constexpr int32_t kMinGroup = 16;
-constexpr int32_t kMaxGroup = 256;
-constexpr int32_t kMaxRotation = 256;
+namespace ccompress::codecs {
 
-const char* kHelp =
-    "hint4[:gG][:hH][:s8|:s16][:rs][:sr] (Hadamard rotation of H, symmetric int4 per G with "
-    "an E4M3 or fp16 scale under an fp32 run scale; G, H powers of two, 16 <= G <= 256, "
-    "2 <= H <= 256; defaults g16, H = G, s8)";
+/// Two's complement nibbles: 0..7 are 0..7, 0x9..0xF are -7..-1; 0x8 (-8) is never a value.
+struct Int4 {
+  static constexpr float kQMax = 7.0f;
 
-void configure(Codec& c, const CodecOptions& o, const std::string& spec) {
-  c.group = o.group ? o.group : kDefaultGroup;
-  CC_CHECK(codecs::is_pow2(c.group) && c.group >= kMinGroup && c.group <= kMaxGroup,
-           "codec '" << spec << "': bad group; " << kHelp);
-  c.rotation = o.rotation ? o.rotation : c.group;
-  CC_CHECK(codecs::is_pow2(c.rotation) && c.rotation >= 2 && c.rotation <= kMaxRotation,
-           "codec '" << spec << "': bad rotation size; " << kHelp);
-  c.scale_bits = static_cast<uint8_t>(o.scale_bits ? o.scale_bits : 8);
-  CC_CHECK(c.scale_bits == 8 || c.scale_bits == 16,
-           "codec '" << spec << "': group scales are s8 (E4M3) or s16 (fp16); " << kHelp);
-  c.random_signs = o.random_signs;
-  c.stochastic = o.stochastic;
-  c.run_block = codecs::kFourbitRunBlock;
-}
+  /// RNE of a in [0, 7] by the 2^23 trick: the fp32 adder drops the fraction, ties to even.
+  CC_HOST_DEVICE static uint32_t round_even(float a) {
+    return static_cast<uint32_t>(static_cast<int32_t>(add_rn(add_rn(a, 8388608.0f), -8388608.0f)));
+  }
 
-std::string name(const Codec& c) {
-  std::string s = "hint4:g" + std::to_string(c.group);
-  if (c.rotation != c.group) s += ":h" + std::to_string(c.rotation);
-  if (c.scale_bits != 8) s += ":s" + std::to_string(c.scale_bits);
-  if (c.random_signs) s += ":rs";
-  if (c.stochastic) s += ":sr";
-  return s;
-}
+  CC_HOST_DEVICE static uint8_t with_sign(uint32_t m, float v) {
+    return static_cast<uint8_t>((f32_bits(v) >> 31) ? (16u - m) & 15u : m);
+  }
 
-int64_t wire_bytes(const Codec& c, int64_t n) {
-  return codecs::fourbit_layout(n, c.group, c.scale_bits / 8).total;
-}
+  /// min(|v|, 7) on the bits (non-negative floats order like their bits; NaN gives 7): an
+  /// integer select, which GCC vectorizes where it would branch on a float comparison.
+  CC_HOST_DEVICE static float clamped_abs(float v) {
+    uint32_t a = f32_bits(v) & kF32AbsMask;
+    return f32_from_bits(a < 0x40E00000u ? a : 0x40E00000u);  // 7.0f
+  }
 
-void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                 uint8_t* dst) {
-  cpu4::encode_run<codecs::Int4>(x, n, c, ctx, dst);
-}
+  CC_HOST_DEVICE static uint8_t quantize_rn(float v) {
+    return with_sign(round_even(clamped_abs(v)), v);
+  }
 
-void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
-  cpu4::decode_run<codecs::Int4>(src, n, c, out);
-}
+  /// floor(|v| + u) on the magnitude: unbiased on a uniform grid (saturating at 7, which the
+  /// rounded-up group scale of the stochastic recipe keeps out of reach up to fp32 rounding).
+  CC_HOST_DEVICE static uint8_t quantize_sr(float v, float u) {
+    uint32_t r = static_cast<uint32_t>(static_cast<int32_t>(sr_round(clamped_abs(v), u)));
+    return with_sign(r < 7u ? r : 7u, v);
+  }
 
-CC_CPU_DISPATCH_CODEC_FAMILY()
+  CC_HOST_DEVICE static float dequantize(uint8_t q) {
+    int32_t s = static_cast<int32_t>(q & 15u);
+    s = s >= 8 ? s - 16 : s;
+    return s == -8 ? f32_from_bits(0x7FC00000u) : static_cast<float>(s);
+  }
+};
 
-[[maybe_unused]] const bool kRegistered = register_codec_family(
-    {"hint4", CodecKind::Int4, configure, name, wire_bytes, encode, decode, kHelp});
-
-}  // namespace
-}  // namespace ccompress
+}  // namespace ccompress::codecs

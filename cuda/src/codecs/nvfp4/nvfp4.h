@@ -44,73 +44,64 @@
 //   hnvfp4 a non-finite element makes every coefficient of its rotation block non-finite, so
 //   that block (p elements, and no other) decodes to NaN; so does a finite block whose
 //   rotated sum overflows fp32 (|x| ~ FLT_MAX / p).
-#include <string>
+//
+// The layout and the shared scale steps are in codecs/fourbit/fourbit.h.
+#pragma once
 
-#include "ccompress/error.h"
-#include "codecs/hadamard.h"
-#include "codecs/nvfp4.h"
-#include "codecs/registry.h"
-#include "cpu/fourbit_cpu.h"
-#include "cpu/isa_dispatch.h"
+#include <cstdint>
 
-namespace ccompress {
-namespace {
+#include "codecs/fourbit/fourbit.h"
+#include "codecs/stochastic.h"
 
-constexpr int32_t kMaxRotation = 256;
+namespace ccompress::codecs {
 
-const char* kNvfp4Help = "nvfp4[:sr] (E2M1 in 16-element blocks, E4M3 block scales)";
-const char* kHnvfp4Help =
-    "hnvfp4[:g16][:hH][:rs][:sr] (NVFP4 after a Hadamard rotation; H a power of two in "
-    "2..256, default 16)";
+constexpr int32_t kNvfp4Block = 16;
 
-void configure(Codec& c, const CodecOptions& o, const std::string& spec) {
-  bool rotated = spec.compare(0, 6, "hnvfp4") == 0;
-  CC_CHECK(o.group == 0 || o.group == codecs::kNvfp4Block,
-           "codec '" << spec << "': NVFP4 blocks are 16 elements (only :g16 is accepted); "
-                     << (rotated ? kHnvfp4Help : kNvfp4Help));
-  CC_CHECK(o.scale_bits == 0 || o.scale_bits == 8,
-           "codec '" << spec << "': NVFP4 block scales are E4M3 (8 bits)");
-  CC_CHECK(rotated || (o.rotation == 0 && !o.random_signs),
-           "codec '" << spec << "': nvfp4 takes no rotation options; use " << kHnvfp4Help);
-  c.group = codecs::kNvfp4Block;
-  c.run_block = codecs::kFourbitRunBlock;
-  c.scale_bits = 8;
-  c.stochastic = o.stochastic;
-  c.random_signs = o.random_signs;
-  c.rotation = rotated ? (o.rotation ? o.rotation : codecs::kNvfp4Block) : 0;
-  CC_CHECK(!rotated || (c.rotation >= 2 && c.rotation <= kMaxRotation &&
-                        codecs::is_pow2(c.rotation)),
-           "codec '" << spec << "': bad rotation size; " << kHnvfp4Help);
-}
+/// E2M1 (1 sign, 2 exponent, 1 mantissa bit, no Inf/NaN): magnitudes by code 0..7 are
+/// 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign.
+struct E2M1 {
+  static constexpr float kQMax = 6.0f;
 
-std::string name(const Codec& c) {
-  std::string s = c.rotation ? "hnvfp4:g16" : "nvfp4";
-  if (c.rotation && c.rotation != codecs::kNvfp4Block) s += ":h" + std::to_string(c.rotation);
-  if (c.random_signs) s += ":rs";
-  if (c.stochastic) s += ":sr";
-  return s;
-}
+  /// Code of |v| rounded to nearest, ties to the even code (the one whose mantissa bit is 0),
+  /// saturating at 6. Each comparison is exact, so there is nothing to round differently on
+  /// host and device; the midpoints 0.25, 1.25, 2.5, 5 round down (to 0, 1, 2, 4) and
+  /// 0.75, 1.75, 3.5 round up (to 1, 2, 4).
+  CC_HOST_DEVICE static uint32_t magnitude_rn(float a) {
+    return uint32_t(a > 0.25f) + uint32_t(a >= 0.75f) + uint32_t(a > 1.25f) +
+           uint32_t(a >= 1.75f) + uint32_t(a > 2.5f) + uint32_t(a >= 3.5f) + uint32_t(a > 5.0f);
+  }
 
-int64_t wire_bytes(const Codec&, int64_t n) {
-  return codecs::fourbit_layout(n, codecs::kNvfp4Block, 1).total;
-}
+  /// Signed nibble; a value that rounds to zero is +0 (code 0), so 0x8 stays free.
+  CC_HOST_DEVICE static uint8_t with_sign(uint32_t m, float v) {
+    return static_cast<uint8_t>(m | ((m != 0u && (f32_bits(v) >> 31)) ? 8u : 0u));
+  }
 
-void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                 uint8_t* dst) {
-  cpu4::encode_run<codecs::E2M1>(x, n, c, ctx, dst);
-}
+  CC_HOST_DEVICE static uint8_t quantize_rn(float v) {
+    return with_sign(magnitude_rn(f32_from_bits(f32_bits(v) & kF32AbsMask)), v);
+  }
 
-void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
-  cpu4::decode_run<codecs::E2M1>(src, n, c, out);
-}
+  /// Stochastic rounding between the two neighbouring grid values, up with probability
+  /// (|v| - lo) / (hi - lo): within [0, 2), [2, 4), [4, 6] the grid is uniform with step 0.5,
+  /// 1, 2, so |v| / step is exact and sr_round of it is unbiased. |v| beyond 6 saturates
+  /// (the stochastic recipe rounds block scales up, so only fp32 rounding can get there).
+  /// The selects compare bits (non-negative floats order like them) so that CPU loops need
+  /// no branches; NaN lands anywhere, its nibble is replaced by the caller.
+  CC_HOST_DEVICE static uint8_t quantize_sr(float v, float u) {
+    uint32_t ab = f32_bits(v) & kF32AbsMask;
+    bool lt2 = ab < 0x40000000u, lt4 = ab < 0x40800000u;                      // 2.0f, 4.0f
+    float step = f32_from_bits(lt2 ? 0x3F000000u : (lt4 ? 0x3F800000u : 0x40000000u));
+    float inv = f32_from_bits(lt2 ? 0x40000000u : (lt4 ? 0x3F800000u : 0x3F000000u));
+    uint32_t r = f32_bits(mul_rn(sr_round(mul_rn(f32_from_bits(ab), inv), u), step));
+    return with_sign(magnitude_rn(f32_from_bits(r < 0x40C00000u ? r : 0x40C00000u)), v);  // 6
+  }
 
-CC_CPU_DISPATCH_CODEC_FAMILY()
+  CC_HOST_DEVICE static float dequantize(uint8_t q) {
+    // Magnitude m * 2^e exactly: codes 1..7 -> 0.5, 1, 1.5, 2, 3, 4, 6.
+    uint32_t e = (q >> 1) & 3u, m = q & 1u;
+    float mag = e == 0 ? 0.5f * float(m) : f32_from_bits(((126u + e) << 23) | (m << 22));
+    uint32_t bits = f32_bits(mag) | (uint32_t(q & 8u) << 28);
+    return (q & 15u) == kNibbleNaN ? f32_from_bits(0x7FC00000u) : f32_from_bits(bits);
+  }
+};
 
-[[maybe_unused]] const bool kRegistered =
-    register_codec_family({"nvfp4", CodecKind::Nvfp4, configure, name, wire_bytes, encode,
-                           decode, kNvfp4Help}) &&
-    register_codec_family({"hnvfp4", CodecKind::Nvfp4, configure, name, wire_bytes, encode,
-                           decode, kHnvfp4Help});
-
-}  // namespace
-}  // namespace ccompress
+}  // namespace ccompress::codecs

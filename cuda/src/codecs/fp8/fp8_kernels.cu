@@ -1,4 +1,4 @@
-#include "kernels/codec_kernels.h"
+#include "codecs/fp8/fp8_kernels.h"
 
 #include <cuda_runtime.h>
 
@@ -6,8 +6,9 @@
 
 #include "ccompress/error.h"
 #include "codecs/float_convert.h"
-#include "codecs/fp8.h"
-#include "codecs/group_codec.h"
+#include "codecs/fp8/fp8.h"
+#include "codecs/fp8/group_codec.h"
+#include "codecs/registry.h"
 #include "codecs/stochastic.h"
 #include "kernels/kernel_util.cuh"
 
@@ -130,18 +131,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
 }
 
 void check_fp8(const Codec& codec, int64_t n) {
-  CC_CHECK(codec.kind == CodecKind::Fp8E4M3 || codec.kind == CodecKind::Fp8E5M2,
-           "the CUDA codec kernels handle fp8_e4m3 / fp8_e5m2 only, got '" << codec.name() << "'");
   CC_CHECK(codec.group >= 16 && codec.group <= 1024,
            "codec group " << codec.group << " is outside 16..1024");
   CC_CHECK(n >= 0, "element count " << n << " is negative");
 }
 
-void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  CC_CHECK_AS(CudaError, err == cudaSuccess,
-              what << " launch failed: " << cudaGetErrorString(err));
-}
 
 // Blocks for work_items items at per_block items per block, at least 1, at most kMaxBlocks.
 int grid_for(int64_t work_items, int per_block) {
@@ -150,15 +144,6 @@ int grid_for(int64_t work_items, int per_block) {
 }
 
 }  // namespace
-
-int device_count() noexcept {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // reset the error state so a later launch check does not see it
-    return 0;
-  }
-  return count;
-}
 
 void launch_fp8_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
                        const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
@@ -177,7 +162,7 @@ void launch_fp8_encode(const void* src, DType src_dtype, const void* wire_in, in
   const int grid = grid_for(ceil_div(n, codec.group), 1);
   with_flag(in_wire != nullptr, [&](auto hop) {
     constexpr bool kHop = decltype(hop)::value;
-    if (codec.kind == CodecKind::Fp8E4M3) {
+    if (codec.fp8_format == 0) {
       fp8_encode_kernel<Fp8E4M3, kHop><<<grid, kEncodeThreads, 0, stream>>>(
           in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
     } else {
@@ -185,7 +170,7 @@ void launch_fp8_encode(const void* src, DType src_dtype, const void* wire_in, in
           in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
     }
   });
-  check_launch(in_wire != nullptr ? "fp8 decode_reduce_encode" : "fp8 encode");
+  CC_CUDA_CHECK_LAUNCH(in_wire != nullptr ? "fp8 decode_reduce_encode" : "fp8 encode");
 }
 
 void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
@@ -206,12 +191,24 @@ void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Dec
       fp8_decode_kernel<F, false><<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, o, vec);
     }
   };
-  if (codec.kind == CodecKind::Fp8E4M3) {
+  if (codec.fp8_format == 0) {
     go(Fp8E4M3{});
   } else {
     go(Fp8E5M2{});
   }
-  check_launch(o.out != nullptr ? "fp8 decode" : "fp8 decode_accumulate");
+  CC_CUDA_CHECK_LAUNCH(o.out != nullptr ? "fp8 decode" : "fp8 decode_accumulate");
 }
+
+namespace {
+
+void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
+               float divisor, const EncodeContext& ctx, void* dst, void*, cudaStream_t s) {
+  launch_fp8_encode(src, src_dtype, wire_in, n, c, divisor, ctx, dst, s);
+}
+
+constexpr DeviceOps kDeviceOps = {encode_op, launch_fp8_decode, false};
+[[maybe_unused]] const bool kAttached = attach_device_ops("fp8", kDeviceOps);
+
+}  // namespace
 
 }  // namespace ccompress::cuda

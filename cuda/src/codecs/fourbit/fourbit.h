@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "codecs/float_convert.h"
-#include "codecs/fp8.h"
+#include "codecs/fp8/fp8.h"
 #include "codecs/hadamard.h"
 #include "codecs/rotation_blocks.h"
 

@@ -1,11 +1,33 @@
-// Per-group scaled FP8 codec (fp8_e4m3:gG / fp8_e5m2:gG), element by element so that a CPU
-// loop and a CUDA block compute the same bits. See codec.h for the format and its bound.
+// The fp8 family's format: per-group scaled FP8 (fp8_e4m3:gG / fp8_e5m2:gG), element by
+// element so that a CPU loop (fp8.cc) and a CUDA block (fp8_kernels.cu) compute the same bits.
+//
+// `fp8_e4m3:gG`, `fp8_e5m2:gG` (G in 16..1024, default 128): per group of G elements an fp32
+// scale s = max(amax / FP8_MAX, FLT_MIN) with amax the largest finite |x| of the group;
+// payload q = fp8(x / s) with saturating round-to-nearest-even (the hardware's `satfinite`
+// conversion, fp8.h); decode x' = float(q) * s. x / s is an IEEE fp32 division, float(q) * s
+// one fp32 multiply, identical on host and device.
+// Bound per element (finite x, taken after the divisor), with m mantissa bits, emin the min
+// normal exponent (E4M3: m = 3, emin = -6; E5M2: m = 2, emin = -14) and H = FP8_MAX * u the
+// half-spacing at the top of the format (u = 1/28 E4M3, 1/14 E5M2):
+//   |x' - x| <= min(s * H, |x| * 2^-(m+1) + s * 2^(emin - m - 1)) * (1 + 2^-16).
+// While the scale is not floored (amax >= FP8_MAX * FLT_MIN), s * H = amax * u to one fp32
+// rounding; the factor (1 + 2^-16) covers the roundings of s, x / s and q * s. (amax * u
+// alone does not bound a floored group: there |x'-x| can reach ~amax / 17.)
+// Wire: [n FP8 codes | zero pad to 4 | ceil(n / G) fp32 scales];
+// wire_bytes(n) = align4(n) + 4 * ceil(n / G).
+// `:sr` (stochastic rounding): x / s goes to one of its two neighbouring FP8 values, the upper
+// with probability proportional to the distance from the lower (unbiased; noise
+// sr_uniform(seed, step, rank, index) of element index); the bound doubles (a whole step).
+// Non-finite policy: NaN stays NaN and +-Inf stays +-Inf in its own element (E4M3 has no Inf,
+// so there +-Inf becomes NaN); the scale is computed over the finite elements only, so the
+// rest of the group is encoded as if the non-finite element were absent. FP8 NaN is written
+// as 0x7F, E5M2 Inf as 0x7C / 0xFC.
 #pragma once
 
 #include <cstdint>
 
 #include "codecs/float_convert.h"
-#include "codecs/fp8.h"
+#include "codecs/fp8/fp8.h"
 #include "codecs/stochastic.h"
 
 namespace ccompress::codecs {

@@ -1,5 +1,5 @@
-// Host loops of the 4-bit codecs (nvfp4_cpu.cc, int4_cpu.cc) over the math of
-// codecs/fourbit.h: one run of n fp32 values in, wire bytes out, and back.
+// Host loops of the 4-bit codecs (codecs/nvfp4/nvfp4.cc, codecs/int4/int4.cc) over the math of
+// codecs/fourbit/fourbit.h: one run of n fp32 values in, wire bytes out, and back.
 #pragma once
 
 #include <algorithm>
@@ -10,11 +10,11 @@
 
 #include "ccompress/codec.h"
 #include "ccompress/kernel_backend.h"
-#include "codecs/fourbit.h"
-#include "codecs/group_codec.h"
-#include "codecs/nvfp4.h"
+#include "codecs/fourbit/fourbit.h"
+#include "codecs/fp8/group_codec.h"
+#include "codecs/nvfp4/nvfp4.h"
 #include "codecs/stochastic.h"
-#include "cpu/e2m1_avx2.h"
+#include "codecs/fourbit/e2m1_avx2.h"
 #include "cpu/isa_dispatch.h"
 
 namespace ccompress::cpu4 {

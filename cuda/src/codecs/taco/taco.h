@@ -26,8 +26,8 @@
 #include <cstdint>
 
 #include "codecs/float_convert.h"
-#include "codecs/fp8.h"
-#include "codecs/group_codec.h"  // floor_small, sr_step, clamp_f, fp8_from_float_sr
+#include "codecs/fp8/fp8.h"
+#include "codecs/fp8/group_codec.h"  // floor_small, sr_step, clamp_f, fp8_from_float_sr
 #include "codecs/stochastic.h"
 
 namespace ccompress::codecs {

@@ -1,6 +1,6 @@
-// Host launchers of the nvfp4 / hnvfp4 CUDA kernels (format: cpu/nvfp4_cpu.cc). Plain C++, so
+// Host launchers of the nvfp4 / hnvfp4 CUDA kernels (format: codecs/nvfp4/nvfp4.cc). Plain C++, so
 // host-compiled code can call them; the kernels (fourbit_kernels.cuh) run the same
-// codecs/nvfp4.h math as the CPU backend and produce the same bytes.
+// codecs/nvfp4/nvfp4.h math as the CPU backend and produce the same bytes.
 #pragma once
 
 #include <cstdint>

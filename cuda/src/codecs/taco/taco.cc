@@ -1,17 +1,18 @@
-// Host loops of the TACO family (format and policies: codecs/taco.h) and its registration.
+// Host loops of the TACO family (format and policies: codecs/taco/taco.h) and its registration.
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "ccompress/error.h"
-#include "codecs/fp8.h"
+#include "codecs/fp8/fp8.h"
 #include "codecs/hadamard.h"
 #include "codecs/registry.h"
 #include "codecs/rotation_blocks.h"
 #include "codecs/stochastic.h"
-#include "codecs/taco.h"
+#include "codecs/taco/taco.h"
 #include "cpu/fast_wht.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/run_family.h"
 
 namespace ccompress {
 namespace {
@@ -25,7 +26,8 @@ constexpr int32_t kMaxGroup = 512;
 
 const char* base_name(const Codec& c) { return c.fp8_format == 0 ? "taco" : "taco_e5m2"; }
 
-void configure(Codec& c, const CodecOptions& o, const std::string& spec, uint8_t format) {
+void configure(Codec& c, const std::string& base, const CodecOptions& o,
+               const std::string& spec) {
   CC_CHECK(!o.rotation && !o.scale_bits && !o.random_signs,
            "codec spec '" << spec << "': taco takes only :gG (its rotation is its group, its "
                           << "scales are fp32, it has no random signs) and :sr");
@@ -34,20 +36,13 @@ void configure(Codec& c, const CodecOptions& o, const std::string& spec, uint8_t
            "codec spec '" << spec << "': taco group must be a power of two in " << kMinGroup
                           << ".." << kMaxGroup << " (e.g. taco:g128)");
   c.rotation = c.group;
-  c.fp8_format = format;
+  c.fp8_format = base == "taco" ? 0 : 1;
   c.scale_bits = 32;
   c.random_signs = false;
   c.stochastic = o.stochastic;
 }
 
-void configure_e4m3(Codec& c, const CodecOptions& o, const std::string& spec) {
-  configure(c, o, spec, 0);
-}
-void configure_e5m2(Codec& c, const CodecOptions& o, const std::string& spec) {
-  configure(c, o, spec, 1);
-}
-
-std::string name(const Codec& c) {
+std::string spec_name(const Codec& c) {
   return std::string(base_name(c)) + ":g" + std::to_string(c.group) + (c.stochastic ? ":sr" : "");
 }
 
@@ -132,14 +127,18 @@ void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   }
 }
 
-CC_CPU_DISPATCH_CODEC_FAMILY()
+CC_CPU_RUN_FAMILY_HOST_OPS(kHostOps)
 
-[[maybe_unused]] const bool kRegistered =
-    register_codec_family({"taco", CodecKind::Taco, configure_e4m3, name, wire_bytes, encode,
-                           decode, "taco[:gG][:sr] (TACO: RMS pre-scale, Hadamard, FP8 E4M3; G a "
-                           "power of two in 32..512, default 128)"}) &&
-    register_codec_family({"taco_e5m2", CodecKind::Taco, configure_e5m2, name, wire_bytes,
-                           encode, decode, "taco_e5m2[:gG][:sr] (TACO with FP8 E5M2)"});
+const char* kind_name(const Codec&) { return "taco"; }
+
+int64_t run_wire_bytes(const Codec& c, int64_t n) { return pieces_wire_bytes(wire_bytes, c, n); }
 
 }  // namespace
+
+extern const CodecFamily kTacoFamily = {
+    "taco", {"taco", "taco_e5m2", nullptr}, configure, spec_name, kind_name, run_wire_bytes,
+    nullptr, kHostOps,
+    "taco[:gG][:sr], taco_e5m2[:gG][:sr] (TACO: RMS pre-scale, Hadamard, FP8 E4M3 or E5M2; G a "
+    "power of two in 32..512, default 128)"};
+
 }  // namespace ccompress

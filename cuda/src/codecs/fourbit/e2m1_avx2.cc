@@ -1,11 +1,11 @@
-#include "cpu/e2m1_avx2.h"
+#include "codecs/fourbit/e2m1_avx2.h"
 
 #ifdef CC_HAVE_E2M1_AVX2
 
 #include <immintrin.h>
 
-#include "codecs/fourbit.h"
-#include "codecs/nvfp4.h"
+#include "codecs/fourbit/fourbit.h"
+#include "codecs/nvfp4/nvfp4.h"
 
 namespace ccompress::cpu4 {
 

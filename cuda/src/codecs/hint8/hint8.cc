@@ -1,16 +1,17 @@
-// Host loops of the hint8 family (format and policies: codecs/hint8.h) and its registration.
+// Host loops of the hint8 family (format and policies: codecs/hint8/hint8.h) and its registration.
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "ccompress/error.h"
 #include "codecs/hadamard.h"
-#include "codecs/hint8.h"
+#include "codecs/hint8/hint8.h"
 #include "codecs/registry.h"
 #include "codecs/rotation_blocks.h"
 #include "codecs/stochastic.h"
 #include "cpu/fast_wht.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/run_family.h"
 
 namespace ccompress {
 namespace {
@@ -20,7 +21,7 @@ constexpr int32_t kDefaultRotation = 128;
 constexpr int32_t kDefaultScaleBits = 8;
 constexpr int32_t kMinGroup = 8, kMinRotation = 16, kMaxRotation = 1024;
 
-void configure(Codec& c, const CodecOptions& o, const std::string& spec) {
+void configure(Codec& c, const std::string&, const CodecOptions& o, const std::string& spec) {
   c.group = o.group ? o.group : kDefaultGroup;
   // An explicit group above the default rotation brings the rotation up with it.
   c.rotation = o.rotation ? o.rotation : std::max(kDefaultRotation, c.group);
@@ -37,7 +38,7 @@ void configure(Codec& c, const CodecOptions& o, const std::string& spec) {
                           << "group lies in one rotation block)");
 }
 
-std::string name(const Codec& c) {
+std::string spec_name(const Codec& c) {
   std::string s = "hint8:g" + std::to_string(c.group) + ":h" + std::to_string(c.rotation);
   if (c.random_signs) s += ":rs";
   s += ":s" + std::to_string(c.scale_bits);
@@ -140,12 +141,18 @@ void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   }
 }
 
-CC_CPU_DISPATCH_CODEC_FAMILY()
+CC_CPU_RUN_FAMILY_HOST_OPS(kHostOps)
 
-[[maybe_unused]] const bool kRegistered = register_codec_family(
-    {"hint8", CodecKind::HInt8, configure, name, wire_bytes, encode, decode,
-     "hint8[:gG][:hH][:rs][:s32|:s16|:s8][:sr] (Hadamard rotation of H, symmetric int8 per G; "
-     "G, H powers of two, 8 <= G <= H <= 1024, H >= 16; default hint8:g16:h128:s8, 8.5 bits)"});
+const char* kind_name(const Codec&) { return "hint8"; }
+
+int64_t run_wire_bytes(const Codec& c, int64_t n) { return pieces_wire_bytes(wire_bytes, c, n); }
 
 }  // namespace
+
+extern const CodecFamily kHint8Family = {
+    "hint8", {"hint8", nullptr}, configure, spec_name, kind_name, run_wire_bytes, nullptr,
+    kHostOps,
+    "hint8[:gG][:hH][:rs][:s32|:s16|:s8][:sr] (Hadamard rotation of H, symmetric int8 per G; "
+    "G, H powers of two, 8 <= G <= H <= 1024, H >= 16; default hint8:g16:h128:s8, 8.5 bits)"};
+
 }  // namespace ccompress

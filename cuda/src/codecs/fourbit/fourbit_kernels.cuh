@@ -1,5 +1,5 @@
 // CUDA kernels of the 4-bit codecs (nvfp4_kernels.cu, int4_kernels.cu), templated on the
-// grid policy Q of codecs/fourbit.h. They compute exactly what cpu/fourbit_cpu.h computes:
+// grid policy Q of codecs/fourbit/fourbit.h. They compute exactly what codecs/fourbit/fourbit_cpu.h computes:
 // every value goes through the same fp32 operations, and the rotation evaluates the same
 // butterfly network (each butterfly's operands are fixed by the network, whatever order the
 // threads run them in), so wire bytes and decoded values are bit-identical to the CPU's.
@@ -33,8 +33,8 @@
 #include "ccompress/error.h"
 #include "ccompress/kernel_backend.h"
 #include "codecs/float_convert.h"
-#include "codecs/fourbit.h"
-#include "codecs/group_codec.h"
+#include "codecs/fourbit/fourbit.h"
+#include "codecs/fp8/group_codec.h"
 #include "codecs/registry.h"
 #include "codecs/stochastic.h"
 #include "kernels/kernel_util.cuh"
@@ -241,10 +241,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-inline void check_launch(const char* what) {
-  cudaError_t err = cudaGetLastError();
-  CC_CHECK_AS(CudaError, err == cudaSuccess, what << " launch failed: " << cudaGetErrorString(err));
-}
 
 inline int grid_for(int64_t n) {
   return static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + kTile - 1) / kTile, 1), kMaxGrid));
@@ -276,19 +272,18 @@ void launch_encode_piece(const void* src, DType src_dtype, const void* wire_in, 
   uint8_t* wire = static_cast<uint8_t*>(dst);
   const codecs::FourBitLayout lay = codecs::fourbit_layout(n, codec.group, codec.scale_bits / 8);
   int32_t* amax = hop ? amax_scratch : reinterpret_cast<int32_t*>(wire + lay.run_scale);
-  CC_CHECK_AS(CudaError, cudaMemsetAsync(amax, 0, 4, stream) == cudaSuccess,
-              what << ": cudaMemsetAsync failed");
+  CC_CUDA_CHECK(cudaMemsetAsync(amax, 0, 4, stream), "clearing the run amax");
   const uint8_t* in = static_cast<const uint8_t*>(wire_in);
   with_flag(hop, [&](auto k) {
     amax_kernel<Q, decltype(k)::value>
         <<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, in, p, amax);
-    check_launch(what);
+    CC_CUDA_CHECK_LAUNCH(what);
     encode_kernel<Q, decltype(k)::value>
         <<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, in, p, amax, wire);
-    check_launch(what);
+    CC_CUDA_CHECK_LAUNCH(what);
   });
   finalize_kernel<Q><<<1, 32, 0, stream>>>(p, amax, wire);
-  check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
 template <class Q>
@@ -301,7 +296,7 @@ void launch_decode_piece(const void* src, int64_t n, const Codec& codec, const D
     decode_kernel<Q, decltype(cast)::value><<<grid_for(n), kThreads, 0, stream>>>(
         static_cast<const uint8_t*>(src), p, o);
   });
-  check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
 // A run is its pieces one after the other, each with its own wire section, exactly as the

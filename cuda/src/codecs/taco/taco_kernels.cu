@@ -1,6 +1,6 @@
 // TACO encode / decode kernels: one warp per group (= rotation block), everything in
-// registers, one read and one write per element, the math of codecs/taco.h in the order of
-// cpu/taco_cpu.cc (see kernels/warp_rotation.cuh for the layout). The ring hop is the encode
+// registers, one read and one write per element, the math of codecs/taco/taco.h in the order of
+// codecs/taco/taco.cc (see kernels/warp_rotation.cuh for the layout). The ring hop is the encode
 // kernel whose load step first decodes the block from the incoming wire (decode_block, the
 // decode kernel's own code) and adds the input to it.
 //
@@ -8,12 +8,13 @@
 // and its (a, s) pair, and writes only those same bytes (plus, block 0, the payload's zero
 // pad, which no decoder reads); blocks own disjoint bytes. All its reads happen in
 // decode_block, before a __syncwarp that precedes every write of the block.
-#include "kernels/taco_kernels.h"
+#include "codecs/taco/taco_kernels.h"
 
 #include "ccompress/error.h"
-#include "codecs/fp8.h"
+#include "codecs/fp8/fp8.h"
+#include "codecs/registry.h"
 #include "codecs/stochastic.h"
-#include "codecs/taco.h"
+#include "codecs/taco/taco.h"
 #include "kernels/warp_rotation.cuh"
 
 namespace ccompress::cuda {
@@ -117,7 +118,6 @@ __global__ void __launch_bounds__(rot::kThreads)
 }
 
 void check_taco(const Codec& codec, int64_t n) {
-  CC_CHECK(codec.kind == CodecKind::Taco, "not a taco codec: '" << codec.name() << "'");
   CC_CHECK(codec.group >= 32 && codec.group <= 512 && (codec.group & (codec.group - 1)) == 0,
            "taco group " << codec.group << " is not a power of two in 32..512");
   CC_CHECK(n >= 0, "element count " << n << " is negative");
@@ -155,7 +155,7 @@ void launch_taco_encode(const void* src, DType src_dtype, const void* wire_in, i
       });
     });
   });
-  rot::check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
 void launch_taco_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
@@ -175,7 +175,19 @@ void launch_taco_decode(const void* src, int64_t n, const Codec& codec, const De
       });
     });
   });
-  rot::check_launch(what);
+  CC_CUDA_CHECK_LAUNCH(what);
 }
+
+namespace {
+
+void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
+               float divisor, const EncodeContext& ctx, void* dst, void*, cudaStream_t s) {
+  launch_taco_encode(src, src_dtype, wire_in, n, c, divisor, ctx, dst, s);
+}
+
+constexpr DeviceOps kDeviceOps = {encode_op, launch_taco_decode, false};
+[[maybe_unused]] const bool kAttached = attach_device_ops("taco", kDeviceOps);
+
+}  // namespace
 
 }  // namespace ccompress::cuda

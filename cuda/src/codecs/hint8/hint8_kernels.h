@@ -1,5 +1,5 @@
-// Host launchers of the hint8 codec kernels (format: codecs/hint8.h). Plain C++, like
-// codec_kernels.h, so host-compiled code can call them; bit-identical with the CPU backend.
+// Host launchers of the hint8 codec kernels (format: codecs/hint8/hint8.h). Plain C++, like
+// codecs/fp8/fp8_kernels.h, so host-compiled code can call them; bit-identical with the CPU backend.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,193 @@
+// The fp8 family (fp8_e4m3:gG, fp8_e5m2:gG; format: group_codec.h): spec options, name,
+// size, host loops and the registry entry.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+
+#include "ccompress/error.h"
+#include "codecs/fp8/fp8.h"
+#include "codecs/fp8/group_codec.h"
+#include "codecs/registry.h"
+#include "codecs/stochastic.h"
+#include "cpu/host_loops.h"
+#include "cpu/isa_dispatch.h"
+#include "cpu/run_family.h"
+
+namespace ccompress {
+namespace {
+
+using codecs::Fp8E4M3;
+using codecs::Fp8E5M2;
+using cpu::kBlock;
+
+constexpr int32_t kDefaultGroup = 128;
+constexpr int32_t kMinGroup = 16;
+constexpr int32_t kMaxGroup = 1024;
+
+void configure(Codec& c, const std::string& base, const CodecOptions& o,
+               const std::string& spec) {
+  CC_CHECK(o.given.find_first_not_of("gS") == std::string::npos,
+           "codec '" << spec << "': " << base << " takes only :gG (G in " << kMinGroup << ".."
+                     << kMaxGroup << ") and :sr");
+  c.fp8_format = base == "fp8_e4m3" ? 0 : 1;
+  c.stochastic = o.stochastic;
+  c.group = o.group ? o.group : kDefaultGroup;
+  CC_CHECK(c.group >= kMinGroup && c.group <= kMaxGroup,
+           "codec '" << spec << "': the group G of " << base << ":gG is in " << kMinGroup << ".."
+                     << kMaxGroup << " (e.g. " << base << ":g128)");
+}
+
+const char* kind_name(const Codec& c) { return c.fp8_format == 0 ? "fp8_e4m3" : "fp8_e5m2"; }
+
+std::string spec_name(const Codec& c) {
+  return std::string(kind_name(c)) + ":g" + std::to_string(c.group) + (c.stochastic ? ":sr" : "");
+}
+
+int64_t wire_bytes(const Codec& c, int64_t n) { return align_up(n, 4) + 4 * ceil_div(n, c.group); }
+
+void check_args(const Codec& codec, int64_t n) {
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+  CC_CHECK(codec.group >= kMinGroup && codec.group <= kBlock,
+           "codec group " << codec.group << " is outside 16..1024");
+}
+
+// Runs fn(F{}) with F the FP8 format of the codec.
+template <class Fn>
+inline void with_fp8_format(const Codec& c, Fn fn) {
+  if (c.fp8_format == 0) {
+    fn(Fp8E4M3{});
+  } else {
+    fn(Fp8E5M2{});
+  }
+}
+
+// Built from codecs::fp8_to_float itself, so it is that function, tabulated.
+template <class F>
+const float* fp8_lut() {
+  static const std::array<float, 256> lut = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = codecs::fp8_to_float<F>(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return lut.data();
+}
+
+float load_scale(const void* wire, int64_t n, int64_t g) {
+  float s;
+  std::memcpy(&s, static_cast<const uint8_t*>(wire) + codecs::fp8_scales_offset(n) + 4 * g, 4);
+  return s;
+}
+
+// With `:sr` the noise of the run's element off + i is drawn at index ctx.index + off + i.
+template <class F>
+void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t g, int64_t off,
+                    const Codec& codec, const EncodeContext& ctx) {
+  int32_t amax = 0;
+  for (int64_t i = 0; i < len; ++i) amax = std::max(amax, codecs::finite_abs_bits(x[i]));
+  float s = codecs::group_scale<F>(amax);
+  uint8_t* q = static_cast<uint8_t*>(wire) + off;
+  if (codec.stochastic) {
+    for (int64_t i = 0; i < len; ++i)
+      q[i] = codecs::group_quantize_sr<F>(
+          x[i], s, codecs::sr_uniform(ctx.seed, ctx.step, ctx.rank, ctx.index + off + i));
+  } else {
+    for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize<F>(x[i], s);
+  }
+  std::memcpy(static_cast<uint8_t*>(wire) + codecs::fp8_scales_offset(n) + 4 * g, &s, 4);
+}
+
+// The pad between payload and scales is zeroed so equal inputs give equal wire bytes.
+void zero_fp8_padding(void* wire, int64_t n) {
+  uint8_t* p = static_cast<uint8_t*>(wire);
+  for (int64_t i = n; i < codecs::fp8_scales_offset(n); ++i) p[i] = 0;
+}
+
+template <class F>
+void dequantize_group(const void* wire, int64_t n, int64_t g, int64_t off, int64_t len,
+                      float* out) {
+  const float* lut = fp8_lut<F>();
+  const uint8_t* q = static_cast<const uint8_t*>(wire) + off;
+  float s = load_scale(wire, n, g);
+  for (int64_t i = 0; i < len; ++i) out[i] = codecs::mul_rn(lut[q[i]], s);
+}
+
+void host_encode_body(const void* src, DType src_dtype, int64_t n, const Codec& codec,
+                      float divisor, const EncodeContext& ctx, void* dst) {
+  check_args(codec, n);
+  float buf[kBlock];
+  zero_fp8_padding(dst, n);
+  with_fp8_format(codec, [&](auto fmt) {
+    using F = decltype(fmt);
+    cpu::for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
+      // fp32 input needs no conversion: quantize it in place of a copy.
+      const float* x = static_cast<const float*>(src) + off;
+      if (src_dtype != DType::Float32 || divisor != 1.0f) {
+        cpu::load_block(src, src_dtype, off, len, divisor, buf);
+        x = buf;
+      }
+      quantize_group<F>(x, len, dst, n, g, off, codec, ctx);
+    });
+  });
+}
+
+void host_decode_accumulate_body(const void* src, int64_t n, const Codec& codec, float* acc,
+                                 bool assign) {
+  check_args(codec, n);
+  with_fp8_format(codec, [&](auto fmt) {
+    using F = decltype(fmt);
+    const float* lut = fp8_lut<F>();
+    const uint8_t* q = static_cast<const uint8_t*>(src);
+    cpu::for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
+      float s = load_scale(src, n, g);
+      float* a = acc + off;
+      if (assign) {
+        for (int64_t i = 0; i < len; ++i) a[i] = codecs::mul_rn(lut[q[off + i]], s);
+      } else {
+        for (int64_t i = 0; i < len; ++i)
+          a[i] = codecs::add_rn(a[i], codecs::mul_rn(lut[q[off + i]], s));
+      }
+    });
+  });
+}
+
+void host_decode_body(const void* src, int64_t n, const Codec& codec, void* out,
+                      DType out_dtype) {
+  check_args(codec, n);
+  float buf[kBlock];
+  with_fp8_format(codec, [&](auto fmt) {
+    using F = decltype(fmt);
+    cpu::for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
+      dequantize_group<F>(src, n, g, off, len, buf);
+      cpu::store_block(buf, len, out, out_dtype, off);
+    });
+  });
+}
+
+void host_decode_reduce_encode_body(const void* src, const void* x, DType x_dtype, int64_t n,
+                                    const Codec& codec, float divisor,
+                                    const EncodeContext& ctx, void* dst) {
+  check_args(codec, n);
+  float buf[kBlock];
+  with_fp8_format(codec, [&](auto fmt) {
+    using F = decltype(fmt);
+    cpu::for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
+      dequantize_group<F>(src, n, g, off, len, buf);
+      cpu::add_block(x, x_dtype, off, len, divisor, buf);
+      quantize_group<F>(buf, len, dst, n, g, off, codec, ctx);
+    });
+  });
+  zero_fp8_padding(dst, n);
+}
+
+CC_CPU_HOST_OPS_DISPATCH(kHostOps)
+
+}  // namespace
+
+extern const CodecFamily kFp8Family = {
+    "fp8", {"fp8_e4m3", "fp8_e5m2", nullptr}, configure, spec_name, kind_name, wire_bytes,
+    nullptr, kHostOps,
+    "fp8_e4m3[:gG][:sr], fp8_e5m2[:gG][:sr] (FP8 with an fp32 scale per group of G; G in "
+    "16..1024, default 128)"};
+
+}  // namespace ccompress
