@@ -4,8 +4,8 @@ fp64 reference (tests, ccompress-perf's #wrong column).
 One quantization errs, per coefficient (the element itself, or its Walsh-Hadamard coefficient
 for rotated codecs), by at most ``u * M + v * R`` where M is the largest |coefficient| of its
 scale group and R that of its run piece (two-level scales), or ``u * |x|`` for plain casts
-(2^-8 bf16, 2^-11 fp16, 2^-24 float32). The constants are the ones each codec states where it
-is registered (cuda/include/ccompress/codec.h, cuda/src/cpu/*_cpu.cc); stochastic rounding
+(2^-8 bf16, 2^-11 fp16, 2^-24 float32). The constants are the ones each codec states in its
+format header (cuda/src/codecs/<family>/<family>.h); stochastic rounding
 doubles them. A collective quantizes each element ``q`` times (one_shot 1, two_shot 2, tree
 depth+1, ring n); every partial sum it quantizes has group maxima at most ``S`` = the sum
 over ranks of each rank's maxima (rotations are linear), inflated by the earlier errors, so a

@@ -179,11 +179,11 @@ class Communicator:
 
     # ---- collectives ----
     # Everything after the tensor is keyword-only, in the same order in all three.
-    def allreduce(self, x: Any, *, codec: Any = "none", algo: str = "auto", op: str = "sum",
+    def allreduce(self, x: Any, *, codec: Any = "none", algo: str = "auto",
+                  intra_codec: Any = None, inter_algo: Optional[str] = None, op: str = "sum",
                   out: Any = None, async_op: bool = False, stream: Any = None,
                   step: Optional[int] = None, nonfinite: Optional[str] = None,
-                  error_feedback: Any = None, intra_codec: Any = None,
-                  inter_algo: Optional[str] = None) -> Any:
+                  error_feedback: Any = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets bit-identical results.
 
         ``codec`` is a spec string or :class:`Codec`, or ``"auto8"`` / ``"auto4"`` to let

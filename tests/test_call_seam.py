@@ -10,8 +10,8 @@ import ccompress as cc
 from ccompress import _core
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
-ORDER = ["codec", "algo", "op", "out", "async_op", "stream", "step", "nonfinite",
-         "error_feedback"]
+ORDER = ["codec", "algo", "intra_codec", "inter_algo", "op", "out", "async_op", "stream", "step",
+         "nonfinite", "error_feedback"]
 
 
 def one_rank():
