@@ -93,4 +93,5 @@ def test_stopped_peer_makes_others_raise(fault):
         assert procs[r].returncode == 0, f"rank {r}:\n{outs[r][-4000:]}"
         assert f"RAISED {r}" in outs[r], outs[r][-4000:]
         assert f"OK {r}" in outs[r], outs[r][-4000:]
+        print(outs[r])
     assert elapsed < 120, f"the survivors took {elapsed:.0f} s"
