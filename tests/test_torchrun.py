@@ -139,3 +139,9 @@ def test_one_process_path(mode):
     proc = subprocess.run([sys.executable, "-c", ONE_PROCESS, mode, str(_free_port())],
                           capture_output=True, text=True, timeout=120, env=env, cwd=HERE)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_nccl_id_through_store_without_gpu():
+    """CUDA arrays through from_torch up to where NCCL would load (no GPU here): the NCCL
+    unique id travels through the group's store to every rank."""
+    assert_ok(torchrun("nccl_store_checks.py", 2), 2)
