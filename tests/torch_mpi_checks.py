@@ -123,6 +123,21 @@ g = torch.full_like(y, 0.5)
 y.backward(g)
 assert torch.equal(x.grad, g)
 
+# 5b. Under mpiexec too: from_torch (gloo point-to-point) and a subgroup (through it) give
+#     the true sums of their ranks' inputs.
+ft = cc.Communicator.from_torch()
+assert (ft.rank, ft.size, ft.transport) == (rank, size, "torch_gloo")
+y = ft.allreduce(x.detach(), codec="hint8", algo="two_shot")
+check_reduced(y, parts, "hint8", "two_shot", what="from_torch under mpiexec")
+check_identical(y, "from_torch under mpiexec")
+evens = list(range(0, size, 2))
+sub = dist.new_group(evens)  # collective over every rank
+if rank in evens:
+    y = tp_all_reduce(x.detach(), codec="bf16", group=sub)
+    sc = communicator_for(sub)
+    assert sc.size == len(evens) and sc.transport == "torch_gloo", sc
+    check_reduced(y, [parts[r] for r in evens], "bf16", sc.last_stats["algo"], what="subgroup")
+
 # 6. A process group whose ranks run backwards relative to MPI's: the derived
 #    communicator follows the group's order.
 dist.destroy_process_group()
