@@ -87,6 +87,18 @@ if size >= 3:
         assert y.tobytes() == sim.tobytes(), "subgroup"
     dist.barrier()
 
+# 3b. A ProcessGroupGloo made directly from a store (as a torch.distributed backend makes
+#     its inner group): used as it is, its store given for the NCCL id.
+from datetime import timedelta  # noqa: E402
+
+store = dist.PrefixStore("ccompress-test-inner", dist.distributed_c10d._get_default_store())
+inner = dist.ProcessGroupGloo(store, rank, size, timedelta(seconds=60))
+ic = cc.Communicator.from_torch(inner, store=store, timeout=60)
+assert (ic.rank, ic.size) == (rank, size)
+y = ic.allreduce(parts[rank], codec="fp8_e4m3:g128", algo="two_shot")
+assert y.tobytes() == cc.simulate.allreduce(parts, "fp8_e4m3:g128", "two_shot")[rank].tobytes()
+assert ic._mpi_comm.bcast(b"id" if rank == 0 else None) == b"id"
+
 # 4. The NCCL id's way through the store: the same bytes on every rank, twice in a row.
 from ccompress.torch._p2p import StoreBroadcast  # noqa: E402
 
