@@ -158,10 +158,12 @@ class StoreBroadcast:
     """The three calls of an mpi4py communicator that ``Communicator.from_nccl`` uses
     (``Get_rank``, ``Get_size``, ``bcast``), over a torch.distributed store: rank 0's
     object (the NCCL unique id) is set under a key that every rank numbers alike (calls are
-    collective, made in the same order), the others wait for it (the store's timeout)."""
+    collective, made in the same order); the others wait for it up to ``timeout`` seconds,
+    then raise CollectiveTimeout."""
 
-    def __init__(self, store: Any, rank: int, size: int, prefix: str):
+    def __init__(self, store: Any, rank: int, size: int, prefix: str, timeout: float = 300.0):
         self.store, self.rank, self.size, self.prefix = store, rank, size, prefix
+        self.timeout = float(timeout)
         self._n = 0
 
     def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
@@ -177,11 +179,20 @@ class StoreBroadcast:
             self.store.set(key, pickle.dumps(obj))
             got = obj
         else:
+            try:
+                self.store.wait([key], timedelta(seconds=self.timeout))
+            except RuntimeError as e:  # torch raises its DistStoreError (a RuntimeError)
+                raise CollectiveTimeout(
+                    f"rank {self.rank}: rank {root} did not publish the NCCL id within "
+                    f"{self.timeout} s ({readable(e)})") from None
             got = pickle.loads(self.store.get(key))
         # Every rank has read it once the count reaches size; the last one removes the key.
         if self.store.add(key + "/read", 1) == self.size:
-            self.store.delete_key(key)
-            self.store.delete_key(key + "/read")
+            for k in (key, key + "/read"):
+                try:
+                    self.store.delete_key(k)
+                except (RuntimeError, NotImplementedError):
+                    pass  # a store without deletion keeps two small keys
         return got
 
 
@@ -251,7 +262,8 @@ def from_torch(cls: Any, group: Any = None, *, store: Any = None, **kwargs: Any)
         # which asks this object (in place of an mpi4py communicator) to share the id.
         key = getattr(group, "group_name", None) or id(group)
         _MADE[key] = n = _MADE.get(key, -1) + 1
-        self._mpi_comm = StoreBroadcast(store, rank, size, f"ccompress/nccl/{n}")
+        self._mpi_comm = StoreBroadcast(store, rank, size, f"ccompress/nccl/{n}",
+                                        self._timeout)
     return self
 
 

@@ -3,7 +3,8 @@ Communicator.from_torch up to where NCCL would load, on a machine without a GPU.
 array (an object that says so through __dlpack_device__) sends the call to from_nccl with
 the group's store in place of MPI: here, with no CUDA module, every rank raises Unsupported;
 with a stand-in CUDA module, rank 0's NCCL unique id reaches every rank through the store
-and nccl_rank gets (id, size, rank, device). Prints "OK <rank>".
+and nccl_rank gets (id, size, rank, device); a root that never publishes makes the others
+raise CollectiveTimeout. Prints "OK <rank>".
 """
 import os
 
@@ -72,6 +73,18 @@ for call in range(2):  # twice: each call's id under its own store key
     if call == 1:
         assert ids[0] != first, "the second call reused the first id"
     first = ids[0]
+
+# A root that never publishes the id: the others raise CollectiveTimeout, not wait forever.
+from ccompress.torch._p2p import StoreBroadcast  # noqa: E402
+
+if rank != 0:
+    silent = StoreBroadcast(comm._mpi_comm.store, rank, size, "ccompress-test/silent", 2.0)
+    try:
+        silent.bcast(None)
+    except cc.CollectiveTimeout as e:
+        assert "did not publish" in str(e), e
+    else:
+        raise AssertionError("bcast returned without the root")
 dist.barrier()
 print(f"OK {rank}", flush=True)
 dist.destroy_process_group()
