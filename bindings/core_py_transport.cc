@@ -57,7 +57,8 @@ class PyTransport : public Transport {
 
   ~PyTransport() override {
     if (!Py_IsInitialized()) {  // interpreter gone: the objects cannot be released
-      for (py::object* o : {&ops_, &isend_, &irecv_, &test_, &wait_, &cancel_, &barrier_}) o->release();
+      for (py::object* o : {&ops_, &isend_, &irecv_, &test_, &wait_, &cancel_, &barrier_})
+        o->release();
       return;
     }
     py::gil_scoped_acquire gil;

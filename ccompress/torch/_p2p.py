@@ -6,7 +6,9 @@ memoryview over the executor's own bytes; ``torch.frombuffer`` makes a tensor of
 memory (no copy) and ``ProcessGroup.send/recv`` moves it. gloo matches a receive to the
 send of the same (peer, tag) in posting order, which is the Transport contract, so the
 plan's tags are used as they are, on a private gloo group (made from the caller's group)
-where no application message can meet them.
+where no application message can meet them. gloo does not report a received message's
+size; both ends compute it from the same plan, which the call check before every
+collective (count, dtype, codec, algo, op) makes sure of.
 
 CUDA tensors go to an NCCL communicator whose unique id travels through the group's store
 (:class:`StoreBroadcast`, made at the first CUDA call like ``from_mpi``'s).
@@ -227,7 +229,17 @@ def _store_of(group: Any) -> Any:
 
 
 def from_torch(cls: Any, group: Any = None, *, store: Any = None, **kwargs: Any) -> Any:
-    """``Communicator.from_torch``: see its docstring."""
+    """``Communicator.from_torch(group=None, *, store=None, **kwargs)``.
+
+    ``group``: None (the world group), a process group registered with torch.distributed
+    (its members call this, collectively; the host bytes go over a private gloo group of
+    the same processes, made with ``dist.new_group``), or a ProcessGroup made directly from
+    a store, e.g. a backend's inner ``ProcessGroupGloo`` (used as it is: the caller keeps
+    its point-to-point tags free for ccompress). ``store``: where the NCCL unique id of CUDA
+    arrays travels (default: the registered group's store; without one, CUDA arrays are
+    refused). ``kwargs`` go to the Communicator (``timeout``, ``slice_elems``, ``seed``,
+    ...). A group of one rank gives a 1-rank communicator.
+    """
     if not dist.is_available() or not dist.is_initialized():
         if group is None or _group_ranks(group) is not None:
             raise InvalidArgument("Communicator.from_torch needs torch.distributed initialised: "

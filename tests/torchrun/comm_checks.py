@@ -74,6 +74,21 @@ assert out is x and out.dtype == torch.bfloat16
 digests_agree(x.view(torch.int16).numpy(), "bf16 in place")
 assert comm.bytes_sent > 0
 
+# 2b. A rank that calls with another count: MismatchError on every rank, and the
+#     communicator stays usable (the call check exchanges headers over gloo first).
+try:
+    comm.allreduce(np.ones(10 + (rank == 0), np.float32), codec="bf16")
+except cc.MismatchError as e:
+    mismatch = str(e)
+else:
+    mismatch = None
+got = [None] * size
+dist.all_gather_object(got, mismatch is not None)
+assert all(got), f"MismatchError on ranks {got}"
+assert comm.usable
+y = comm.allreduce(np.ones(7, np.float32))
+assert np.all(y == size), y
+
 # 3. A subgroup (ranks 1.. in reverse order) made collectively by its members only.
 if size >= 3:
     members = list(range(size - 1, 0, -1))
