@@ -145,3 +145,22 @@ def test_nccl_id_through_store_without_gpu():
     """CUDA arrays through from_torch up to where NCCL would load (no GPU here): the NCCL
     unique id travels through the group's store to every rank."""
     assert_ok(torchrun("nccl_store_checks.py", 2), 2)
+
+
+@pytest.mark.parametrize("example", ["train_dp.py", "train_tp.py"])
+def test_training_examples_under_torchrun(example, tmp_path):
+    """examples/train_dp.py and train_tp.py run under torchrun (2 processes, 3 steps, this
+    repository's README as the text) and keep their replicas bit-identical."""
+    text = (HERE.parent / "README.md").read_text(encoding="utf-8")
+    corpus = tmp_path / "text.txt"
+    corpus.write_text(text * (1 + 120_000 // len(text)), encoding="utf-8")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "--monitor-interval=1", str(HERE.parent / "examples" / example), "--codec", "hint8",
+           "--steps", "3", "--evals", "1", "--eval-batches", "2", "--batch", "4",
+           "--corpus", str(corpus)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env(),
+                          cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "bit-identical on all 2 ranks: yes" in proc.stdout, out[-6000:]
+    assert "final held-out loss" in proc.stdout, out[-6000:]
