@@ -29,13 +29,15 @@ import torch.distributed as dist
 from .. import _core
 from .._errors import CCompressError, CollectiveTimeout, InvalidArgument, Unsupported
 
-# gloo prefixes its errors with "[<source file>:<line>] "; users need the rest only.
+# gloo prefixes its errors with "[<source file>:<line>] " and ends some with a sign-off;
+# users need the rest only.
 _SOURCE_PREFIX = re.compile(r"\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*")
+_SIGN_OFF = re.compile(r"\s*GLHF!.*$", re.S)
 
 
 def readable(e: BaseException) -> str:
     """An engine's error message without source paths."""
-    return _SOURCE_PREFIX.sub("", str(e)).strip()
+    return _SIGN_OFF.sub("", _SOURCE_PREFIX.sub("", str(e))).strip()
 
 
 class _Request:
