@@ -164,3 +164,33 @@ def test_training_examples_under_torchrun(example, tmp_path):
     assert proc.returncode == 0, out[-6000:]
     assert "bit-identical on all 2 ranks: yes" in proc.stdout, out[-6000:]
     assert "final held-out loss" in proc.stdout, out[-6000:]
+
+
+MPI_MISMATCH = r"""
+import socket, sys, torch, torch.distributed as dist
+from mpi4py import MPI
+import ccompress as cc
+from ccompress.torch import tp_all_reduce
+with socket.socket() as s:  # each process its own 1-rank torch world
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+try:
+    tp_all_reduce(torch.ones(4), codec="none")
+except cc.MismatchError as e:
+    assert "world of 2" in str(e), e
+    print(f"OK {MPI.COMM_WORLD.rank}", flush=True)
+"""
+
+
+def test_mpi_world_larger_than_torch_world_raises():
+    """mpiexec -n 2 with a 1-rank torch world in each process: every rank raises instead of
+    returning its own tensor as the sum."""
+    from test_mpi import _mpi_usable, _mpiexec
+
+    if _mpi_usable() is not None:
+        pytest.skip(f"MPI unavailable: {_mpi_usable()}")
+    proc = subprocess.run([_mpiexec(), "-n", "2", sys.executable, "-c", MPI_MISMATCH],
+                          capture_output=True, text=True, timeout=180, env=_env(), cwd=HERE)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "OK 0" in proc.stdout and "OK 1" in proc.stdout, out[-4000:]
