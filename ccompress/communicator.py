@@ -11,7 +11,7 @@ from . import _arrays, _core, _nonfinite, _topology, _transports, autocodec
 from ._backends import Call, backend_for
 from ._errors import CCompressError, InvalidArgument, MismatchError
 from ._device import _cuda_module
-from ._ranks import on_threads, run_ranks
+from ._ranks import on_threads, run_cuda_loopback, run_inproc
 from ._resolve import resolve
 from ._work import IssueQueue, Work
 from .codec import Codec
@@ -25,10 +25,10 @@ NONFINITE = _nonfinite.MODES
 class Communicator:
     """A group of ranks that run compressed collectives together.
 
-    Build one with :meth:`from_mpi` (one process per rank), :meth:`inproc` (ranks as
-    threads of this process) or :meth:`cuda_loopback` (virtual ranks on one GPU, for device
-    arrays). Every rank must make the same calls in the same order; a
-    rank that passes a different count, dtype, codec, algo or op makes every rank raise
+    Build one with :meth:`from_mpi` or :meth:`from_torch` (one process per rank),
+    :meth:`inproc` (ranks as threads of this process) or :meth:`cuda_loopback` (virtual
+    ranks on one GPU). Every rank must make the same calls in the same order; a rank that
+    passes a different count, dtype, codec, algo or op makes every rank raise
     :class:`MismatchError` instead of hanging.
 
     Args:
@@ -49,16 +49,17 @@ class Communicator:
         :class:`NonFiniteError` on every rank when any output is non-finite. Either way
         ``last_stats`` counts the non-finite elements of this rank's input
         (``nonfinite_in``) and output (``nonfinite_out``).
+      ranks_per_node: nodes of that many consecutive ranks, for ``algo="hier"`` (default:
+        from MPI's shared-memory groups, or torchrun's ``LOCAL_WORLD_SIZE``; else unknown).
     """
 
     def __init__(self, transport: "_core.Transport", *, timeout: float = 300.0,
                  slice_elems: Optional[int] = None, seed: int = 0, model: Any = None,
                  nonfinite: str = "propagate", ranks_per_node: Optional[int] = None,
                  _keepalive: Any = None):
-        if timeout <= 0:
-            raise InvalidArgument(f"timeout {timeout} s must be positive")
-        if slice_elems is not None and slice_elems <= 0:
-            raise InvalidArgument(f"slice_elems {slice_elems} must be positive")
+        if timeout <= 0 or (slice_elems is not None and slice_elems <= 0):
+            raise InvalidArgument(f"timeout ({timeout} s) and slice_elems ({slice_elems}) "
+                                  "must be positive")
         self._nonfinite = _nonfinite.check_mode(nonfinite)
         self._t = transport
         self._backend = backend_for(transport)
@@ -95,11 +96,10 @@ class Communicator:
 
     @classmethod
     def from_torch(cls, group: Any = None, **kwargs: Any) -> "Communicator":
-        """A communicator over the ranks of a torch.distributed process group (default: the
-        world), no MPI needed (torchrun, env://). Collective over the group's ranks. Host
-        arrays move over the group's gloo point-to-point (a private gloo group over the same
-        processes); CUDA arrays over NCCL, its id shared through the group's store, made at
-        the first CUDA call. See :mod:`ccompress.torch._p2p`."""
+        """A communicator over the ranks of a torch.distributed group (default: the world), no
+        MPI needed (torchrun, env://); collective over the group's ranks. Host arrays move
+        over gloo point-to-point (a private gloo group of the same processes), CUDA arrays
+        over NCCL, its id shared through the group's store (:mod:`ccompress.torch._p2p`)."""
         from .torch import _p2p
 
         return _p2p.from_torch(cls, group, **kwargs)
@@ -143,22 +143,11 @@ class Communicator:
         return [cls(group.transport(r), _keepalive=group, **kwargs) for r in range(size)]
 
     # ---- properties ----
-    @property
-    def ranks_per_node(self) -> Optional[int]:
-        """Consecutive ranks that share a node (algo="hier"), or None when not known."""
-        return self._ranks_per_node
-
-    @property
-    def rank(self) -> int:
-        return self._t.rank
-
-    @property
-    def size(self) -> int:
-        return self._t.size
-
-    @property
-    def transport(self) -> str:
-        return self._t.name
+    rank = property(lambda self: self._t.rank, doc="This rank's index in the group.")
+    size = property(lambda self: self._t.size, doc="The number of ranks in the group.")
+    transport = property(lambda self: self._t.name, doc='"inproc", "mpi", "torch_gloo", ...')
+    ranks_per_node = property(lambda self: self._ranks_per_node,
+                              doc='Consecutive ranks sharing a node (algo="hier"); None: unknown.')
 
     @property
     def device(self) -> Optional[int]:
@@ -180,8 +169,7 @@ class Communicator:
         self._t.barrier()
 
     def _nccl_for(self, x: Any) -> Optional["Communicator"]:
-        """For a communicator from from_mpi, the NCCL communicator that CUDA arrays go to
-        (made collectively at the first CUDA call, which every rank makes alike)."""
+        """from_mpi / from_torch: the NCCL communicator of CUDA arrays (made at the first)."""
         if self._mpi_comm is None or _arrays.cuda_device_of(x) is None:
             return None
         if self._nccl is None:
@@ -203,8 +191,8 @@ class Communicator:
         two_shot, tree, one_shot, hier, auto; ``op`` sum or avg. ``algo="hier"`` reduces
         inside each node of ``ranks_per_node`` ranks with ``intra_codec`` (default none:
         exact), between nodes with ``codec`` and the flat ``inter_algo`` (default auto).
-        Writes into ``out`` when given
-        (``out=x`` for in place) and returns it, else returns a new array like ``x``. With
+        Writes into ``out`` when given (``out=x`` for in place) and returns it, else returns
+        a new array like ``x``. With
         ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
         ``error_feedback`` is this tensor's :class:`~ccompress.ErrorFeedback` (two_shot,
         one_shot or auto): what the codec drops is carried into the next call.
@@ -306,20 +294,6 @@ class Communicator:
 
     def __repr__(self) -> str:
         return f"Communicator(transport={self.transport}, rank={self.rank}, size={self.size})"
-
-
-def run_inproc(size: int, fn: Callable[[Communicator], Any], **kwargs: Any) -> List[Any]:
-    """Runs ``fn(comm)`` on ``size`` in-process ranks, one thread each, and returns the
-    results in rank order. If any rank raises, the first error (lowest rank) is re-raised
-    after all ranks have finished."""
-    return run_ranks(Communicator.inproc(size, **kwargs), fn)
-
-
-def run_cuda_loopback(size: int, fn: Callable[[Communicator], Any], device: int = 0,
-                      **kwargs: Any) -> List[Any]:
-    """:func:`run_inproc` for ``size`` virtual ranks on CUDA device ``device``
-    (:meth:`Communicator.cuda_loopback`)."""
-    return run_ranks(Communicator.cuda_loopback(size, device, **kwargs), fn)
 
 
 __all__ = ["ALGOS", "NONFINITE", "OPS", "Communicator", "Work", "on_threads", "run_cuda_loopback",

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
-from .. import _core
+from .. import _core, _topology
 from .._errors import CCompressError, CollectiveTimeout, InvalidArgument, Unsupported
 
 # gloo prefixes its errors with "[<source file>:<line>] " and ends some with a sign-off;
@@ -263,6 +263,8 @@ def from_torch(cls: Any, group: Any = None, *, store: Any = None, **kwargs: Any)
             raise InvalidArgument(f"group must be a torch.distributed ProcessGroup or None, got "
                                   f"{type(group).__name__}")
         rank, size, pg = group.rank(), group.size(), group
+    if ranks is not None and size == dist.get_world_size() and "ranks_per_node" not in kwargs:
+        kwargs["ranks_per_node"] = _topology.from_env(size)  # torchrun's LOCAL_WORLD_SIZE
     if size == 1:
         t = _core.InprocGroup(1).transport(0)
         self = cls(t, _keepalive=None, **kwargs)

@@ -125,6 +125,17 @@ for k in range(2):
     assert isinstance(got, bytes) and len(got) == 128
     digests_agree(np.frombuffer(got, np.uint8), f"store bcast {k}")
 
+# 5. Node topology from torchrun (LOCAL_WORLD_SIZE: one standalone node holds every rank), and
+#    algo="hier" over nodes of 2 given explicitly: the bits of in-process ranks in that layout.
+assert comm.ranks_per_node == int(os.environ["LOCAL_WORLD_SIZE"]) == size
+if size % 2 == 0:
+    hc = cc.Communicator.from_torch(timeout=60, ranks_per_node=2)
+    y = hc.allreduce(parts[rank], codec="hint8", algo="hier", inter_algo="two_shot")
+    want = cc.run_inproc(size, lambda c: c.allreduce(parts[c.rank], codec="hint8", algo="hier",
+                                                     inter_algo="two_shot"), ranks_per_node=2)
+    assert y.tobytes() == want[rank].tobytes(), "hier under torchrun"
+    digests_agree(y, "hier under torchrun")
+
 comm.barrier()
 comm.close()
 print(f"rank {rank}: {checked} all-reduces over {size} ranks equal simulate's bits", flush=True)
