@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from reference.mpiexec import mpiexec, needs_mpi
+
 torch = pytest.importorskip("torch", reason="the torchrun tests need PyTorch")
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
@@ -183,14 +185,11 @@ except cc.MismatchError as e:
 """
 
 
+@needs_mpi
 def test_mpi_world_larger_than_torch_world_raises():
     """mpiexec -n 2 with a 1-rank torch world in each process: every rank raises instead of
     returning its own tensor as the sum."""
-    from test_mpi import _mpi_usable, _mpiexec
-
-    if _mpi_usable() is not None:
-        pytest.skip(f"MPI unavailable: {_mpi_usable()}")
-    proc = subprocess.run([_mpiexec(), "-n", "2", sys.executable, "-c", MPI_MISMATCH],
+    proc = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-c", MPI_MISMATCH],
                           capture_output=True, text=True, timeout=180, env=_env(), cwd=HERE)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "OK 0" in proc.stdout and "OK 1" in proc.stdout, out[-4000:]
