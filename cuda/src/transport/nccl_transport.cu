@@ -17,7 +17,7 @@ using Clock = std::chrono::steady_clock;
 
 NcclUniqueId nccl_unique_id(const NcclLibrary& lib) {
   NcclUniqueId id;
-  lib.check(lib.GetUniqueId(&id), "ncclGetUniqueId");
+  CC_NCCL_CHECK(lib, lib.GetUniqueId(&id), "ncclGetUniqueId");
   return id;
 }
 
@@ -26,7 +26,7 @@ NcclTransport::NcclTransport(std::shared_ptr<const NcclLibrary> lib, const NcclU
     : lib_(std::move(lib)), streams_(std::move(streams)), size_(size), rank_(rank) {
   CC_CHECK(size >= 1 && rank >= 0 && rank < size, "rank " << rank << " of " << size);
   DeviceGuard g(streams_->device());
-  lib_->check(lib_->CommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+  CC_NCCL_CHECK(*lib_, lib_->CommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
   if (cudaEventCreateWithFlags(&host_done_, cudaEventDisableTiming) != cudaSuccess) {
     lib_->CommDestroy(comm_);  // the destructor does not run for a throwing constructor
     check_cuda(cudaGetLastError(), "cudaEventCreate");
@@ -127,18 +127,18 @@ void NcclTransport::start_host_group() {
     }
     off += align_up(q.bytes, 256);
   }
-  lib_->check(lib_->GroupStart(), "ncclGroupStart");
+  CC_NCCL_CHECK(*lib_, lib_->GroupStart(), "ncclGroupStart");
   off = 0;
   for (const Queued& q : queued_) {
     ncclResult_t r = q.send ? lib_->Send(dev + off, size_t(q.bytes), kNcclUint8, q.peer, comm_, s)
                             : lib_->Recv(dev + off, size_t(q.bytes), kNcclUint8, q.peer, comm_, s);
     if (r != kNcclSuccess) {
       lib_->GroupEnd();
-      lib_->check(r, q.send ? "ncclSend" : "ncclRecv");
+      CC_NCCL_CHECK(*lib_, r, q.send ? "ncclSend" : "ncclRecv");
     }
     off += align_up(q.bytes, 256);
   }
-  lib_->check(lib_->GroupEnd(), "ncclGroupEnd");
+  CC_NCCL_CHECK(*lib_, lib_->GroupEnd(), "ncclGroupEnd");
   off = 0;
   for (const Queued& q : queued_) {
     if (!q.send)
@@ -192,7 +192,7 @@ void NcclTransport::barrier() {
   check_usable();
   DeviceGuard g(streams_->device());
   auto* one = static_cast<float*>(stage_device_.get(256, streams_->comm(), streams_->comm()));
-  lib_->check(lib_->AllReduce(one, one, 1, kNcclFloat32, kNcclSum, comm_, streams_->comm()),
+  CC_NCCL_CHECK(*lib_, lib_->AllReduce(one, one, 1, kNcclFloat32, kNcclSum, comm_, streams_->comm()),
               "ncclAllReduce (barrier)");
   check_cuda(cudaEventRecord(host_done_, streams_->comm()), "cudaEventRecord");
   wait_event(host_done_, 300.0, "barrier");
@@ -215,17 +215,17 @@ int NcclTransport::post_group(const std::vector<Transfer>& group) {
   // Sends read what the codec stream wrote (encodes, headers): the comm stream waits for it.
   if (sends) streams_->order(streams_->codec(), streams_->comm());
   cudaStream_t s = streams_->comm();
-  lib_->check(lib_->GroupStart(), "ncclGroupStart");
+  CC_NCCL_CHECK(*lib_, lib_->GroupStart(), "ncclGroupStart");
   for (const Transfer& x : group) {
     ncclResult_t r = x.send ? lib_->Send(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s)
                             : lib_->Recv(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s);
     if (r != kNcclSuccess) {
       lib_->GroupEnd();
-      lib_->check(r, x.send ? "ncclSend" : "ncclRecv");
+      CC_NCCL_CHECK(*lib_, r, x.send ? "ncclSend" : "ncclRecv");
     }
     if (x.send) bytes_sent_ += x.bytes;
   }
-  lib_->check(lib_->GroupEnd(), "ncclGroupEnd");
+  CC_NCCL_CHECK(*lib_, lib_->GroupEnd(), "ncclGroupEnd");
   const int g = groups_++;
   check_cuda(cudaEventRecord(group_event(g), s), "cudaEventRecord");
   waited_.resize(size_t(groups_), false);
@@ -252,7 +252,7 @@ void NcclTransport::nccl_allreduce(const float* in, float* out, int64_t n, cudaS
   check_usable();
   DeviceGuard g(streams_->device());
   streams_->order(caller, streams_->comm());
-  lib_->check(lib_->AllReduce(in, out, size_t(n), kNcclFloat32, kNcclSum, comm_, streams_->comm()),
+  CC_NCCL_CHECK(*lib_, lib_->AllReduce(in, out, size_t(n), kNcclFloat32, kNcclSum, comm_, streams_->comm()),
               "ncclAllReduce");
   streams_->order(streams_->comm(), caller);
 }
