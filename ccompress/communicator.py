@@ -22,12 +22,19 @@ NONFINITE = ("propagate", "raise")
 class Work:
     """Handle of an asynchronous collective (``async_op=True``)."""
 
-    def __init__(self, future: cf.Future):
+    def __init__(self, future: cf.Future, on_done: Optional[Callable[[], Any]] = None):
         self._future = future
+        self._on_done = on_done  # device calls: order the caller's stream after the result
 
     def wait(self, timeout: Optional[float] = None) -> Any:
-        """Blocks until done and returns the result (re-raising the collective's error)."""
-        return self._future.result(timeout)
+        """Blocks until done and returns the result (re-raising the collective's error). On
+        a device communicator the caller's stream waits for the result from here on."""
+        try:
+            return self._future.result(timeout)
+        finally:
+            if self._on_done is not None and self._future.done():
+                on_done, self._on_done = self._on_done, None
+                on_done()
 
     def is_completed(self) -> bool:
         return self._future.done()
@@ -261,7 +268,7 @@ class Communicator:
             body = lambda: self._collective(_core.allreduce, xv, ov, codec, algo, op,  # noqa: E731
                                             step, fb, s)
         return self._launch(self._counted(body, "allreduce", xv, ov, nonfinite), x, out,
-                            async_op)
+                            async_op, s)
 
     def reduce_scatter(self, x: Any, codec: Any = "none", op: str = "sum", out: Any = None,
                        async_op: bool = False, stream: Any = None,
@@ -286,7 +293,7 @@ class Communicator:
         body = lambda: self._collective(_core.reduce_scatter, xv, ov, codec, "two_shot", op,  # noqa: E731
                                         step, fb, s)
         return self._launch(self._counted(body, "reduce_scatter", xv, ov, nonfinite), x, out,
-                            async_op)
+                            async_op, s)
 
     def allgather(self, x: Any, codec: Any = "none", out: Any = None, async_op: bool = False,
                   stream: Any = None, step: Optional[int] = None,
@@ -307,7 +314,7 @@ class Communicator:
         body = lambda: self._collective(_core.allgather, xv, ov, codec, "one_shot", "sum", step,  # noqa: E731
                                         None, s)
         return self._launch(self._counted(body, "allgather", xv, ov, nonfinite), x, out,
-                            async_op)
+                            async_op, s)
 
     # ---- internals ----
     @staticmethod
@@ -493,7 +500,8 @@ class Communicator:
         stats.update(auto=name, layout=choice.layout, candidates=choice.table)
         return stats
 
-    def _launch(self, body: Callable[[], Any], x: Any, out: Any, async_op: bool) -> Any:
+    def _launch(self, body: Callable[[], Any], x: Any, out: Any, async_op: bool,
+                stream: Tuple[int, Any] = (0, None)) -> Any:
         def run() -> Any:
             body()
             return _arrays.like_input(x, out)
@@ -502,7 +510,8 @@ class Communicator:
             if self._pool is None:
                 self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=f"ccompress-r{self.rank}")
             self._last = self._pool.submit(run)
-            return Work(self._last)
+            handle, ready = stream  # the worker records `ready` again at the collective's end
+            return Work(self._last, None if ready is None else lambda: ready.block(handle))
         if self._last is not None:  # keep issue order with earlier async calls
             cf.wait([self._last])
             self._last = None

@@ -110,14 +110,17 @@ struct Allocation {
 std::map<uintptr_t, Allocation> g_allocs;
 
 // Devices: CCOMPRESS_EMU_DEVICES of them (default 1), each with its own legacy stream 0.
+// Emulated NCCL ranks each take a device of their own, as on a GPU machine: a rank's legacy
+// stream then waits only for its own transfers (tests set the count, ccompress_emu_set_devices).
 constexpr int kMaxDevices = 8;
+int g_device_count = 0;  // 0: not read yet
 int device_count() {
-  static const int n = [] {
+  if (g_device_count == 0) {
     const char* v = std::getenv("CCOMPRESS_EMU_DEVICES");
     const int k = v != nullptr ? std::atoi(v) : 1;
-    return std::min(std::max(k, 1), kMaxDevices);
-  }();
-  return n;
+    g_device_count = std::min(std::max(k, 1), kMaxDevices);
+  }
+  return g_device_count;
 }
 thread_local int t_device = 0;  // the calling thread's current device
 CUstream_st g_legacy_streams[kMaxDevices];
@@ -545,6 +548,7 @@ using emu::g_mu;
 using Lock = std::lock_guard<std::mutex>;
 
 cudaError_t cudaGetDeviceCount(int* count) {
+  Lock lock(g_mu);
   *count = emu::device_count();
   return cudaSuccess;
 }
@@ -555,6 +559,7 @@ cudaError_t cudaGetDevice(int* device) {
 }
 
 cudaError_t cudaSetDevice(int device) {
+  Lock lock(g_mu);
   if (device < 0 || device >= emu::device_count()) return cudaErrorInvalidDevice;
   emu::t_device = device;
   return cudaSuccess;
@@ -780,3 +785,20 @@ bool is_device_memory(const void* p, size_t bytes) { return is_device(p, bytes);
 void report_error(const std::string& what) { report(what); }
 
 }  // namespace emu
+
+/// Test hook (tests/test_nccl_emulated.py, through ctypes): operations enqueued on @p stream
+/// so far (0: the calling thread's legacy stream).
+extern "C" __attribute__((visibility("default"))) uint64_t ccompress_emu_stream_operations(
+    cudaStream_t stream) {
+  Lock lock(g_mu);
+  return emu::stream_of(stream)->enqueued;
+}
+
+/// Test hook: the number of emulated devices from now on (1 to 8; the previous one is
+/// returned). Memory and streams already made keep their device.
+extern "C" __attribute__((visibility("default"))) int ccompress_emu_set_devices(int count) {
+  Lock lock(g_mu);
+  const int previous = emu::device_count();
+  emu::g_device_count = std::min(std::max(count, 1), emu::kMaxDevices);
+  return previous;
+}

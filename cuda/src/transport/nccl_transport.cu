@@ -13,7 +13,13 @@ namespace ccompress::cuda {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+/// An error's message without the call site CC_CHECK appends (" [... at file:line]").
+std::string reason(const std::exception& e) {
+  const std::string what = e.what();
+  return what.substr(0, what.rfind(" ["));
 }
+}  // namespace
 
 NcclUniqueId nccl_unique_id(const NcclLibrary& lib) {
   NcclUniqueId id;
@@ -127,18 +133,13 @@ void NcclTransport::start_host_group() {
     }
     off += align_up(q.bytes, 256);
   }
-  CC_NCCL_CHECK(*lib_, lib_->GroupStart(), "ncclGroupStart");
+  std::vector<Transfer> group;
   off = 0;
   for (const Queued& q : queued_) {
-    ncclResult_t r = q.send ? lib_->Send(dev + off, size_t(q.bytes), kNcclUint8, q.peer, comm_, s)
-                            : lib_->Recv(dev + off, size_t(q.bytes), kNcclUint8, q.peer, comm_, s);
-    if (r != kNcclSuccess) {
-      lib_->GroupEnd();
-      CC_NCCL_CHECK(*lib_, r, q.send ? "ncclSend" : "ncclRecv");
-    }
+    group.push_back({q.send, q.peer, dev + off, q.bytes, 0});
     off += align_up(q.bytes, 256);
   }
-  CC_NCCL_CHECK(*lib_, lib_->GroupEnd(), "ncclGroupEnd");
+  post_or_abort(group, s);
   off = 0;
   for (const Queued& q : queued_) {
     if (!q.send)
@@ -178,14 +179,28 @@ std::vector<size_t> NcclTransport::test_some(const std::vector<Request>& reqs) {
 }
 
 void NcclTransport::cancel(const std::vector<Request>& reqs) {
-  // Queued messages are dropped; a started group cannot be withdrawn, but its staging
-  // buffers belong to this transport, so nothing of the caller's is touched later.
+  // Queued messages are dropped.
   for (Request r : reqs)
     for (size_t i = 0; i < queued_.size(); ++i)
       if (queued_[i].id == r) {
         queued_.erase(queued_.begin() + long(i));
         break;
       }
+  bool started = false;
+  for (Request r : reqs)
+    for (const Queued& q : in_flight_) started = started || q.id == r;
+  if (!started) return;
+  // A started group cannot be withdrawn. Its results are never copied to the caller (the
+  // staging buffers are this transport's); unfinished, its messages would pair with a later
+  // call's, so the communicator is aborted, saying why.
+  in_flight_.clear();
+  if (!broken_.empty()) return;
+  DeviceGuard g(streams_->device(), true);
+  const cudaError_t done = cudaEventQuery(host_done_);
+  if (done == cudaSuccess) return;
+  if (done != cudaErrorNotReady) cudaGetLastError();
+  broken_ = "a host message exchange was abandoned before it completed";
+  lib_->CommAbort(comm_);
 }
 
 void NcclTransport::barrier() {
@@ -196,6 +211,36 @@ void NcclTransport::barrier() {
               "ncclAllReduce (barrier)");
   check_cuda(cudaEventRecord(host_done_, streams_->comm()), "cudaEventRecord");
   wait_event(host_done_, 300.0, "barrier");
+}
+
+void NcclTransport::post_or_abort(const std::vector<Transfer>& group, cudaStream_t s) {
+  // NCCL may have taken part of a group when a call fails (or dropped all of it): either way
+  // this rank's messages no longer pair with its peers' in order, and the next call's would
+  // match theirs wrongly. Nothing can put the pairs back in step, so the communicator is
+  // aborted (every later call raises; the peers time out) and this call's counters cleared.
+  try {
+    CC_NCCL_CHECK(*lib_, lib_->GroupStart(), "ncclGroupStart");
+    ncclResult_t failed = kNcclSuccess;
+    const char* what = "ncclGroupEnd";
+    for (const Transfer& x : group) {
+      ncclResult_t r = x.send ? lib_->Send(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s)
+                              : lib_->Recv(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s);
+      if (r != kNcclSuccess) {
+        failed = r;
+        what = x.send ? "ncclSend" : "ncclRecv";
+        break;
+      }
+    }
+    const ncclResult_t end = lib_->GroupEnd();  // always: NCCL's group depth must unwind
+    CC_NCCL_CHECK(*lib_, failed != kNcclSuccess ? failed : end, what);
+  } catch (const Error& e) {
+    groups_ = 0;
+    waited_.clear();
+    queued_.clear();
+    broken_ = "a transfer failed while posting: " + reason(e);
+    lib_->CommAbort(comm_);
+    throw;
+  }
 }
 
 cudaEvent_t NcclTransport::group_event(int g) {
@@ -215,17 +260,9 @@ int NcclTransport::post_group(const std::vector<Transfer>& group) {
   // Sends read what the codec stream wrote (encodes, headers): the comm stream waits for it.
   if (sends) streams_->order(streams_->codec(), streams_->comm());
   cudaStream_t s = streams_->comm();
-  CC_NCCL_CHECK(*lib_, lib_->GroupStart(), "ncclGroupStart");
-  for (const Transfer& x : group) {
-    ncclResult_t r = x.send ? lib_->Send(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s)
-                            : lib_->Recv(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s);
-    if (r != kNcclSuccess) {
-      lib_->GroupEnd();
-      CC_NCCL_CHECK(*lib_, r, x.send ? "ncclSend" : "ncclRecv");
-    }
+  post_or_abort(group, s);
+  for (const Transfer& x : group)
     if (x.send) bytes_sent_ += x.bytes;
-  }
-  CC_NCCL_CHECK(*lib_, lib_->GroupEnd(), "ncclGroupEnd");
   const int g = groups_++;
   check_cuda(cudaEventRecord(group_event(g), s), "cudaEventRecord");
   waited_.resize(size_t(groups_), false);
