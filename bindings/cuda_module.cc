@@ -131,6 +131,8 @@ void bind_memory(py::module_& m) {
       .def(py::init<int>(), py::arg("device") = 0)
       .def("record", [](cuda::TimingEvent& e, uintptr_t s) { e.record(reinterpret_cast<cudaStream_t>(s)); },
            py::arg("stream") = 0)
+      .def("block", [](cuda::TimingEvent& e, uintptr_t s) { e.block(reinterpret_cast<cudaStream_t>(s)); },
+           py::arg("stream"), "Work enqueued on `stream` from now on waits for the last record.")
       .def("synchronize", &cuda::TimingEvent::synchronize, py::call_guard<py::gil_scoped_release>())
       .def("elapsed_ms", &cuda::TimingEvent::elapsed_ms, py::arg("start"))
       .def_property_readonly(

@@ -8,12 +8,19 @@ from typing import Any, Callable, Optional
 class Work:
     """Handle of an asynchronous collective (``async_op=True``)."""
 
-    def __init__(self, future: cf.Future):
+    def __init__(self, future: cf.Future, on_done: Optional[Callable[[], Any]] = None):
         self._future = future
+        self._on_done = on_done  # device calls: order the caller's stream after the result
 
     def wait(self, timeout: Optional[float] = None) -> Any:
-        """Blocks until done and returns the result (re-raising the collective's error)."""
-        return self._future.result(timeout)
+        """Blocks until done and returns the result (re-raising the collective's error). On
+        a device communicator the caller's stream waits for the result from here on."""
+        try:
+            return self._future.result(timeout)
+        finally:
+            if self._on_done is not None and self._future.done():
+                on_done, self._on_done = self._on_done, None
+                on_done()
 
     def is_completed(self) -> bool:
         return self._future.done()
@@ -35,12 +42,14 @@ class IssueQueue:
         self._pool: Optional[cf.ThreadPoolExecutor] = None
         self._last: Optional[cf.Future] = None
 
-    def launch(self, run: Callable[[], Any], async_op: bool) -> Any:
+    def launch(self, run: Callable[[], Any], async_op: bool,
+               on_done: Optional[Callable[[], Any]] = None) -> Any:
+        """``on_done``: what Work.wait() does once the body has finished (async only)."""
         if async_op:
             if self._pool is None:
                 self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=self._name)
             self._last = self._pool.submit(run)
-            return Work(self._last)
+            return Work(self._last, on_done)
         if self._last is not None:  # keep issue order with earlier async calls
             cf.wait([self._last])
             self._last = None

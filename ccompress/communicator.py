@@ -135,8 +135,7 @@ class Communicator:
 
     @classmethod
     def inproc(cls, size: int, **kwargs: Any) -> List["Communicator"]:
-        """``size`` communicators of one in-process group, one per rank; give each to its
-        own thread (see :func:`run_inproc`)."""
+        """``size`` communicators of one in-process group: one per rank, each for a thread."""
         if not isinstance(size, int) or size < 1:
             raise InvalidArgument(f"an in-process group needs size >= 1, got {size!r}")
         group = _core.InprocGroup(size)
@@ -246,7 +245,9 @@ class Communicator:
             body()
             return _arrays.like_input(x, result)
 
-        return self._queue.launch(run, async_op)
+        # Device, async: the caller's stream waits from Work.wait() on (ready is re-recorded).
+        on_done = None if call.ready is None else lambda: call.ready.block(call.stream)
+        return self._queue.launch(run, async_op, on_done)
 
     def _spec(self, kind: str, algo: Optional[str], op: Optional[str],
               hier: Tuple[Any, Optional[str]] = (None, None)) -> Any:

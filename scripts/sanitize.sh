@@ -4,7 +4,8 @@
 # runs the codec, schedule and in-process collective tests against that build. The same build
 # has the CUDA backend compiled for the CPU emulation of the CUDA runtime
 # (CCOMPRESS_CUDA_EMULATOR=ON, cuda/emu/README.md), so the GPU tests run here too: kernels
-# against the CPU backend, the loopback pipeline, stream ordering. Any sanitizer report stops
+# against the CPU backend, the loopback pipeline, stream ordering, and the NCCL transport on the
+# emulator's in-process stand-in for libnccl (cuda/emu/fake_nccl.cc). Any sanitizer report stops
 # the run with a non-zero exit (halt_on_error). Leak checking is off: the Python interpreter
 # itself keeps memory until exit.
 set -euo pipefail
@@ -45,5 +46,5 @@ exec "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir="$ROOT" \
   "$T/test_nvfp4.py" "$T/test_int4.py" "$T/test_stochastic_rounding.py" "$T/test_cast_sr.py" \
   "$T/test_collectives.py" "$T/test_ordered_executor.py" "$T/test_autocodec.py" "$T/test_errors.py" \
   "$T/test_message_header.py" "$T/test_fuzz.py" "$T/test_nonfinite.py" "$T/test_error_feedback.py" \
-  "$T/test_array_checks.py" "$T/test_call_seam.py" \
+  "$T/test_array_checks.py" "$T/test_call_seam.py" "$T/test_nccl_emulated.py" \
   "$T/test_cuda.py" "$T/test_cuda_state.py" "$T/test_cuda_emulator.py" "$@"

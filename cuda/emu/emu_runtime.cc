@@ -1,9 +1,14 @@
 // The CPU emulation of the CUDA runtime and of kernel execution declared in
 // cuda/emu/cuda_runtime.h (the semantics are listed there). One process-wide lock serialises
 // every runtime call and all device work: a rank thread that forces another rank's stream
-// runs its work itself.
+// runs its work itself. An operation may be unable to finish yet (an emulated NCCL transfer
+// whose peer has not posted, emu_internal.h): its stream then stops there, and a caller
+// that must wait for it waits with the lock released, so that the peer's thread can post.
 #include <cuda_runtime.h>
 #include <sys/mman.h>
+
+#include <condition_variable>
+#include "emu_internal.h"
 
 #include <algorithm>
 #include <chrono>
@@ -68,7 +73,7 @@ emu_fiber_start:
 )");
 
 struct CUstream_st {
-  std::deque<std::function<void()>> pending;
+  std::deque<std::function<bool()>> pending;  // an operation returns false: not finished yet
   uint64_t enqueued = 0, done = 0;  // operations enqueued and run so far
   bool running = false;             // run_until is running its operations
 };
@@ -90,6 +95,7 @@ dim3 block_dim, grid_dim;
 namespace {
 
 std::mutex g_mu;
+std::condition_variable g_progress;  // something another thread waits for may have happened
 int64_t g_errors = 0;
 CallCounts g_counts;
 cudaError_t g_last_error = cudaSuccess;  // returned (and cleared) by cudaGetLastError
@@ -99,10 +105,25 @@ enum class MemKind { Device, Pinned };
 struct Allocation {
   size_t bytes;
   MemKind kind;
+  int device;
 };
 std::map<uintptr_t, Allocation> g_allocs;
 
-CUstream_st g_legacy_stream;                     // stream 0
+// Devices: CCOMPRESS_EMU_DEVICES of them (default 1), each with its own legacy stream 0.
+// Emulated NCCL ranks each take a device of their own, as on a GPU machine: a rank's legacy
+// stream then waits only for its own transfers (tests set the count, ccompress_emu_set_devices).
+constexpr int kMaxDevices = 8;
+int g_device_count = 0;  // 0: not read yet
+int device_count() {
+  if (g_device_count == 0) {
+    const char* v = std::getenv("CCOMPRESS_EMU_DEVICES");
+    const int k = v != nullptr ? std::atoi(v) : 1;
+    g_device_count = std::min(std::max(k, 1), kMaxDevices);
+  }
+  return g_device_count;
+}
+thread_local int t_device = 0;  // the calling thread's current device
+CUstream_st g_legacy_streams[kMaxDevices];
 std::vector<std::unique_ptr<CUstream_st>> g_streams;  // kept until exit: events may name them
 
 void report(const std::string& what) {
@@ -123,7 +144,7 @@ void fail_async(cudaError_t err, const std::string& what) {
   if (g_async_error == cudaSuccess) g_async_error = err;
 }
 
-CUstream_st* stream_of(cudaStream_t s) { return s == nullptr ? &g_legacy_stream : s; }
+CUstream_st* stream_of(cudaStream_t s) { return s == nullptr ? &g_legacy_streams[t_device] : s; }
 
 /// The allocation holding [p, p + bytes), or nullptr.
 const Allocation* find(const void* p, size_t bytes, uintptr_t* base = nullptr) {
@@ -141,32 +162,71 @@ bool is_device(const void* p, size_t bytes) {
   return a != nullptr && a->kind == MemKind::Device;
 }
 
-void run_until(CUstream_st* s, uint64_t position) {
-  if (s->done >= position) return;
+/// Runs @p s's operations up to @p position; false when one of them cannot finish yet (it
+/// stays first in line and the stream stops there).
+bool run_until(CUstream_st* s, uint64_t position) {
+  if (s->done >= position) return true;
   if (s->running) {  // its current operation waits, through other streams, on its own later work
     fail_async(cudaErrorLaunchFailure, "streams wait on each other in a cycle (a GPU would hang)");
-    return;
+    return true;
   }
   s->running = true;
+  bool reached = true;
   while (s->done < position) {
-    std::function<void()> op = std::move(s->pending.front());
+    if (!s->pending.front()()) {  // may run other streams' work (a wait on an event)
+      reached = false;
+      break;
+    }
     s->pending.pop_front();
-    op();  // may run other streams' work (a wait on an event)
     ++s->done;
   }
   s->running = false;
+  g_progress.notify_all();
+  return reached;
+}
+
+/// Runs @p s's operations up to @p position, waiting with @p lock released while one cannot
+/// finish yet. Gives up (an error; false) after kStuckSeconds: a GPU would hang there.
+constexpr double kStuckSeconds = 120.0;
+bool run_until_waiting(std::unique_lock<std::mutex>& lock, CUstream_st* s, uint64_t position) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(kStuckSeconds));
+  while (!run_until(s, position)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      fail_async(cudaErrorLaunchFailure,
+                 "a stream has waited " + std::to_string(int(kStuckSeconds)) +
+                     " s for an NCCL transfer no peer matches (a GPU would hang)");
+      return false;
+    }
+    g_progress.wait_for(lock, std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 void drain(CUstream_st* s) { run_until(s, s->enqueued); }
+bool drain_waiting(std::unique_lock<std::mutex>& lock, CUstream_st* s) {
+  return run_until_waiting(lock, s, s->enqueued);
+}
 
+/// Runs every stream as far as it goes without another thread: on a GPU each rank of an
+/// NCCL communicator has a device of its own, so a free or a device synchronisation does not
+/// wait for transfers that need another rank's thread (emulated ranks share one device).
 void drain_all() {
-  drain(&g_legacy_stream);
+  for (auto& l : g_legacy_streams) drain(&l);
   for (auto& s : g_streams) drain(s.get());
 }
 
-void enqueue(CUstream_st* s, std::function<void()> op) {
+void enqueue_poll(CUstream_st* s, std::function<bool()> op) {
   s->pending.push_back(std::move(op));
   ++s->enqueued;
+}
+
+void enqueue(CUstream_st* s, std::function<void()> op) {
+  enqueue_poll(s, [op = std::move(op)]() {
+    op();
+    return true;
+  });
 }
 
 cudaError_t take_async_error() {
@@ -488,17 +548,21 @@ using emu::g_mu;
 using Lock = std::lock_guard<std::mutex>;
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  Lock lock(g_mu);
+  *count = emu::device_count();
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = emu::t_device;
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+  Lock lock(g_mu);
+  if (device < 0 || device >= emu::device_count()) return cudaErrorInvalidDevice;
+  emu::t_device = device;
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize() {
@@ -541,7 +605,7 @@ cudaError_t allocate(void** ptr, size_t bytes, emu::MemKind kind) {
   void* p = nullptr;
   if (posix_memalign(&p, 256, size) != 0) return emu::g_last_error = cudaErrorMemoryAllocation;
   std::memset(p, 0xFF, size);
-  emu::g_allocs[reinterpret_cast<uintptr_t>(p)] = emu::Allocation{size, kind};
+  emu::g_allocs[reinterpret_cast<uintptr_t>(p)] = emu::Allocation{size, kind, emu::t_device};
   *ptr = p;
   return cudaSuccess;
 }
@@ -574,7 +638,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* pt
   *attr = cudaPointerAttributes{cudaMemoryTypeUnregistered, -1, nullptr, nullptr};
   if (a != nullptr) {
     attr->type = a->kind == emu::MemKind::Device ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
-    attr->device = 0;
+    attr->device = a->device;
     attr->devicePointer = const_cast<void*>(ptr);
     if (a->kind == emu::MemKind::Pinned) attr->hostPointer = const_cast<void*>(ptr);
   }
@@ -583,7 +647,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* pt
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
-  Lock lock(g_mu);
+  std::unique_lock<std::mutex> lock(g_mu);
   if (bytes == 0) return cudaSuccess;
   const emu::Allocation* d = emu::find(dst, bytes);
   const emu::Allocation* s = emu::find(src, bytes);
@@ -606,7 +670,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   }
   CUstream_st* st = emu::stream_of(stream);
   emu::enqueue(st, [dst, src, bytes]() { std::memmove(dst, src, bytes); });
-  if (d == nullptr || s == nullptr) emu::drain(st);  // pageable memory: done before returning
+  if (d == nullptr || s == nullptr) emu::drain_waiting(lock, st);  // pageable: done on return
   return cudaSuccess;
 }
 
@@ -628,14 +692,14 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  Lock lock(g_mu);
-  if (stream != nullptr) emu::drain(stream);  // its work still completes
+  std::unique_lock<std::mutex> lock(g_mu);
+  if (stream != nullptr) emu::drain_waiting(lock, stream);  // its work still completes
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  Lock lock(g_mu);
-  emu::drain(emu::stream_of(stream));
+  std::unique_lock<std::mutex> lock(g_mu);
+  emu::drain_waiting(lock, emu::stream_of(stream));
   return emu::take_async_error();
 }
 
@@ -646,7 +710,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   // The wait is for the record as it is now, not for a later one.
   CUstream_st* s = event->stream;
   const uint64_t position = event->position;
-  emu::enqueue(emu::stream_of(stream), [s, position]() { emu::run_until(s, position); });
+  emu::enqueue_poll(emu::stream_of(stream), [s, position]() { return emu::run_until(s, position); });
   return cudaSuccess;
 }
 
@@ -686,8 +750,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  Lock lock(g_mu);
-  if (event->recorded) emu::run_until(event->stream, event->position);
+  std::unique_lock<std::mutex> lock(g_mu);
+  if (event->recorded) emu::run_until_waiting(lock, event->stream, event->position);
   return emu::take_async_error();
 }
 
@@ -698,4 +762,43 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
     return cudaErrorNotReady;
   *ms = float(*end->time_ms - *start->time_ms);
   return cudaSuccess;
+}
+
+// ---- for the emulated NCCL (emu_internal.h) ----
+
+namespace emu {
+
+std::unique_lock<std::mutex> runtime_lock() { return std::unique_lock<std::mutex>(g_mu); }
+
+void wait_for_progress(std::unique_lock<std::mutex>& lock, int ms) {
+  g_progress.wait_for(lock, std::chrono::milliseconds(ms));
+}
+
+void notify_progress() { g_progress.notify_all(); }
+
+void enqueue_pollable(cudaStream_t stream, std::function<bool()> op) {
+  enqueue_poll(stream_of(stream), std::move(op));
+}
+
+bool is_device_memory(const void* p, size_t bytes) { return is_device(p, bytes); }
+
+void report_error(const std::string& what) { report(what); }
+
+}  // namespace emu
+
+/// Test hook (tests/test_nccl_emulated.py, through ctypes): operations enqueued on @p stream
+/// so far (0: the calling thread's legacy stream).
+extern "C" __attribute__((visibility("default"))) uint64_t ccompress_emu_stream_operations(
+    cudaStream_t stream) {
+  Lock lock(g_mu);
+  return emu::stream_of(stream)->enqueued;
+}
+
+/// Test hook: the number of emulated devices from now on (1 to 8; the previous one is
+/// returned). Memory and streams already made keep their device.
+extern "C" __attribute__((visibility("default"))) int ccompress_emu_set_devices(int count) {
+  Lock lock(g_mu);
+  const int previous = emu::device_count();
+  emu::g_device_count = std::min(std::max(count, 1), emu::kMaxDevices);
+  return previous;
 }

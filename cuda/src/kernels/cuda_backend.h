@@ -23,10 +23,6 @@ int device_count() noexcept;
 /// CC_CUDA_CHECK's checker (ccompress/error.h): throws CudaError "<what> failed: <CUDA's
 /// message>" when @p err (a cudaError_t) is not cudaSuccess, with @p site in debug mode.
 void check_cuda_status(int err, const char* what, const SourceSite& site);
-/// The same without a call site, for code not yet on CC_CUDA_CHECK (transport/nccl_*).
-inline void check_cuda(int err, const char* what) {
-  check_cuda_status(err, what, SourceSite{"check_cuda", "cuda/src/kernels/cuda_backend.h", 0});
-}
 
 /// Makes @p device current for the calling thread while it lives, then restores the old one.
 /// With @p quiet (destructors) failures are ignored instead of thrown.

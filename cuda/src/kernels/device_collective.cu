@@ -18,16 +18,26 @@ CollectiveStats run_device_collective(CollectiveFn fn, Transport& t, CudaBackend
     s.order(caller, s.codec());
   }
   s.order(s.codec(), s.comm());
+  // Every transfer has completed when fn returns (the executor waited for them); the result
+  // is final once the codec stream's last kernels have run. A synchronous call makes the
+  // caller's stream wait for them now. An asynchronous one runs on a worker thread, which
+  // must not touch the caller's stream: it records `ready` again at the end, and the caller
+  // makes its stream wait on it when it asks for the result (Work.wait).
+  auto finished = [&] {
+    if (ready != nullptr) {
+      CC_CUDA_CHECK(cudaEventRecord(ready, s.codec()), "recording the collective's end");
+    } else {
+      s.order(s.codec(), caller);
+    }
+  };
   CollectiveStats stats;
   try {
     stats = fn(t, k, in, out, n, dtype, codec, opt);
   } catch (...) {
-    s.order(s.codec(), caller);  // the caller may free its buffers once its stream says so
+    finished();  // the caller may free its buffers once its stream says so
     throw;
   }
-  // Every transfer has completed (the executor waited for them); the result is final once
-  // the codec stream's last kernels have run.
-  s.order(s.codec(), caller);
+  finished();
   return stats;
 }
 

@@ -17,7 +17,9 @@ using CollectiveFn = CollectiveStats (*)(Transport&, KernelBackend&, const void*
 /// @p caller (a cudaStream_t; nullptr is the legacy default stream). With @p ready (an event
 /// the caller recorded on its stream when it asked for the collective: an asynchronous call,
 /// run later by a worker thread) the collective starts after the work up to that event
-/// instead of all the work on @p caller so far.
+/// instead of all the work on @p caller so far, and leaves @p caller alone: @p ready is
+/// recorded again after the collective's last kernels, for the caller's stream to wait on
+/// when the caller takes the result.
 CollectiveStats run_device_collective(CollectiveFn fn, Transport& t, CudaBackend& k,
                                       const void* in, void* out, int64_t n, DType dtype,
                                       const Codec& codec, const CollectiveOptions& opt,

@@ -11,7 +11,8 @@ namespace ccompress::cuda {
 
 void* device_alloc(int64_t bytes, int device);
 void device_free(void* p, int device);
-/// Copies between any host and device memory on @p stream and waits for that stream.
+/// Copies between any host and device memory on @p stream and waits for that stream; runs
+/// on the device of the memory (stream 0 is that device's legacy stream).
 void copy_sync(void* dst, const void* src, int64_t bytes, cudaStream_t stream);
 /// Asynchronous device-to-device copy on @p stream (the copy bandwidth baseline).
 void copy_async(void* dst, const void* src, int64_t bytes, cudaStream_t stream);
@@ -27,6 +28,8 @@ class TimingEvent {
   TimingEvent(const TimingEvent&) = delete;
   TimingEvent& operator=(const TimingEvent&) = delete;
   void record(cudaStream_t stream);
+  /// Work enqueued on @p stream from now on waits for the last record.
+  void block(cudaStream_t stream);
   void synchronize();
   /// Milliseconds from @p start to this event (both recorded and complete).
   float elapsed_ms(const TimingEvent& start) const;

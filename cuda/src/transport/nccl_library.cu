@@ -20,9 +20,11 @@ void bind(void* handle, const char* name, F& fn, const std::string& path) {
 
 }  // namespace
 
-void NcclLibrary::check(ncclResult_t r, const char* what) const {
+void NcclLibrary::check(ncclResult_t r, const char* what, const char* file, int line) const {
   if (r == kNcclSuccess) return;
-  CC_CHECK_AS(NcclError, false, what << " failed: " << GetErrorString(r) << " (NCCL " << r << ")");
+  std::ostringstream os;
+  os << what << " failed: " << GetErrorString(r) << " (NCCL " << r << ")";
+  detail::throw_error<NcclError>(what, file, line, os.str());
 }
 
 std::string NcclLibrary::version_string() const {
@@ -51,8 +53,12 @@ std::shared_ptr<const NcclLibrary> load_nccl(const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   CC_CHECK_AS(Unsupported, handle != nullptr, "cannot load " << path << ": " << dlerror());
 #if defined(CCOMPRESS_CUDA_EMULATOR)
-  dlclose(handle);  // libnccl would drive a real GPU
-  CC_CHECK_AS(Unsupported, false, "NCCL does not run under the CPU emulation of the CUDA runtime");
+  if (dlsym(handle, "ccompress_emulated_nccl") == nullptr) {
+    dlclose(handle);  // a real libnccl would drive a GPU
+    CC_CHECK_AS(Unsupported, false,
+                "NCCL does not run under the CPU emulation of the CUDA runtime; only its "
+                "in-process stand-in does (tests: NCCL_ROOT naming the emulated module)");
+  }
 #endif
   auto lib = std::make_shared<NcclLibrary>();
   lib->path = path;
@@ -68,7 +74,7 @@ std::shared_ptr<const NcclLibrary> load_nccl(const std::string& path) {
   bind(handle, "ncclSend", lib->Send, path);
   bind(handle, "ncclRecv", lib->Recv, path);
   bind(handle, "ncclAllReduce", lib->AllReduce, path);
-  lib->check(lib->GetVersion(&lib->version), "ncclGetVersion");
+  CC_NCCL_CHECK(*lib, lib->GetVersion(&lib->version), "ncclGetVersion");
   // The library stays loaded for the life of the process (communicators may outlive us).
   loaded = lib;
   return loaded;

@@ -40,14 +40,20 @@ struct NcclLibrary {
   std::string path;
   int version = 0;
 
-  /// Throws NcclError naming @p what and NCCL's message when @p r is not ncclSuccess.
-  void check(ncclResult_t r, const char* what) const;
+  /// Throws NcclError naming @p what and NCCL's message when @p r is not ncclSuccess; the
+  /// call site (@p file, @p line) goes where CC_CHECK puts its own. Use CC_NCCL_CHECK.
+  void check(ncclResult_t r, const char* what, const char* file, int line) const;
   /// "2.21.5" from the version code.
   std::string version_string() const;
 };
 
+/// Checks the result of an NCCL call: CC_NCCL_CHECK(lib, lib.Send(...), "ncclSend").
+#define CC_NCCL_CHECK(lib, result, what) (lib).check((result), (what), __FILE__, __LINE__)
+
 /// Loads libnccl from @p path (once per process; later calls must name the same library or
 /// pass "" for the one loaded). Throws Unsupported with the loader's reason when it cannot.
+/// Under the CPU emulator only its stand-in (cuda/emu/fake_nccl.cc, exported by the emulated
+/// module itself) loads: a real libnccl would drive a GPU.
 std::shared_ptr<const NcclLibrary> load_nccl(const std::string& path);
 
 }  // namespace ccompress::cuda

@@ -13,11 +13,17 @@ namespace ccompress::cuda {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+/// An error's message without the call site CC_CHECK appends (" [... at file:line]").
+std::string reason(const std::exception& e) {
+  const std::string what = e.what();
+  return what.substr(0, what.rfind(" ["));
 }
+}  // namespace
 
 NcclUniqueId nccl_unique_id(const NcclLibrary& lib) {
   NcclUniqueId id;
-  lib.check(lib.GetUniqueId(&id), "ncclGetUniqueId");
+  CC_NCCL_CHECK(lib, lib.GetUniqueId(&id), "ncclGetUniqueId");
   return id;
 }
 
@@ -26,10 +32,10 @@ NcclTransport::NcclTransport(std::shared_ptr<const NcclLibrary> lib, const NcclU
     : lib_(std::move(lib)), streams_(std::move(streams)), size_(size), rank_(rank) {
   CC_CHECK(size >= 1 && rank >= 0 && rank < size, "rank " << rank << " of " << size);
   DeviceGuard g(streams_->device());
-  lib_->check(lib_->CommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+  CC_NCCL_CHECK(*lib_, lib_->CommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
   if (cudaEventCreateWithFlags(&host_done_, cudaEventDisableTiming) != cudaSuccess) {
     lib_->CommDestroy(comm_);  // the destructor does not run for a throwing constructor
-    check_cuda(cudaGetLastError(), "cudaEventCreate");
+    CC_CUDA_CHECK(cudaGetLastError(), "cudaEventCreate");
     CC_CHECK_AS(CudaError, false, "cudaEventCreate failed");
   }
 }
@@ -112,7 +118,7 @@ void NcclTransport::start_host_group() {
   if (total > stage_host_bytes_) {
     if (stage_host_ != nullptr) cudaFreeHost(stage_host_);
     stage_host_ = nullptr;
-    check_cuda(cudaMallocHost(&stage_host_, size_t(total)), "cudaMallocHost");
+    CC_CUDA_CHECK(cudaMallocHost(&stage_host_, size_t(total)), "cudaMallocHost");
     stage_host_bytes_ = total;
   }
   auto* host = static_cast<uint8_t*>(stage_host_);
@@ -122,31 +128,26 @@ void NcclTransport::start_host_group() {
   for (const Queued& q : queued_) {
     if (q.send) {
       std::memcpy(host + off, q.host, size_t(q.bytes));
-      check_cuda(cudaMemcpyAsync(dev + off, host + off, size_t(q.bytes), cudaMemcpyHostToDevice, s),
+      CC_CUDA_CHECK(cudaMemcpyAsync(dev + off, host + off, size_t(q.bytes), cudaMemcpyHostToDevice, s),
                  "staging a host message");
     }
     off += align_up(q.bytes, 256);
   }
-  lib_->check(lib_->GroupStart(), "ncclGroupStart");
+  std::vector<Transfer> group;
   off = 0;
   for (const Queued& q : queued_) {
-    ncclResult_t r = q.send ? lib_->Send(dev + off, size_t(q.bytes), kNcclUint8, q.peer, comm_, s)
-                            : lib_->Recv(dev + off, size_t(q.bytes), kNcclUint8, q.peer, comm_, s);
-    if (r != kNcclSuccess) {
-      lib_->GroupEnd();
-      lib_->check(r, q.send ? "ncclSend" : "ncclRecv");
-    }
+    group.push_back({q.send, q.peer, dev + off, q.bytes, 0});
     off += align_up(q.bytes, 256);
   }
-  lib_->check(lib_->GroupEnd(), "ncclGroupEnd");
+  post_or_abort(group, s);
   off = 0;
   for (const Queued& q : queued_) {
     if (!q.send)
-      check_cuda(cudaMemcpyAsync(host + off, dev + off, size_t(q.bytes), cudaMemcpyDeviceToHost, s),
+      CC_CUDA_CHECK(cudaMemcpyAsync(host + off, dev + off, size_t(q.bytes), cudaMemcpyDeviceToHost, s),
                  "unstaging a host message");
     off += align_up(q.bytes, 256);
   }
-  check_cuda(cudaEventRecord(host_done_, s), "cudaEventRecord");
+  CC_CUDA_CHECK(cudaEventRecord(host_done_, s), "cudaEventRecord");
   in_flight_.swap(queued_);
   queued_.clear();
 }
@@ -178,30 +179,74 @@ std::vector<size_t> NcclTransport::test_some(const std::vector<Request>& reqs) {
 }
 
 void NcclTransport::cancel(const std::vector<Request>& reqs) {
-  // Queued messages are dropped; a started group cannot be withdrawn, but its staging
-  // buffers belong to this transport, so nothing of the caller's is touched later.
+  // Queued messages are dropped.
   for (Request r : reqs)
     for (size_t i = 0; i < queued_.size(); ++i)
       if (queued_[i].id == r) {
         queued_.erase(queued_.begin() + long(i));
         break;
       }
+  bool started = false;
+  for (Request r : reqs)
+    for (const Queued& q : in_flight_) started = started || q.id == r;
+  if (!started) return;
+  // A started group cannot be withdrawn. Its results are never copied to the caller (the
+  // staging buffers are this transport's); unfinished, its messages would pair with a later
+  // call's, so the communicator is aborted, saying why.
+  in_flight_.clear();
+  if (!broken_.empty()) return;
+  DeviceGuard g(streams_->device(), true);
+  const cudaError_t done = cudaEventQuery(host_done_);
+  if (done == cudaSuccess) return;
+  if (done != cudaErrorNotReady) cudaGetLastError();
+  broken_ = "a host message exchange was abandoned before it completed";
+  lib_->CommAbort(comm_);
 }
 
 void NcclTransport::barrier() {
   check_usable();
   DeviceGuard g(streams_->device());
   auto* one = static_cast<float*>(stage_device_.get(256, streams_->comm(), streams_->comm()));
-  lib_->check(lib_->AllReduce(one, one, 1, kNcclFloat32, kNcclSum, comm_, streams_->comm()),
+  CC_NCCL_CHECK(*lib_, lib_->AllReduce(one, one, 1, kNcclFloat32, kNcclSum, comm_, streams_->comm()),
               "ncclAllReduce (barrier)");
-  check_cuda(cudaEventRecord(host_done_, streams_->comm()), "cudaEventRecord");
+  CC_CUDA_CHECK(cudaEventRecord(host_done_, streams_->comm()), "cudaEventRecord");
   wait_event(host_done_, 300.0, "barrier");
+}
+
+void NcclTransport::post_or_abort(const std::vector<Transfer>& group, cudaStream_t s) {
+  // NCCL may have taken part of a group when a call fails (or dropped all of it): either way
+  // this rank's messages no longer pair with its peers' in order, and the next call's would
+  // match theirs wrongly. Nothing can put the pairs back in step, so the communicator is
+  // aborted (every later call raises; the peers time out) and this call's counters cleared.
+  try {
+    CC_NCCL_CHECK(*lib_, lib_->GroupStart(), "ncclGroupStart");
+    ncclResult_t failed = kNcclSuccess;
+    const char* what = "ncclGroupEnd";
+    for (const Transfer& x : group) {
+      ncclResult_t r = x.send ? lib_->Send(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s)
+                              : lib_->Recv(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s);
+      if (r != kNcclSuccess) {
+        failed = r;
+        what = x.send ? "ncclSend" : "ncclRecv";
+        break;
+      }
+    }
+    const ncclResult_t end = lib_->GroupEnd();  // always: NCCL's group depth must unwind
+    CC_NCCL_CHECK(*lib_, failed != kNcclSuccess ? failed : end, what);
+  } catch (const Error& e) {
+    groups_ = 0;
+    waited_.clear();
+    queued_.clear();
+    broken_ = "a transfer failed while posting: " + reason(e);
+    lib_->CommAbort(comm_);
+    throw;
+  }
 }
 
 cudaEvent_t NcclTransport::group_event(int g) {
   while (int(events_.size()) <= g) {
     cudaEvent_t e = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    CC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     events_.push_back(e);
   }
   return events_[size_t(g)];
@@ -215,19 +260,11 @@ int NcclTransport::post_group(const std::vector<Transfer>& group) {
   // Sends read what the codec stream wrote (encodes, headers): the comm stream waits for it.
   if (sends) streams_->order(streams_->codec(), streams_->comm());
   cudaStream_t s = streams_->comm();
-  lib_->check(lib_->GroupStart(), "ncclGroupStart");
-  for (const Transfer& x : group) {
-    ncclResult_t r = x.send ? lib_->Send(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s)
-                            : lib_->Recv(x.buf, size_t(x.bytes), kNcclUint8, x.peer, comm_, s);
-    if (r != kNcclSuccess) {
-      lib_->GroupEnd();
-      lib_->check(r, x.send ? "ncclSend" : "ncclRecv");
-    }
+  post_or_abort(group, s);
+  for (const Transfer& x : group)
     if (x.send) bytes_sent_ += x.bytes;
-  }
-  lib_->check(lib_->GroupEnd(), "ncclGroupEnd");
   const int g = groups_++;
-  check_cuda(cudaEventRecord(group_event(g), s), "cudaEventRecord");
+  CC_CUDA_CHECK(cudaEventRecord(group_event(g), s), "cudaEventRecord");
   waited_.resize(size_t(groups_), false);
   return g;
 }
@@ -236,7 +273,7 @@ void NcclTransport::compute_after(int g) {
   CC_CHECK(g >= 0 && g < groups_, "group " << g << " was not posted");
   if (waited_[size_t(g)]) return;
   waited_[size_t(g)] = true;
-  check_cuda(cudaStreamWaitEvent(streams_->codec(), events_[size_t(g)], 0), "cudaStreamWaitEvent");
+  CC_CUDA_CHECK(cudaStreamWaitEvent(streams_->codec(), events_[size_t(g)], 0), "cudaStreamWaitEvent");
 }
 
 void NcclTransport::drain(double timeout_s) {
@@ -252,7 +289,7 @@ void NcclTransport::nccl_allreduce(const float* in, float* out, int64_t n, cudaS
   check_usable();
   DeviceGuard g(streams_->device());
   streams_->order(caller, streams_->comm());
-  lib_->check(lib_->AllReduce(in, out, size_t(n), kNcclFloat32, kNcclSum, comm_, streams_->comm()),
+  CC_NCCL_CHECK(*lib_, lib_->AllReduce(in, out, size_t(n), kNcclFloat32, kNcclSum, comm_, streams_->comm()),
               "ncclAllReduce");
   streams_->order(streams_->comm(), caller);
 }

@@ -56,6 +56,9 @@ class NcclTransport : public Transport, public OrderedTransport {
   };
   void check_usable() const;
   void start_host_group();
+  /// Posts @p group on @p s as one NCCL group; on any failure aborts the communicator
+  /// (the rank's messages are out of step with its peers') and rethrows.
+  void post_or_abort(const std::vector<Transfer>& group, cudaStream_t s);
   /// Polls @p event until done; aborts on an NCCL error or after @p timeout_s.
   void wait_event(cudaEvent_t event, double timeout_s, const char* what);
   [[noreturn]] void abort_and_throw(const std::string& why, bool timeout);
