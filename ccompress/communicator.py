@@ -148,10 +148,8 @@ class Communicator:
     ranks_per_node = property(lambda self: self._ranks_per_node,
                               doc='Consecutive ranks sharing a node (algo="hier"); None: unknown.')
 
-    @property
-    def device(self) -> Optional[int]:
-        """The CUDA device of a device communicator; None for host communicators."""
-        return self._device
+    device = property(lambda self: self._device,
+                      doc="The CUDA device of a device communicator; None for host ones.")
 
     @property
     def bytes_sent(self) -> int:
