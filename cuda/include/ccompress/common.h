@@ -35,7 +35,7 @@ const char* reduce_op_name(ReduceOp op);
 /// Parses "sum" or "avg"; throws InvalidArgument otherwise.
 ReduceOp parse_reduce_op(const std::string& s);
 
-/// All-reduce schedules (see DESIGN.md, "Algorithms").
+/// All-reduce schedules (docs/algorithms.md, "Schedules").
 /// Hier: exact (or intra-codec) reduce-scatter inside each node, a flat all-reduce of each
 /// shard between nodes, an all-gather inside each node (collectives/hier.cc).
 enum class Algo : uint8_t { Auto = 0, Ring = 1, TwoShot = 2, Tree = 3, OneShot = 4, Hier = 5 };

@@ -1,4 +1,4 @@
-// TACO (ALGORITHMS.md §1): per group of G elements an RMS pre-scale a, a normalised
+// TACO (docs/algorithms.md, "TACO"): per group of G elements an RMS pre-scale a, a normalised
 // Walsh-Hadamard transform (no random signs), an absmax scale s and FP8 codes.
 //
 // Format `taco:gG` / `taco_e5m2:gG` (G a power of two in 32..512, default 128), one run of n:
