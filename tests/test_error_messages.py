@@ -84,3 +84,33 @@ def test_debug_setting_adds_the_check_site_relative_to_the_repository():
     m = re.search(r"\[(.+) at (\S+):(\d+)\]$", last)
     assert m, out.stdout + out.stderr
     assert m.group(2) == "cuda/src/codecs/codec.cc" or m.group(2).startswith("cuda/src/codecs/"), last
+
+
+@pytest.mark.parametrize("debug", ["0", "1"])
+def test_cuda_errors_name_the_call_site_in_debug_mode_only(debug):
+    try:
+        from ccompress import _cuda
+    except ImportError:
+        pytest.skip("no CUDA module in this build")
+    if not getattr(_cuda, "emulated", False) and _cuda.device_count() == 0:
+        pytest.skip("no GPU")
+    # A host pointer given to a kernel: the emulator (or the GPU) fails the launch.
+    code = ("import numpy as np, ccompress as cc\n"
+            "from ccompress import _cuda\n"
+            "b = _cuda.Backend(0); x = np.ones(64, np.float32); y = np.zeros(64, np.float32)\n"
+            "try:\n"
+            "    b.finalize(x.__array_interface__['data'][0], 64, 2.0,"
+            " y.__array_interface__['data'][0], 'float32'); b.synchronize()\n"
+            "except cc.CudaError as e:\n"
+            "    print(e)\n")
+    env = dict(os.environ, CCOMPRESS_DEBUG=debug)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    msg = out.stdout.strip()
+    assert msg, out.stderr
+    if debug == "0":
+        assert_readable(msg, max_lines=1)
+    else:
+        # the launching line in the kernel file, not the checker's own line
+        m = re.search(r"\[(.+) at (\S+):(\d+)\]$", msg)
+        assert m and m.group(2).startswith("cuda/src/kernels/elementwise_kernels.cu"), msg
