@@ -46,5 +46,6 @@ exec "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir="$ROOT" \
   "$T/test_nvfp4.py" "$T/test_int4.py" "$T/test_stochastic_rounding.py" "$T/test_cast_sr.py" \
   "$T/test_collectives.py" "$T/test_ordered_executor.py" "$T/test_autocodec.py" "$T/test_errors.py" \
   "$T/test_message_header.py" "$T/test_fuzz.py" "$T/test_nonfinite.py" "$T/test_error_feedback.py" \
-  "$T/test_array_checks.py" "$T/test_call_seam.py" "$T/test_nccl_emulated.py" \
-  "$T/test_cuda.py" "$T/test_cuda_state.py" "$T/test_cuda_emulator.py" "$@"
+  "$T/test_array_checks.py" "$T/test_call_seam.py" "$T/test_hier.py" \
+  "$T/test_cuda.py" "$T/test_cuda_state.py" "$T/test_cuda_emulator.py" \
+  "$T/test_nccl_emulated.py" "$@"  # last: once the NCCL stand-in is loaded it stays loaded
