@@ -9,5 +9,7 @@ namespace ccompress::py_bindings {
 void bind_codec_math(pybind11::module_& m);
 /// In-process groups, transports and the collectives.
 void bind_collectives(pybind11::module_& m);
+/// PyTransport: a Transport over Python point-to-point callables (core_py_transport.cc).
+void bind_py_transport(pybind11::module_& m);
 
 }  // namespace ccompress::py_bindings

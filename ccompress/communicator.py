@@ -121,6 +121,17 @@ class Communicator:
         return self
 
     @classmethod
+    def from_torch(cls, group: Any = None, **kwargs: Any) -> "Communicator":
+        """A communicator over the ranks of a torch.distributed process group (default: the
+        world), no MPI needed (torchrun, env://). Collective over the group's ranks. Host
+        arrays move over the group's gloo point-to-point (a private gloo group over the same
+        processes); CUDA arrays over NCCL, its id shared through the group's store, made at
+        the first CUDA call. See :mod:`ccompress.torch._p2p`."""
+        from .torch import _p2p
+
+        return _p2p.from_torch(cls, group, **kwargs)
+
+    @classmethod
     def from_nccl(cls, comm: Any = None, *, unique_id: Optional[bytes] = None,
                   rank: Optional[int] = None, size: Optional[int] = None,
                   device: Optional[int] = None, **kwargs: Any) -> "Communicator":

@@ -1,0 +1,263 @@
+"""Communicators over a torch.distributed process group, no MPI needed (torchrun, env://).
+
+Host buffers move over the group's own gloo point-to-point: the C++ executor posts every
+transfer to a ``ccompress._core.PyTransport``, which calls :class:`GlooP2P` here with a
+memoryview over the executor's own bytes; ``torch.frombuffer`` makes a tensor of the same
+memory (no copy) and ``ProcessGroup.send/recv`` moves it. gloo matches a receive to the
+send of the same (peer, tag) in posting order, which is the Transport contract, so the
+plan's tags are used as they are, on a private gloo group (made from the caller's group)
+where no application message can meet them.
+
+CUDA tensors go to an NCCL communicator whose unique id travels through the group's store
+(:class:`StoreBroadcast`, made at the first CUDA call like ``from_mpi``'s).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import pickle
+import re
+import threading
+from datetime import timedelta
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+
+from .. import _core
+from .._errors import CCompressError, CollectiveTimeout, InvalidArgument, Unsupported
+
+# gloo prefixes its errors with "[<source file>:<line>] "; users need the rest only.
+_SOURCE_PREFIX = re.compile(r"\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*")
+
+
+def readable(e: BaseException) -> str:
+    """An engine's error message without source paths."""
+    return _SOURCE_PREFIX.sub("", str(e)).strip()
+
+
+class _Request:
+    __slots__ = ("work", "tensor", "peer", "kind", "done", "error")
+
+    def __init__(self, work: Any, tensor: Any, peer: int, kind: str):
+        self.work, self.tensor, self.peer, self.kind = work, tensor, peer, kind
+        self.done = work is None
+        self.error: Optional[BaseException] = None
+
+
+class GlooP2P:
+    """The callables a ``_core.PyTransport`` forwards to, over ``pg`` (a gloo ProcessGroup
+    or one with a CPU gloo backend). Handles are ints.
+
+    A gloo point-to-point Work has no test: it completes only inside ``wait()``. So each
+    request gets a waiter thread (from a pool that grows to the number in flight: a bounded
+    pool could keep a request that completed behind one that waits for it) blocked in
+    ``wait(timeout)`` with the GIL released, which marks it done and wakes the executor.
+    ``timeout`` is the communicator's: every request was posted by the time of the
+    executor's last progress, so its waiter has returned by the time the executor itself
+    times out, and :meth:`cancel` can wait for the waiters of the requests it withdraws.
+    Once a waiter has returned, its Work is dropped, and gloo (which holds the buffer
+    through a weak pointer) writes a late message nowhere: no buffer of an abandoned
+    collective is touched after cancel returns.
+    """
+
+    def __init__(self, pg: Any, rank: int, timeout: float):
+        self.pg, self.rank, self.timeout = pg, rank, float(timeout)
+        self._ids = itertools.count(1)
+        self._reqs: Dict[int, _Request] = {}
+        self._cv = threading.Condition()
+        self._pool = cf.ThreadPoolExecutor(max_workers=1 << 16,
+                                           thread_name_prefix=f"ccompress-gloo-r{rank}")
+
+    def _post(self, send: bool, peer: int, view: memoryview, tag: int) -> int:
+        h = next(self._ids)
+        kind = "send" if send else "recv"
+        if len(view) == 0:  # both ends know the size: nothing needs to travel
+            self._reqs[h] = _Request(None, None, peer, kind)
+            return h
+        t = torch.frombuffer(view, dtype=torch.uint8)  # the executor's bytes, not a copy
+        try:
+            work = self.pg.send([t], peer, tag) if send else self.pg.recv([t], peer, tag)
+        except RuntimeError as e:
+            where = "to" if send else "from"
+            raise CCompressError(f"torch point-to-point {kind} {where} rank {peer} failed: "
+                                 f"{readable(e)}") from None
+        req = self._reqs[h] = _Request(work, t, peer, kind)
+        self._pool.submit(self._wait_one, req)
+        return h
+
+    def _wait_one(self, req: _Request) -> None:
+        error = None
+        try:
+            req.work.wait(timedelta(seconds=self.timeout))
+        except BaseException as e:  # noqa: BLE001 - handed to the executor by test()
+            error = e
+        with self._cv:
+            req.done, req.error, req.work, req.tensor = True, error, None, None
+            self._cv.notify_all()
+
+    def isend(self, peer: int, view: memoryview, tag: int) -> int:
+        return self._post(True, peer, view, tag)
+
+    def irecv(self, peer: int, view: memoryview, tag: int) -> int:
+        return self._post(False, peer, view, tag)
+
+    def _collect(self, handles: List[int]) -> List[int]:
+        done = []
+        for i, h in enumerate(handles):
+            req = self._reqs[h]
+            if not req.done:
+                continue
+            if req.error is not None:
+                msg = readable(req.error)
+                where = "to" if req.kind == "send" else "from"
+                if "timed out" in msg.lower():
+                    raise CollectiveTimeout(
+                        f"no message arrived for {self.timeout} s (the {req.kind} {where} rank "
+                        f"{req.peer}); a peer is missing, stuck or called a different collective")
+                raise CCompressError(f"the {req.kind} {where} rank {req.peer} over the torch "
+                                     f"process group failed: {msg}")
+            del self._reqs[h]
+            done.append(i)
+        return done
+
+    def test(self, handles: List[int]) -> List[int]:
+        with self._cv:
+            return self._collect(handles)
+
+    def wait(self, handles: List[int], timeout_s: float) -> List[int]:
+        """The indices of ``handles`` that completed, waiting up to ``timeout_s`` for one."""
+        with self._cv:
+            done = self._collect(handles)
+            if not done:
+                self._cv.wait_for(lambda: any(self._reqs[h].done for h in handles), timeout_s)
+                done = self._collect(handles)
+            return done
+
+    def cancel(self, handles: List[int]) -> None:
+        with self._cv:
+            reqs = [self._reqs.pop(h) for h in handles if h in self._reqs]
+            # Bounded: the waiters return by their own timeout (see the class docstring).
+            self._cv.wait_for(lambda: all(r.done for r in reqs), self.timeout + 10.0)
+
+    def barrier(self, timeout_s: float) -> None:
+        work = self.pg.barrier()
+        try:
+            work.wait(timedelta(seconds=timeout_s))
+        except RuntimeError as e:
+            msg = readable(e)
+            if "timed out" in msg.lower():
+                raise CollectiveTimeout(f"barrier: not every rank arrived within {timeout_s} s")
+            raise CCompressError(f"barrier over the torch process group failed: {msg}") from None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+
+class StoreBroadcast:
+    """The three calls of an mpi4py communicator that ``Communicator.from_nccl`` uses
+    (``Get_rank``, ``Get_size``, ``bcast``), over a torch.distributed store: rank 0's
+    object (the NCCL unique id) is set under a key that every rank numbers alike (calls are
+    collective, made in the same order), the others wait for it (the store's timeout)."""
+
+    def __init__(self, store: Any, rank: int, size: int, prefix: str):
+        self.store, self.rank, self.size, self.prefix = store, rank, size, prefix
+        self._n = 0
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
+        return self.rank
+
+    def Get_size(self) -> int:  # noqa: N802
+        return self.size
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        key = f"{self.prefix}/bcast/{self._n}"
+        self._n += 1
+        if self.rank == root:
+            self.store.set(key, pickle.dumps(obj))
+            got = obj
+        else:
+            got = pickle.loads(self.store.get(key))
+        # Every rank has read it once the count reaches size; the last one removes the key.
+        if self.store.add(key + "/read", 1) == self.size:
+            self.store.delete_key(key)
+            self.store.delete_key(key + "/read")
+        return got
+
+
+# Communicators made per group (from_torch is collective, so every member counts alike):
+# each one's NCCL id gets its own store keys.
+_MADE: Dict[Any, int] = {}
+
+
+def _group_ranks(group: Any) -> Optional[List[int]]:
+    """The global ranks of a group registered with torch.distributed, else None (a
+    ProcessGroup made directly, e.g. by a backend from its store)."""
+    try:
+        return dist.get_process_group_ranks(group)
+    except (ValueError, RuntimeError, KeyError):
+        return None
+
+
+def _private_gloo(group: Any, ranks: List[int]) -> Any:
+    """A gloo group over the same processes, so ccompress's tags meet no application
+    message, and CPU bytes move even when the caller's group is NCCL only. Collective over
+    the group's members only."""
+    if group is dist.group.WORLD or len(ranks) == dist.get_world_size():
+        return dist.new_group(ranks, backend="gloo")
+    return dist.new_group(ranks, backend="gloo", use_local_synchronization=True)
+
+
+def _store_of(group: Any) -> Any:
+    try:
+        return dist.distributed_c10d._get_process_group_store(group)
+    except (ValueError, RuntimeError, KeyError, AttributeError):
+        return None
+
+
+def from_torch(cls: Any, group: Any = None, *, store: Any = None, **kwargs: Any) -> Any:
+    """``Communicator.from_torch``: see its docstring."""
+    if not dist.is_available() or not dist.is_initialized():
+        if group is None or _group_ranks(group) is not None:
+            raise InvalidArgument("Communicator.from_torch needs torch.distributed initialised: "
+                                  "call torch.distributed.init_process_group first (torchrun "
+                                  "sets its environment)")
+    if group is None:
+        group = dist.group.WORLD
+    _require_gloo()
+    ranks = _group_ranks(group)
+    if ranks is not None:
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        if rank < 0:
+            raise InvalidArgument("this process is not a member of the group passed to "
+                                  "Communicator.from_torch; call it on the group's ranks only")
+        pg = _private_gloo(group, ranks) if size > 1 else None
+        store = store if store is not None else _store_of(group)
+    else:  # an unregistered ProcessGroup: the caller owns its tags
+        if not hasattr(group, "send") or not hasattr(group, "size"):
+            raise InvalidArgument(f"group must be a torch.distributed ProcessGroup or None, got "
+                                  f"{type(group).__name__}")
+        rank, size, pg = group.rank(), group.size(), group
+    if size == 1:
+        t = _core.InprocGroup(1).transport(0)
+        self = cls(t, _keepalive=None, **kwargs)
+    else:
+        ops = GlooP2P(pg, rank, kwargs.get("timeout", 300.0))
+        t = _core.PyTransport(ops, rank, size, "torch_gloo")
+        self = cls(t, _keepalive=(ops, pg, group), **kwargs)
+        t.barrier_timeout_s = self._timeout
+    if store is not None:
+        # CUDA arrays go to NCCL, made at their first call through Communicator._nccl_for,
+        # which asks this object (in place of an mpi4py communicator) to share the id.
+        key = getattr(group, "group_name", None) or id(group)
+        _MADE[key] = n = _MADE.get(key, -1) + 1
+        self._mpi_comm = StoreBroadcast(store, rank, size, f"ccompress/nccl/{n}")
+    return self
+
+
+def _require_gloo() -> None:
+    if not dist.is_gloo_available():
+        raise Unsupported("Communicator.from_torch moves host tensors over gloo, which this "
+                          "torch build lacks; use Communicator.from_mpi under mpiexec")
+
+
