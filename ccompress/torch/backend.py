@@ -49,16 +49,16 @@ class _Work(dist._Work):
         return self._future
 
 
-def _inner_group(store: Any, rank: int, size: int, timeout: timedelta,
-                 prefix: str) -> dist.ProcessGroup:
-    """A plain ProcessGroup with gloo for CPU tensors and, where CUDA and NCCL are there,
-    NCCL for CUDA tensors, over ``store`` under ``prefix``."""
+def _inner_group(store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
+                 cuda: bool = True) -> dist.ProcessGroup:
+    """A plain ProcessGroup with gloo for CPU tensors and, with ``cuda`` where CUDA and NCCL
+    are there, NCCL for CUDA tensors, over ``store`` under ``prefix``."""
     pg = dist.ProcessGroup(rank, size)
     gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "/gloo/", store), rank, size,
                                  timeout=timeout)
     pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
     pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
-    if torch.cuda.is_available() and dist.is_nccl_available():
+    if cuda and torch.cuda.is_available() and dist.is_nccl_available():
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = timeout
         nccl = dist.ProcessGroupNCCL(dist.PrefixStore(prefix + "/nccl/", store), rank, size,
@@ -219,9 +219,13 @@ class CompressedProcessGroup(dist.ProcessGroup):
         """The ccompress communicator over the group's ranks (made at the first compressed
         call, which every rank makes alike)."""
         if self._comm is None:
+            # A gloo group of its own: ccompress's tags meet no delegated message; CUDA
+            # tensors get an NCCL communicator whose id travels through the store.
             pg = _inner_group(self._store, self.rank(), self.size(), self._timeout,
-                              "ccompress")
-            self._comm = Communicator.from_torch(pg, timeout=self._timeout.total_seconds())
+                              "ccompress", cuda=False)
+            self._comm = Communicator.from_torch(
+                pg, store=dist.PrefixStore("ccompress/nccl/", self._store),
+                timeout=self._timeout.total_seconds())
         return self._comm
 
     def _run(self, call: Callable[[Communicator], Any], outputs: List[torch.Tensor]) -> _Work:
