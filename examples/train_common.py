@@ -1,6 +1,6 @@
 """What the data-parallel and tensor-parallel training examples share: options, start-up
-under mpiexec (text, device, seeds), the optimiser, held-out loss, the progress bar and the
-results file. The model and text come from tinylm.py."""
+under torchrun or mpiexec (torch.distributed, text, device), the optimiser, held-out loss,
+the progress bar and the results file. The model and text come from tinylm.py."""
 from __future__ import annotations
 
 import argparse
@@ -42,24 +42,78 @@ def parser(description: str) -> argparse.ArgumentParser:
     return ap
 
 
+class World:
+    """The few object collectives the examples need (rank 0's text, loss sums, digests),
+    over torch.distributed's world group, whichever launcher started it."""
+
+    def __init__(self, dist) -> None:
+        self.dist, self.rank, self.size = dist, dist.get_rank(), dist.get_world_size()
+
+    def allgather(self, obj: Any) -> List[Any]:
+        out: List[Any] = [None] * self.size
+        self.dist.all_gather_object(out, obj)
+        return out
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=root)
+        return box[0]
+
+    def allreduce(self, value: float) -> float:
+        """The sum of a number over the ranks, added in rank order (the same on every rank)."""
+        return float(sum(self.allgather(value)))
+
+
+def _local_rank(rank: int) -> int:
+    for var in ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return rank
+
+
 def start(args: argparse.Namespace):
-    """MPI, torch threads, the device of this rank, and the text (read on rank 0, sent to
-    the others). Returns (world, torch, device, train, val, info)."""
-    from mpi4py import MPI
+    """torch.distributed (torchrun: env://; mpiexec: ranks from MPI, through
+    ccompress.torch.init_process_group_from_mpi; a plain ``python``: one rank), torch
+    threads, this rank's device and the text (read on rank 0, sent to the others).
+    Returns (world, torch, device, train, val, info)."""
     import torch
+    import torch.distributed as dist
+
+    from ccompress.torch import init_process_group_from_mpi
+    from ccompress.torch._common import mpi_launch_size
 
     torch.set_num_threads(args.threads)
-    world = MPI.COMM_WORLD
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    if (mpi_launch_size() or 1) > 1:
+        init_process_group_from_mpi(backend)
+    elif "RANK" in os.environ and "MASTER_ADDR" in os.environ:
+        dist.init_process_group(backend)  # torchrun
+    else:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                world_size=1)
+    world = World(dist)
     device = torch.device("cpu")
-    if torch.cuda.is_available():  # one GPU per rank of a node
-        local = world.Split_type(MPI.COMM_TYPE_SHARED).rank
-        device = torch.device("cuda", local % torch.cuda.device_count())
+    if cuda:  # one GPU per rank of a node
+        device = torch.device("cuda", _local_rank(world.rank) % torch.cuda.device_count())
         torch.cuda.set_device(device)
     data = None
     if world.rank == 0:
         data = tinylm.load_text(*tinylm.find_corpus(args.corpus))
     train, val, info = world.bcast(data, root=0)
     return world, torch, device, train, val, info
+
+
+def stop() -> None:
+    """Ends torch.distributed (after the last collective)."""
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
 
 
 def make_optimizer(torch, model, lr: float):

@@ -2,8 +2,9 @@
 averaging the gradients through ccompress's compressed all-reduce (ccompress.torch's DDP
 communication hook, optionally with error feedback).
 
-    mpiexec -n 4 .venv/bin/python examples/train_dp.py --codec none            # exact
-    mpiexec -n 4 .venv/bin/python examples/train_dp.py --codec hint8            # 8.5 bits + EF
+    torchrun --nproc_per_node 4 examples/train_dp.py --codec none       # exact
+    torchrun --nproc_per_node 4 examples/train_dp.py --codec hint8      # 8.5 bits + EF
+    mpiexec -n 4 .venv/bin/python examples/train_dp.py --codec hint8    # the same under MPI
 
 Each rank trains on its own random windows of the text (--batch is the global batch, split
 over the ranks); gloo on the CPU, NCCL when every rank has a GPU. Rank 0 shows the loss
@@ -27,15 +28,13 @@ def main() -> None:
                          "(--no-error-feedback to turn off; ignored with --codec none)")
     args = ap.parse_args()
     world, torch, device, train, val, info = tc.start(args)
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ccompress.torch import ddp_comm_hook, init_process_group_from_mpi
+    from ccompress.torch import ddp_comm_hook
 
     size, rank = world.size, world.rank
     if args.batch % size:
         raise SystemExit(f"--batch {args.batch} must be a multiple of the {size} ranks")
-    init_process_group_from_mpi("nccl" if device.type == "cuda" else "gloo")
     torch.manual_seed(args.seed)
     model = build_model(torch, args.d_model, args.layers, args.heads, args.ctx).to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -70,7 +69,7 @@ def main() -> None:
     result = tc.train(args, opt, step_fn, eval_fn, lambda: hook.comm.bytes_sent, rank == 0)
     same = tc.identical_on_all_ranks(world, model.parameters())
     tc.say(world, f"replicas bit-identical on all {size} ranks: {'yes' if same else 'NO'}")
-    dist.destroy_process_group()
+    tc.stop()
     tc.finish(world, args, dict(
         result, mode="data parallel", ranks=size, codec=hook.codec,
         error_feedback=hook.error_feedback, replicas_identical=same, parameters=nparams,

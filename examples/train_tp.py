@@ -1,8 +1,9 @@
 """Tensor-parallel (Megatron-style) training of a small byte-level GPT on real text, with
 the activations summed by ccompress's compressed all-reduce.
 
-    mpiexec -n 4 .venv/bin/python examples/train_tp.py --codec none         # exact
-    mpiexec -n 4 .venv/bin/python examples/train_tp.py --codec hint8        # 8.5 bits
+    torchrun --nproc_per_node 4 examples/train_tp.py --codec none       # exact
+    torchrun --nproc_per_node 4 examples/train_tp.py --codec hint8      # 8.5 bits
+    mpiexec -n 4 .venv/bin/python examples/train_tp.py --codec hint8    # the same under MPI
 
 Every rank holds 1/4 of each block: its attention heads (a ColumnParallelLinear slice of
 the fused QKV projection and the matching RowParallelLinear columns of the output
@@ -86,9 +87,9 @@ def main() -> None:
     if args.grad_codec is None:
         args.grad_codec = args.codec
     world, torch, device, train, val, info = tc.start(args)
-    import ccompress as cc
+    from ccompress.torch import world_communicator
 
-    comm = cc.Communicator.from_mpi(world)
+    comm = world_communicator()  # torchrun: gloo point-to-point; mpiexec: MPI
     torch.manual_seed(args.seed)
     model = build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
     nparams = sum(p.numel() for p in model.parameters())
@@ -121,6 +122,7 @@ def main() -> None:
     same = tc.identical_on_all_ranks(world, replicated)
     tc.say(world, f"replicated parameters bit-identical on all {comm.size} ranks: "
            f"{'yes' if same else 'NO'}")
+    tc.stop()
     tc.finish(world, args, dict(
         result, mode="tensor parallel", ranks=comm.size, codec=args.codec,
         grad_codec=args.grad_codec,

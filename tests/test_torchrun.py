@@ -51,6 +51,13 @@ def test_from_torch_matches_simulate(nproc):
     assert_ok(torchrun("comm_checks.py", nproc), nproc)
 
 
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_adapters_under_torchrun(nproc):
+    """tp_all_reduce is the true sum, the DDP hook on plain gloo matches DDP without it,
+    mismatches raise on every rank: no MPI anywhere."""
+    assert_ok(torchrun("adapter_checks.py", nproc), nproc)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,3 +102,46 @@ def test_stopped_peer_makes_others_raise(fault):
         assert f"OK {r}" in outs[r], outs[r][-4000:]
         print(outs[r])
     assert elapsed < 120, f"the survivors took {elapsed:.0f} s"
+
+
+ONE_PROCESS = r"""
+import os, sys, torch
+import ccompress as cc
+from ccompress.torch import tp_all_reduce, world_communicator
+x = torch.randn(5, 7)
+if sys.argv[1] == "alone":  # no launcher, no torch.distributed: one rank, its own sum
+    y = tp_all_reduce(x, codec="none")
+    assert torch.equal(y, x) and world_communicator().size == 1
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % sys.argv[2], rank=0,
+                            world_size=1)
+    assert torch.equal(tp_all_reduce(x, codec="none"), x)
+    assert world_communicator().size == 1 and "mpi4py.MPI" not in sys.modules
+else:  # torchrun's variables without init_process_group: refused, not a 1-rank "sum"
+    os.environ.update(WORLD_SIZE="2", RANK="0")
+    try:
+        tp_all_reduce(x, codec="none")
+    except cc.InvalidArgument as e:
+        assert "WORLD_SIZE=2" in str(e), e
+    else:
+        raise AssertionError("a 1-rank sum under a 2-process launch")
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("mode", ["alone", "torchrun_env_without_init"])
+def test_one_process_path(mode):
+    """One process: tp_all_reduce is the sum of one rank (no MPI needed); torchrun's
+    environment without torch.distributed initialised raises instead."""
+    env = _env()
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, "-c", ONE_PROCESS, mode, str(_free_port())],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=HERE)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_nccl_id_through_store_without_gpu():
+    """CUDA arrays through from_torch up to where NCCL would load (no GPU here): the NCCL
+    unique id travels through the group's store to every rank."""
+    assert_ok(torchrun("nccl_store_checks.py", 2), 2)

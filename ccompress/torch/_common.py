@@ -1,11 +1,13 @@
 """What the PyTorch adapters share: finding the ccompress communicator that matches a
-torch.distributed process group, and calling a collective on a tensor (host memory over
-MPI or in-process ranks; CUDA memory on the caller's current stream)."""
+torch.distributed process group in every launch mode (torchrun, mpiexec, one process), and
+calling a collective on a tensor (host memory over gloo point-to-point, MPI or in-process
+ranks; CUDA memory on the caller's current stream)."""
 from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Dict, Optional
+import sys
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -13,7 +15,13 @@ from .._errors import InvalidArgument, MismatchError, Unsupported
 from ..communicator import Communicator
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_WORLD: Dict[str, Communicator] = {}
+_COMMS: Dict[Any, Communicator] = {}
+_GROUPS: Dict[Any, Tuple[Any, Communicator]] = {}
+
+# Set by the MPI launchers in every process they start (MPICH/Hydra and Slurm's PMI, Open
+# MPI): an MPI launch is recognised without importing mpi4py, which under torchrun would
+# start a 1-rank MPI world in each process.
+_MPI_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
 def _mpi():
@@ -27,12 +35,60 @@ def _mpi():
     return MPI
 
 
+def mpi_launch_size() -> Optional[int]:
+    """Processes in the MPI world this process belongs to: MPI's own count when mpi4py has
+    initialised MPI, else the launcher's environment; None when no MPI launcher started
+    this process (torchrun, a plain ``python``)."""
+    mod = sys.modules.get("mpi4py.MPI")
+    if mod is not None and mod.Is_initialized() and not mod.Is_finalized():
+        return mod.COMM_WORLD.Get_size()
+    for var in _MPI_SIZE_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return None
+
+
+def _one_rank() -> Communicator:
+    """A 1-rank communicator (its sum of one tensor is that tensor: the true result)."""
+    return Communicator.inproc(1)[0]
+
+
 def world_communicator() -> Communicator:
-    """The ccompress communicator over ``MPI.COMM_WORLD``, created once per process (every
-    rank must reach its first use, as for any collective)."""
-    if "world" not in _WORLD:
-        _WORLD["world"] = Communicator.from_mpi(_mpi().COMM_WORLD)
-    return _WORLD["world"]
+    """The ccompress communicator over every process of this launch, created once per
+    process (every rank must reach its first use, as for any collective): the world group's
+    (:func:`communicator_for`) once torch.distributed is initialised; else, under mpiexec,
+    ``MPI.COMM_WORLD``'s; else, for a single process, a 1-rank one. A multi-process launch
+    by torchrun without torch.distributed initialised raises InvalidArgument."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return communicator_for(None)
+    if "world" in _COMMS:
+        return _COMMS["world"]
+    mpi_size = mpi_launch_size()
+    torch_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if mpi_size is not None and mpi_size > 1:
+        comm = Communicator.from_mpi(_mpi().COMM_WORLD)
+    elif torch_size > 1:
+        raise InvalidArgument(
+            f"this process is one of WORLD_SIZE={torch_size} (torchrun), but "
+            "torch.distributed is not initialised; call torch.distributed.init_process_group "
+            "first, or pass group= a ccompress.Communicator")
+    else:
+        comm = _one_rank()
+    _COMMS["world"] = comm
+    return comm
+
+
+def resolve(group: Any) -> Communicator:
+    """A ccompress communicator from what an adapter's ``group=`` holds: a Communicator
+    (itself), None (:func:`world_communicator`), or a torch.distributed process group
+    (:func:`communicator_for`)."""
+    if isinstance(group, Communicator):
+        return group
+    if group is None:
+        return world_communicator()
+    return communicator_for(group)
 
 
 def check_matches(comm: Communicator, rank: int, size: int, what: str) -> Communicator:
@@ -41,7 +97,7 @@ def check_matches(comm: Communicator, rank: int, size: int, what: str) -> Commun
         raise MismatchError(
             f"the ccompress communicator is rank {comm.rank} of {comm.size}, but {what} is "
             f"rank {rank} of {size}; pass a communicator over the same processes in the same "
-            "order (Communicator.from_mpi(comm) with comm.Split(0, key=rank))")
+            "order (Communicator.from_torch(group), or from_mpi(comm.Split(0, key=rank)))")
     return comm
 
 
@@ -49,9 +105,16 @@ def communicator_for(process_group: Any = None, comm: Optional[Communicator] = N
     """The ccompress communicator whose ranks are those of a torch.distributed group.
 
     ``comm`` is checked (same rank and size) and returned (unchecked when
-    torch.distributed is not initialised and no group is named). Otherwise the group must span
-    the processes of ``MPI.COMM_WORLD`` (a launch under mpiexec): the communicator is made
-    from COMM_WORLD, reordered by the group's ranks when they differ from MPI's.
+    torch.distributed is not initialised and no group is named). Otherwise one is made
+    once per group, collectively over its ranks:
+
+    - launched by mpiexec (``init_process_group_from_mpi``) with a group spanning every
+      process: over ``MPI.COMM_WORLD``, reordered by the group's ranks when they differ
+      from MPI's; an MPI world whose size is not torch's world size raises MismatchError
+      on every rank;
+    - otherwise (torchrun, env://; subgroups under mpiexec): :meth:`Communicator.from_torch`
+      over the group's own gloo point-to-point;
+    - a group of one rank: a 1-rank communicator.
     """
     import torch.distributed as dist
 
@@ -66,19 +129,45 @@ def communicator_for(process_group: Any = None, comm: Optional[Communicator] = N
     what = "the torch process group"
     if comm is not None:
         return check_matches(comm, rank, size, what)
-    MPI = _mpi()
-    world = MPI.COMM_WORLD
-    if world.size != size:
+    if rank < 0:
+        raise InvalidArgument("this process is not a member of the process group; only its "
+                              "members may use it")
+    # Keyed by name, kept with the group object: a group made again after
+    # destroy_process_group reuses the name but gets a communicator of its own.
+    key = ("group", getattr(group, "group_name", None) or id(group))
+    if key not in _GROUPS or _GROUPS[key][0] is not group:
+        _GROUPS[key] = (group, _make_for(group, rank, size, dist.get_world_size()))
+    return check_matches(_GROUPS[key][1], rank, size, what)
+
+
+def _make_for(group: Any, rank: int, size: int, torch_world: int) -> Communicator:
+    mpi_size = mpi_launch_size()
+    if mpi_size is not None and mpi_size > 1 and mpi_size != torch_world:
         raise MismatchError(
-            f"the torch process group has {size} ranks but MPI.COMM_WORLD has {world.size}; "
-            "pass comm= a ccompress.Communicator over the group's processes")
-    order = world.allgather(rank)  # collective: every rank takes the same branch below
-    if order == list(range(size)):
-        return check_matches(world_communicator(), rank, size, what)
-    key = "order " + ",".join(map(str, order))
-    if key not in _WORLD:
-        _WORLD[key] = Communicator.from_mpi(world.Split(0, rank))
-    return check_matches(_WORLD[key], rank, size, what)
+            f"this process was launched by MPI into a world of {mpi_size}, but "
+            f"torch.distributed's world has {torch_world} ranks; start torch.distributed "
+            "with ccompress.torch.init_process_group_from_mpi, or pass comm= a "
+            "ccompress.Communicator over the group's processes")
+    if size == 1:
+        return _one_rank()
+    if mpi_size == torch_world and size == torch_world and _mpi_transport_available():
+        world = _mpi().COMM_WORLD
+        if world.size != size:  # pragma: no cover - guarded by mpi_launch_size
+            raise MismatchError(f"MPI.COMM_WORLD has {world.size} ranks, the group {size}")
+        order = world.allgather(rank)  # collective: every rank takes the same branch below
+        if order == list(range(size)):
+            return Communicator.from_mpi(world)
+        return Communicator.from_mpi(world.Split(0, rank))
+    return Communicator.from_torch(group)
+
+
+def _mpi_transport_available() -> bool:
+    try:
+        import mpi4py  # noqa: F401
+        from .. import _mpi  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def init_process_group_from_mpi(backend: str = "gloo", **kwargs: Any) -> None:

@@ -159,8 +159,9 @@ def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
       codec: ccompress codec spec of the gradients on the wire (``"none"`` is exact).
       error_feedback: keep each bucket's compression error and add it to the next step's
         gradients (one ``ccompress.ErrorFeedback`` per bucket; ignored for ``"none"``).
-      comm: the ccompress communicator; by default derived from ``process_group`` (which
-        must span the processes of ``MPI.COMM_WORLD``). Its rank and size must match the
+      comm: the ccompress communicator; by default derived from ``process_group`` on
+        first use (torchrun: the group's gloo point-to-point; mpiexec: MPI; see
+        ``ccompress.torch._common.communicator_for``). Its rank and size must match the
         group's, else :class:`MismatchError`.
       process_group: the group DDP reduces over (default: the world group).
       algo: ccompress schedule (``auto``, ``two_shot``, ``ring``, ...).

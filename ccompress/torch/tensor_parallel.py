@@ -26,13 +26,9 @@ from . import _common
 
 
 def _resolve(group: Any) -> Communicator:
-    """A ccompress communicator from ``group``: itself, None (all MPI ranks), or a
-    torch.distributed process group spanning the MPI ranks."""
-    if isinstance(group, Communicator):
-        return group
-    if group is None:
-        return _common.world_communicator()
-    return _common.communicator_for(group)
+    """A ccompress communicator from ``group``: itself, None (every process of the launch:
+    torchrun, mpiexec or one process), or a torch.distributed process group."""
+    return _common.resolve(group)
 
 
 class _SumForward(torch.autograd.Function):
@@ -68,8 +64,9 @@ def tp_all_reduce(x: torch.Tensor, codec: Any = "none", group: Any = None,
     """Sum of ``x`` over the tensor-parallel group, compressed with ``codec``; the gradient
     passes through unchanged (Megatron's reduce-from-model-parallel-region).
 
-    ``group``: a ccompress Communicator, a torch.distributed group spanning the MPI ranks,
-    or None for all MPI ranks. Every rank gets the same bits.
+    ``group``: a ccompress Communicator, a torch.distributed process group, or None for
+    every process of the launch (torch.distributed's world once initialised, under torchrun
+    or mpiexec; a single process alone). Every rank gets the same bits.
     """
     _common.check_tensor(x, "x")
     return _SumForward.apply(x, _resolve(group), codec, algo)

@@ -2,11 +2,13 @@
 (``ccompress/tsr_adam.py``), so the core-space math is written once.
 
     from ccompress.torch.tsr_adam import TSRAdam
-    opt = TSRAdam(model.named_parameters(), comm, cc.tsr.TSR(rank=32), lr=1e-3)
+    opt = TSRAdam(model.named_parameters(), None, cc.tsr.TSR(rank=32), lr=1e-3)  # or a group
     loss.backward(); opt.step()          # communicates the r x r cores, updates in place
 
 Parameters must be float32 CPU tensors (their NumPy views are updated in place); every rank
-of ``comm`` steps alike. The learning rate of param_groups[0] is used (schedulers work).
+of ``comm`` steps alike. ``comm`` is a ccompress Communicator, a torch.distributed process
+group, or None for every process of the launch (torchrun, mpiexec, one process). The
+learning rate of param_groups[0] is used (schedulers work).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import torch
 from .._errors import InvalidArgument, Unsupported
 from ..tsr import TSR
 from ..tsr_adam import TSRAdam as NumpyTSRAdam
+from . import _common
 
 
 class TSRAdam(torch.optim.Optimizer):
@@ -35,7 +38,7 @@ class TSRAdam(torch.optim.Optimizer):
             raise InvalidArgument("TSRAdam got no parameters that require grad")
         super().__init__([p for _, p in named], {"lr": lr})
         self._named = named
-        self.comm = comm
+        self.comm = _common.resolve(comm)
         self.impl = NumpyTSRAdam({n: p.detach().numpy() for n, p in named}, tsr or TSR(),
                                  lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                  scale=scale, on_refresh=on_refresh)
