@@ -124,7 +124,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
         ef = self._feedback("all_reduce", t)
         if ef is not None:
             kw["error_feedback"] = ef
-        return self._run(lambda c: c.allreduce(t, out=t, **self._stream(t, kw)), tensors)
+        x = t.detach()  # in place; DLPack refuses tensors that require grad
+        return self._run(lambda c: c.allreduce(x, out=x, **self._stream(x, kw)), tensors)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any = None) -> dist._Work:
@@ -141,8 +142,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
         ef = self._feedback("reduce_scatter", input)
         if ef is not None:
             kw["error_feedback"] = ef
-        return self._run(lambda c: c.reduce_scatter(input, out=output.view(-1),
-                                                    **self._stream(input, kw)), [output])
+        x, y = input.detach(), output.detach().view(-1)
+        return self._run(lambda c: c.reduce_scatter(x, out=y, **self._stream(x, kw)), [output])
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: Any = None) -> dist._Work:
@@ -152,8 +153,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
             return self._delegate(lambda: self._inner.all_gather_single(
                 output, input, opts or dist.AllgatherOptions()))
         kw = dict(codec=self.options.all_gather)
-        return self._run(lambda c: c.allgather(input, out=output.view(-1),
-                                               **self._stream(input, kw)), [output])
+        x, y = input.detach(), output.detach().view(-1)
+        return self._run(lambda c: c.allgather(x, out=y, **self._stream(x, kw)), [output])
 
     # ---- delegated exactly (the inner group's own result and Work) ----
     def allreduce_coalesced(self, tensors, opts=None):
@@ -192,7 +193,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
         return None
 
     def _compressible(self, t: torch.Tensor, codec: str) -> bool:
-        return (codec != "none" and t.dtype in _FLOATS and t.is_contiguous()
+        return (codec != "none" and t.dtype in _FLOATS and t.layout == torch.strided
+                and t.is_contiguous()
                 and t.numel() >= max(1, self.options.min_numel)
                 and t.device.type in ("cpu", "cuda"))
 
@@ -262,8 +264,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
             raise
         try:
             work.get_future().add_done_callback(self._watch)
-        except RuntimeError:
-            pass  # this kind of Work has no future (gloo send/recv): wait() reports errors
+        except Exception:  # noqa: BLE001 - a Work without a future: wait() reports errors
+            pass
         return work
 
     def _watch(self, fut: torch.futures.Future) -> None:
