@@ -13,7 +13,8 @@ three ways ccompress reaches an unmodified PyTorch script:
 options, learning-rate schedule, held-out loss and results file are examples/train_common's
 (``--json``); bytes per step are ccompress's own count on rank 0 (0 for gloo); replicas (DDP:
 the parameters; FSDP2: the full parameters gathered from the shards) are compared bit for
-bit at the end.
+bit at the end. ``python perf/train_torchrun.py report build/torchrun/*.json`` prints the
+table of perf/RESULTS.md.
 """
 from __future__ import annotations
 
@@ -124,5 +125,39 @@ def main() -> None:
     dist.destroy_process_group()
 
 
+def report(paths) -> None:
+    """The markdown table of perf/RESULTS.md from the runs' --json files: each compressed
+    run's final held-out loss and step time against the exact gloo run of its seed and
+    family (DDP: ``ddp`` on gloo; FSDP2: ``fsdp`` on gloo). Bytes per step are ccompress's
+    count on rank 0; for the gloo runs, what an uncompressed ring sends per rank for the
+    same collective (DDP: all-reduce 2(n-1)/n x 4 B per parameter; FSDP2: reduce-scatter
+    (n-1)/n x 4 B; FSDP2's parameter all-gathers are exact in every run and not counted)."""
+    import json
+
+    runs = [json.load(open(p)) for p in paths]
+    exact = {(r["mode"], r["args"]["seed"]): r for r in runs if r["backend"] == "gloo"
+             and r["mode"] != "ddp_hook"}
+    print("| run | codec (EF on) | seed | final held-out loss | vs exact | MiB/step | "
+          "s/step | vs gloo | replicas identical |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(runs, key=lambda r: (r["mode"] == "fsdp", r["backend"] != "gloo",
+                                         r["mode"], r["codec"], r["args"]["seed"])):
+        n, steps = r["ranks"], r["args"]["steps"]
+        base = exact.get(("fsdp" if r["mode"] == "fsdp" else "ddp", r["args"]["seed"]))
+        mib = r["comm_bytes_per_step"] / 2**20
+        if r["backend"] == "gloo" and r["mode"] != "ddp_hook":
+            mib = (1 if r["mode"] == "fsdp" else 2) * (n - 1) / n * 4 * r["parameters"] / 2**20
+        name = {"ddp": "DDP", "fsdp": "FSDP2", "ddp_hook": "DDP + hook"}[r["mode"]]
+        name += f" on {r['backend']}" if r["mode"] != "ddp_hook" else " on gloo"
+        vs = f"{100 * (r['val_loss'] / base['val_loss'] - 1):+.2f}%" if base and base is not r else "-"
+        t = r["seconds"] / steps
+        tv = f"{t / (base['seconds'] / steps):.2f}x" if base and base is not r else "-"
+        print(f"| {name} | {r['codec']} | {r['args']['seed']} | {r['val_loss']:.4f} | {vs} | "
+              f"{mib:.3f} | {t:.3f} | {tv} | {'yes' if r['replicas_identical'] else 'NO'} |")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["report"]:
+        report(sys.argv[2:])
+    else:
+        main()

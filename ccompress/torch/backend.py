@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _core
-from .._errors import CCompressError
+from .._errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
 from ._backend_state import BackendOptions, BackwardFeedback
 
@@ -109,7 +109,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         """Restores :meth:`state_dict` output (saved with the same codecs)."""
         o = self.options
         if list(state.get("codecs", [])) != [o.all_reduce, o.reduce_scatter, o.all_gather]:
-            raise CCompressError(f"this state was saved with codecs {state.get('codecs')}, "
+            raise InvalidArgument(f"this state was saved with codecs {state.get('codecs')}, "
                                  f"the group uses {[o.all_reduce, o.reduce_scatter, o.all_gather]}")
         self.feedback.load_state_dict(state.get("error_feedback", {}))
 
@@ -255,13 +255,10 @@ class CompressedProcessGroup(dist.ProcessGroup):
         return _Work(fut)
 
     def _delegate(self, call: Callable[[], dist._Work]) -> dist._Work:
-        """The inner group's Work; a failure it reports makes this group refuse later calls."""
+        """The inner group's Work; a failure it reports later makes this group refuse
+        further calls (an error raised at the call itself, a bad argument, does not)."""
         self._check_usable()
-        try:
-            work = call()
-        except Exception as e:
-            self._fail(e)
-            raise
+        work = call()
         try:
             work.get_future().add_done_callback(self._watch)
         except Exception:  # noqa: BLE001 - a Work without a future: wait() reports errors
@@ -288,7 +285,7 @@ class _Async:
 
 def _create(opts: Any, pg_options: Any) -> CompressedProcessGroup:
     if pg_options is not None and not isinstance(pg_options, BackendOptions):
-        raise CCompressError(f"pg_options of the ccompress backend must be a "
+        raise InvalidArgument(f"pg_options of the ccompress backend must be a "
                              f"ccompress.torch.BackendOptions, got {type(pg_options).__name__}")
     return CompressedProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
                                   pg_options)
@@ -306,6 +303,6 @@ def compressed_group(group: Any = None) -> CompressedProcessGroup:
     checkpoint its error feedback: ``compressed_group().state_dict()``."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     if not isinstance(pg, CompressedProcessGroup):
-        raise CCompressError(f"this process group uses backend {pg.name()!r}, not "
+        raise InvalidArgument(f"this process group uses backend {pg.name()!r}, not "
                              "'ccompress'; init_process_group('ccompress') first")
     return pg
