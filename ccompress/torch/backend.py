@@ -246,7 +246,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
             try:
                 w.wait()
             except Exception as e:  # noqa: BLE001 - handed to torch through the future
-                self._fail(e)
+                if not self._comm.usable:  # a lost peer or a timeout, not a MismatchError
+                    self._fail(e)
                 fut.set_exception(e)
             else:
                 fut.set_result(outputs)
