@@ -157,6 +157,26 @@ class CompressedProcessGroup(dist.ProcessGroup):
         return self._run(lambda c: c.allgather(x, out=y, **self._stream(x, kw)), [output])
 
     # ---- delegated exactly (the inner group's own result and Work) ----
+    # Every op that torch's ProcessGroup trampoline routes to Python is overridden here,
+    # even where it only delegates: the trampoline calls the base class with the GIL held
+    # when Python has no override, and gloo, which may need the GIL while it holds its
+    # queue lock (freeing a finished Work's tensors), then deadlocks. Calling the inner
+    # group from Python releases the GIL first.
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self._delegate(lambda: self._inner.all_gather_single_coalesced(
+            outputs, inputs, opts or dist.AllgatherOptions()))
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self._delegate(lambda: self._inner.reduce_scatter_single_coalesced(
+            outputs, inputs, opts or dist.ReduceScatterOptions()))
+
+    def start_coalescing(self, device):
+        self._check_usable()
+        self._inner._start_coalescing(device)
+
+    def end_coalescing(self, device):
+        return self._delegate(lambda: self._inner._end_coalescing(device))
+
     def allreduce_coalesced(self, tensors, opts=None):
         return self._delegate(lambda: self._inner.allreduce_coalesced(tensors, opts))
 
