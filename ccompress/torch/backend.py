@@ -16,7 +16,9 @@ delegated collective failed (a peer stopped, a timeout) the group refuses furthe
 """
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
@@ -86,6 +88,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
                 pass  # no NCCL backend (no CUDA)
         self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
         self._comm: Optional[Communicator] = None
+        self._comm_pg: Optional[dist.ProcessGroup] = None
+        _LIVE.add(self)
         self._lock = threading.Lock()
         self._broken: Optional[str] = None
         self.feedback = BackwardFeedback()
@@ -243,8 +247,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
         if self._comm is None:
             # A gloo group of its own: ccompress's tags meet no delegated message; CUDA
             # tensors get an NCCL communicator whose id travels through the store.
-            pg = _inner_group(self._store, self.rank(), self.size(), self._timeout,
-                              "ccompress", cuda=False)
+            pg = self._comm_pg = _inner_group(self._store, self.rank(), self.size(),
+                                              self._timeout, "ccompress", cuda=False)
             self._comm = Communicator.from_torch(
                 pg, store=dist.PrefixStore("ccompress/nccl/", self._store),
                 timeout=self._timeout.total_seconds())
@@ -302,6 +306,24 @@ class _Async:
     def __getattr__(self, name: str) -> Callable[..., Any]:
         fn = getattr(self._c, name)
         return lambda *a, **kw: fn(*a, async_op=True, **kw)
+
+
+_LIVE: "weakref.WeakSet[CompressedProcessGroup]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Stops the ccompress communicators and their private gloo groups before the
+    interpreter exits (torch's destroy_process_group shuts down only the backends it
+    knows, and threads left running at exit abort the process)."""
+    for pg in list(_LIVE):
+        try:
+            if pg._comm is not None:
+                pg._comm.close()
+            if pg._comm_pg is not None:
+                pg._comm_pg.shutdown()
+        except Exception:  # noqa: BLE001 - best effort at exit, nothing left to report to
+            pass
 
 
 def _create(opts: Any, pg_options: Any) -> CompressedProcessGroup:
