@@ -1,6 +1,5 @@
-"""Shared by the torchrun workers of tests/test_torch_backend.py: start-up (torchrun's env://,
-or mpiexec with CCOMPRESS_TEST_MPI_STANDIN=1 while no torch-group communicator exists), an
-exact gloo reference group, and replica checks through it."""
+"""Shared by the torchrun workers of tests/test_torch_backend.py: start-up (torchrun's
+env://), an exact gloo reference group, and replica checks through it."""
 import hashlib
 import os
 import sys
@@ -13,21 +12,12 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # tests/: torch_helpers
 
-import ccompress as cc  # noqa: E402
 import ccompress.torch  # noqa: E402,F401  (registers the backend)
 
 
 def start(backend="ccompress", timeout_s=60, pg_options=None):
     """init_process_group under torchrun; returns (rank, size, gloo reference group)."""
     torch.set_num_threads(1)
-    if os.environ.get("CCOMPRESS_TEST_MPI_STANDIN") == "1":  # development aid only
-        from mpi4py import MPI
-
-        w = MPI.COMM_WORLD
-        os.environ.update(RANK=str(w.rank), WORLD_SIZE=str(w.size), MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=os.environ.get("MASTER_PORT", "29533"))
-        cc.Communicator.from_torch = classmethod(
-            lambda cls, group=None, timeout=300.0: cc.Communicator.from_mpi(w, timeout=timeout))
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s),
                             pg_options=pg_options)
     ref = dist.new_group(backend="gloo")
