@@ -24,3 +24,10 @@ __all__ = [
     "ddp_comm_hook", "init_process_group_from_mpi", "tp_all_reduce", "tp_copy",
     "world_communicator",
 ]
+
+from . import backend as _backend
+from ._backend_state import BackendOptions
+from .backend import CompressedProcessGroup, compressed_group
+
+_backend.register()  # dist.init_process_group("ccompress")
+__all__ += ["BackendOptions", "CompressedProcessGroup", "compressed_group"]

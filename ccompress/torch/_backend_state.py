@@ -1,0 +1,162 @@
+"""What the ``ccompress`` torch.distributed backend keeps besides its groups: its options
+(from the environment or ``pg_options``) and the error-feedback residuals of the gradient
+collectives, keyed by their place in a backward pass."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Set, Tuple
+
+import numpy as np
+import torch
+
+from .. import autocodec
+from .._errors import InvalidArgument, Unsupported
+from ..codec import Codec
+from ..communicator import ALGOS
+from ..error_feedback import ErrorFeedback
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in _TRUE:
+        return True
+    if raw.strip().lower() in _FALSE:
+        return False
+    raise InvalidArgument(f"{name}={raw!r}; use 1 or 0")
+
+
+def _spec(codec: Optional[str], what: str) -> str:
+    if codec is None:
+        return "none"
+    if autocodec.is_auto(codec):
+        raise Unsupported(f"{what} codec {codec!r} picks a codec per call; the backend needs "
+                          "a fixed codec spec (error feedback and replica agreement depend on it)")
+    return Codec.parse(codec).name
+
+
+@dataclass
+class BackendOptions:
+    """Options of the ``ccompress`` backend, passed as
+    ``dist.init_process_group("ccompress", pg_options=BackendOptions(...))`` (or to
+    ``dist.new_group(backend="ccompress", pg_options=...)``).
+
+    Fields left as None are read from the environment, so that unmodified scripts can be
+    configured: ``CCOMPRESS_CODEC`` (default codec of all_reduce and reduce_scatter; unset
+    means ``"none"``: exact, everything goes to gloo/NCCL), ``CCOMPRESS_ALLGATHER_CODEC``
+    (all_gather; unset ``"none"``: gathering parameters lossily changes the model itself,
+    not a gradient estimate, so it must be asked for separately), ``CCOMPRESS_ALGO``
+    (``auto``), ``CCOMPRESS_ERROR_FEEDBACK`` (``0``), ``CCOMPRESS_MIN_NUMEL`` (4096).
+
+    Args:
+      all_reduce, reduce_scatter, all_gather: codec spec of each compressed collective.
+      algo: ccompress schedule of all_reduce (``auto``, ``two_shot``, ``one_shot``, ...).
+      error_feedback: keep the compression error of the gradient collectives, those issued
+        inside a backward pass (DDP's bucket all-reduces, FSDP2's reduce-scatters), and add
+        it at the same place in the next backward pass. Off by default: the place of a
+        collective in a backward pass identifies its tensor only when every backward issues
+        the same collectives in the same order (true of DDP and FSDP2 on a static graph),
+        so it is something to turn on knowingly; ``ddp_comm_hook`` (keyed by DDP's own
+        bucket index) keeps it on by default.
+      min_numel: tensors with fewer elements stay exact (loss scalars, gradient norms).
+    """
+
+    all_reduce: Optional[str] = None
+    reduce_scatter: Optional[str] = None
+    all_gather: Optional[str] = None
+    algo: Optional[str] = None
+    error_feedback: Optional[bool] = None
+    min_numel: Optional[int] = None
+
+    def resolved(self) -> "BackendOptions":
+        """A copy with every field filled in (environment, then defaults) and checked."""
+        codec = os.environ.get("CCOMPRESS_CODEC") or None
+        out = BackendOptions(
+            all_reduce=_spec(self.all_reduce or codec, "all_reduce"),
+            reduce_scatter=_spec(self.reduce_scatter or codec, "reduce_scatter"),
+            all_gather=_spec(self.all_gather or os.environ.get("CCOMPRESS_ALLGATHER_CODEC")
+                             or None, "all_gather"),
+            algo=self.algo or os.environ.get("CCOMPRESS_ALGO") or "auto",
+            error_feedback=(_env_flag("CCOMPRESS_ERROR_FEEDBACK", False)
+                            if self.error_feedback is None else bool(self.error_feedback)),
+            min_numel=int(self.min_numel if self.min_numel is not None
+                          else os.environ.get("CCOMPRESS_MIN_NUMEL", 4096)))
+        if out.algo not in ALGOS:
+            raise InvalidArgument(f"unknown algo {out.algo!r}; use one of {', '.join(ALGOS)}")
+        if out.error_feedback and out.algo in ("ring", "tree"):
+            raise Unsupported(f"error feedback needs the two_shot, one_shot or auto schedule, "
+                              f"not {out.algo!r}; choose another algo or turn it off")
+        if out.min_numel < 0:
+            raise InvalidArgument(f"min_numel {out.min_numel} must be >= 0")
+        return out
+
+
+Key = Tuple[str, int, int, str]  # (collective, place in the backward pass, numel, dtype)
+
+
+@dataclass
+class _Slot:
+    ef: ErrorFeedback
+    data_ptr: Optional[int]  # all-reduce: DDP's bucket buffer, the same every step
+    numel: int
+
+
+@dataclass
+class BackwardFeedback:
+    """Error-feedback residuals of the collectives issued inside backward passes.
+
+    A collective is known by its kind, its place among the keyed collectives of its
+    backward pass (``torch._C._current_graph_task_id`` tells one pass from the next), its
+    size and dtype; an all-reduce also by its buffer's address, which DDP keeps for its
+    buckets from step to step (and changes when it rebuilds them after the first step:
+    the residual starts again). FSDP2 reduce-scatters from a fresh buffer each time, so
+    only the place keys it. Residuals not used in the last backward pass that made keyed
+    calls are dropped at the start of the next one."""
+
+    slots: Dict[Key, _Slot] = field(default_factory=dict)
+    pending: Dict[Key, dict] = field(default_factory=dict)
+    _task: int = -1
+    _place: int = 0
+    _used: Set[Key] = field(default_factory=set)
+
+    def lookup(self, kind: str, x: torch.Tensor) -> Optional[ErrorFeedback]:
+        """The residual of this collective, or None outside a backward pass."""
+        task = torch._C._current_graph_task_id()
+        if task < 0:
+            return None
+        if task != self._task:
+            if self._used:  # a pass that made keyed calls ended: forget what it did not use
+                self.slots = {k: v for k, v in self.slots.items() if k in self._used}
+                self._used = set()
+            self._task, self._place = task, 0
+        key = (kind, self._place, x.numel(), str(x.dtype))
+        self._place += 1
+        ptr = x.data_ptr() if kind == "all_reduce" else None
+        slot = self.slots.get(key)
+        if slot is None or slot.data_ptr != ptr:
+            slot = self.slots[key] = _Slot(ErrorFeedback(), ptr, x.numel())
+            saved = self.pending.pop(key, None)
+            if saved is not None:
+                slot.ef.load_state_dict({k: v.numpy() if isinstance(v, torch.Tensor) else v
+                                         for k, v in saved.items()})
+        self._used.add(key)
+        return slot.ef
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Every residual (CPU tensors) under ``"kind/place/numel/dtype"``."""
+        return {"/".join(map(str, k)): {n: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                                        for n, v in s.ef.state_dict().items()}
+                for k, s in self.slots.items()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`; each residual is applied at its next use (same
+        place, size and dtype)."""
+        self.slots.clear()
+        self.pending.clear()
+        for name, ef in state.items():
+            kind, place, numel, dtype = name.split("/")
+            self.pending[(kind, int(place), int(numel), dtype)] = ef

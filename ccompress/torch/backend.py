@@ -1,0 +1,351 @@
+"""The ``ccompress`` torch.distributed backend: unmodified DDP and FSDP2 scripts reduce their
+gradients through ccompress's compressed collectives.
+
+    import ccompress.torch                      # registers the backend
+    dist.init_process_group("ccompress")        # torchrun; CCOMPRESS_CODEC=hint8 to compress
+    dist.init_process_group("ccompress", pg_options=ccompress.torch.BackendOptions(
+        all_reduce="fp8_e4m3:g128", error_feedback=True))
+
+The group holds an inner gloo group (and NCCL for CUDA tensors where available) over the
+same store and ranks. all_reduce (sum/avg), reduce_scatter_tensor and
+all_gather_into_tensor of float32/bfloat16/float16 tensors of at least ``min_numel``
+elements go through a ccompress communicator made from a second inner group when their
+codec is not ``"none"``; every other call, and those with codec ``"none"``, is the inner
+group's own (exact, bit for bit what a gloo/NCCL group computes). After a compressed or
+delegated collective failed (a peer stopped, a timeout) the group refuses further calls.
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from datetime import timedelta
+from typing import Any, Callable, List, Optional
+
+import torch
+import torch.distributed as dist
+
+from .. import _core
+from .._errors import CCompressError, InvalidArgument
+from ..communicator import Communicator
+from ._backend_state import BackendOptions, BackwardFeedback
+
+NAME = "ccompress"
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+_COMPRESSIBLE_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg"}
+
+
+class _Work(dist._Work):
+    """A compressed collective in flight: ``wait()`` re-raises its error, ``get_future()``
+    is completed with the output tensors."""
+
+    def __init__(self, future: torch.futures.Future) -> None:
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: Any = None) -> bool:
+        self._future.wait()
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+
+def _inner_group(store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
+                 cuda: bool = True) -> dist.ProcessGroup:
+    """A plain ProcessGroup with gloo for CPU tensors and, with ``cuda`` where CUDA and NCCL
+    are there, NCCL for CUDA tensors, over ``store`` under ``prefix``."""
+    pg = dist.ProcessGroup(rank, size)
+    gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "/gloo/", store), rank, size,
+                                 timeout=timeout)
+    pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
+    pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+    if cuda and torch.cuda.is_available() and dist.is_nccl_available():
+        opts = dist.ProcessGroupNCCL.Options()
+        opts._timeout = timeout
+        nccl = dist.ProcessGroupNCCL(dist.PrefixStore(prefix + "/nccl/", store), rank, size,
+                                     opts)
+        pg._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL, nccl)
+    return pg
+
+
+class CompressedProcessGroup(dist.ProcessGroup):
+    """The process group ``dist.init_process_group("ccompress")`` makes (see the module
+    docstring). ``options`` is the resolved :class:`BackendOptions`; :meth:`state_dict`
+    checkpoints the error-feedback residuals; :attr:`bytes_sent` counts ccompress's bytes."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta,
+                 options: Optional[BackendOptions] = None) -> None:
+        super().__init__(rank, size)
+        self.options = (options or BackendOptions()).resolved()
+        self._store, self._timeout = store, timeout
+        self._inner = _inner_group(store, rank, size, timeout, "inner")
+        for dev, kind in ((torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO),
+                          (torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL)):
+            try:  # ops this class does not override go straight to these backends
+                self._register_backend(dev, kind, self._inner._get_backend(dev))
+            except RuntimeError:
+                pass  # no NCCL backend (no CUDA)
+        self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        self._comm: Optional[Communicator] = None
+        self._comm_pg: Optional[dist.ProcessGroup] = None
+        _LIVE.add(self)
+        self._lock = threading.Lock()
+        self._broken: Optional[str] = None
+        self.feedback = BackwardFeedback()
+
+    # ---- identity ----
+    def getBackendName(self) -> str:
+        return NAME
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes ccompress put on the wire from this rank (delegated calls not counted)."""
+        return 0 if self._comm is None else self._comm.bytes_sent
+
+    def state_dict(self) -> dict:
+        """Codecs and the error-feedback residuals (CPU tensors; ``torch.save`` them)."""
+        o = self.options
+        return {"codecs": [o.all_reduce, o.reduce_scatter, o.all_gather],
+                "error_feedback": self.feedback.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict` output (saved with the same codecs)."""
+        o = self.options
+        if list(state.get("codecs", [])) != [o.all_reduce, o.reduce_scatter, o.all_gather]:
+            raise InvalidArgument(f"this state was saved with codecs {state.get('codecs')}, "
+                                 f"the group uses {[o.all_reduce, o.reduce_scatter, o.all_gather]}")
+        self.feedback.load_state_dict(state.get("error_feedback", {}))
+
+    # ---- the compressed collectives ----
+    def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
+        op = self._op(opts)
+        t = tensors[0] if len(tensors) == 1 else None
+        if t is None or op is None or not self._compressible(t, self.options.all_reduce):
+            return self._delegate(lambda: self._inner.allreduce(tensors, opts or
+                                                                dist.AllreduceOptions()))
+        kw = dict(codec=self.options.all_reduce, algo=self.options.algo, op=op)
+        ef = self._feedback("all_reduce", t)
+        if ef is not None:
+            kw["error_feedback"] = ef
+        x = t.detach()  # in place; DLPack refuses tensors that require grad
+        return self._run(lambda c: c.allreduce(x, out=x, **self._stream(x, kw)), tensors)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
+                              opts: Any = None) -> dist._Work:
+        op = self._op(opts)
+        size, n = self.size(), input.numel()
+        even = (n == size * output.numel() and output.dtype == input.dtype
+                and output.is_contiguous()
+                and _core.chunk_range(n, size, self.rank()) == (self.rank() * n // size,
+                                                                (self.rank() + 1) * n // size))
+        if op is None or not even or not self._compressible(input, self.options.reduce_scatter):
+            return self._delegate(lambda: self._inner.reduce_scatter_single(
+                output, input, opts or dist.ReduceScatterOptions()))
+        kw = dict(codec=self.options.reduce_scatter, op=op)
+        ef = self._feedback("reduce_scatter", input)
+        if ef is not None:
+            kw["error_feedback"] = ef
+        x, y = input.detach(), output.detach().view(-1)
+        return self._run(lambda c: c.reduce_scatter(x, out=y, **self._stream(x, kw)), [output])
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
+                          opts: Any = None) -> dist._Work:
+        fits = (output.numel() == self.size() * input.numel() and output.dtype == input.dtype
+                and output.is_contiguous())
+        if not fits or not self._compressible(input, self.options.all_gather):
+            return self._delegate(lambda: self._inner.all_gather_single(
+                output, input, opts or dist.AllgatherOptions()))
+        kw = dict(codec=self.options.all_gather)
+        x, y = input.detach(), output.detach().view(-1)
+        return self._run(lambda c: c.allgather(x, out=y, **self._stream(x, kw)), [output])
+
+    # ---- delegated exactly (the inner group's own result and Work) ----
+    # Every op that torch's ProcessGroup trampoline routes to Python is overridden here,
+    # even where it only delegates: the trampoline calls the base class with the GIL held
+    # when Python has no override, and gloo, which may need the GIL while it holds its
+    # queue lock (freeing a finished Work's tensors), then deadlocks. Calling the inner
+    # group from Python releases the GIL first.
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self._delegate(lambda: self._inner.all_gather_single_coalesced(
+            outputs, inputs, opts or dist.AllgatherOptions()))
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self._delegate(lambda: self._inner.reduce_scatter_single_coalesced(
+            outputs, inputs, opts or dist.ReduceScatterOptions()))
+
+    def start_coalescing(self, device):
+        self._check_usable()
+        self._inner._start_coalescing(device)
+
+    def end_coalescing(self, device):
+        return self._delegate(lambda: self._inner._end_coalescing(device))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self._delegate(lambda: self._inner.allreduce_coalesced(tensors, opts))
+
+    def allgather(self, outputs, inputs, opts=None):
+        return self._delegate(lambda: self._inner.allgather(outputs, inputs, opts))
+
+    def broadcast(self, tensors, opts=None):
+        return self._delegate(lambda: self._inner.broadcast(tensors, opts))
+
+    def barrier(self, opts=None):
+        return self._delegate(lambda: self._inner.barrier(opts))
+
+    def reduce_scatter(self, outputs, inputs, opts=None):
+        return self._delegate(lambda: self._inner.reduce_scatter(outputs, inputs, opts))
+
+    def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
+        return self._delegate(lambda: self._inner.all_to_all_single(
+            output, input, output_splits, input_splits, opts))
+
+    def send(self, tensors, dst, tag=0):
+        return self._delegate(lambda: self._inner.send(tensors, dst, tag))
+
+    def recv(self, tensors, src, tag=0):
+        return self._delegate(lambda: self._inner.recv(tensors, src, tag))
+
+    # ---- internals ----
+    @staticmethod
+    def _op(opts: Any) -> Optional[str]:
+        """"sum" or "avg" for the reductions ccompress computes, else None."""
+        red = dist.ReduceOp.SUM if opts is None else opts.reduceOp
+        for k, v in _COMPRESSIBLE_OPS.items():
+            if red == k:
+                return v
+        return None
+
+    def _compressible(self, t: torch.Tensor, codec: str) -> bool:
+        return (codec != "none" and t.dtype in _FLOATS and t.layout == torch.strided
+                and t.is_contiguous()
+                and t.numel() >= max(1, self.options.min_numel)
+                and t.device.type in ("cpu", "cuda"))
+
+    def _feedback(self, kind: str, t: torch.Tensor) -> Any:
+        return self.feedback.lookup(kind, t) if self.options.error_feedback else None
+
+    @staticmethod
+    def _stream(t: torch.Tensor, kw: dict) -> dict:
+        if t.is_cuda:
+            kw["stream"] = torch.cuda.current_stream(t.device).cuda_stream
+        return kw
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise CCompressError(f"this ccompress process group is unusable: {self._broken}; "
+                                 "destroy it and create a new one (all ranks)")
+
+    def _fail(self, e: BaseException) -> None:
+        with self._lock:
+            if self._broken is None:
+                self._broken = f"{type(e).__name__} in an earlier collective ({e})"
+
+    def communicator(self) -> Communicator:
+        """The ccompress communicator over the group's ranks (made at the first compressed
+        call, which every rank makes alike)."""
+        if self._comm is None:
+            # A gloo group of its own: ccompress's tags meet no delegated message; CUDA
+            # tensors get an NCCL communicator whose id travels through the store.
+            pg = self._comm_pg = _inner_group(self._store, self.rank(), self.size(),
+                                              self._timeout, "ccompress", cuda=False)
+            self._comm = Communicator.from_torch(
+                pg, store=dist.PrefixStore("ccompress/nccl/", self._store),
+                timeout=self._timeout.total_seconds())
+        return self._comm
+
+    def _run(self, call: Callable[[Communicator], Any], outputs: List[torch.Tensor]) -> _Work:
+        """Starts ``call(comm)`` asynchronously on ccompress's worker thread (issue order
+        is kept); the Work completes with ``outputs``."""
+        self._check_usable()
+        fut: torch.futures.Future = torch.futures.Future()
+        try:
+            work = call(_Async(self.communicator()))
+        except Exception as e:  # bad arguments, or a communicator that cannot run: raise
+            if self._comm is None or not self._comm.usable:
+                self._fail(e)
+            raise
+
+        def done(w: Any) -> None:
+            try:
+                w.wait()
+            except Exception as e:  # noqa: BLE001 - handed to torch through the future
+                if not self._comm.usable:  # a lost peer or a timeout, not a MismatchError
+                    self._fail(e)
+                fut.set_exception(e)
+            else:
+                fut.set_result(outputs)
+
+        work.add_done_callback(done)
+        return _Work(fut)
+
+    def _delegate(self, call: Callable[[], dist._Work]) -> dist._Work:
+        """The inner group's Work; a failure it reports later makes this group refuse
+        further calls (an error raised at the call itself, a bad argument, does not)."""
+        self._check_usable()
+        work = call()
+        try:
+            work.get_future().add_done_callback(self._watch)
+        except Exception:  # noqa: BLE001 - a Work without a future: wait() reports errors
+            pass
+        return work
+
+    def _watch(self, fut: torch.futures.Future) -> None:
+        try:
+            fut.wait()
+        except Exception as e:  # noqa: BLE001 - the caller sees it from wait()
+            self._fail(e)
+
+
+class _Async:
+    """A communicator whose collectives are asynchronous (``async_op=True``)."""
+
+    def __init__(self, comm: Communicator) -> None:
+        self._c = comm
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        fn = getattr(self._c, name)
+        return lambda *a, **kw: fn(*a, async_op=True, **kw)
+
+
+_LIVE: "weakref.WeakSet[CompressedProcessGroup]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Stops the ccompress communicators and their private gloo groups before the
+    interpreter exits (torch's destroy_process_group shuts down only the backends it
+    knows, and threads left running at exit abort the process)."""
+    for pg in list(_LIVE):
+        try:
+            if pg._comm is not None:
+                pg._comm.close()
+            if pg._comm_pg is not None:
+                pg._comm_pg.shutdown()
+        except Exception:  # noqa: BLE001 - best effort at exit, nothing left to report to
+            pass
+
+
+def _create(opts: Any, pg_options: Any) -> CompressedProcessGroup:
+    if pg_options is not None and not isinstance(pg_options, BackendOptions):
+        raise InvalidArgument(f"pg_options of the ccompress backend must be a "
+                             f"ccompress.torch.BackendOptions, got {type(pg_options).__name__}")
+    return CompressedProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                                  pg_options)
+
+
+def register() -> None:
+    """Registers backend ``"ccompress"`` with torch.distributed (once; done by
+    ``import ccompress.torch``)."""
+    if NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def compressed_group(group: Any = None) -> CompressedProcessGroup:
+    """The :class:`CompressedProcessGroup` of ``group`` (default: the world group), e.g. to
+    checkpoint its error feedback: ``compressed_group().state_dict()``."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, CompressedProcessGroup):
+        raise InvalidArgument(f"this process group uses backend {pg.name()!r}, not "
+                             "'ccompress'; init_process_group('ccompress') first")
+    return pg

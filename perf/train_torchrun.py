@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""The byte-level GPT of examples/tinylm.py trained on real text under torchrun, for the
+three ways ccompress reaches an unmodified PyTorch script:
+
+    T=".venv/bin/python -m torch.distributed.run --standalone --nproc_per_node 4"
+    $T perf/train_torchrun.py --mode ddp  --backend gloo                       # exact
+    $T perf/train_torchrun.py --mode ddp_hook --codec hint8                    # (a) gloo + hook
+    CCOMPRESS_CODEC=hint8 CCOMPRESS_ERROR_FEEDBACK=1 $T perf/train_torchrun.py --mode ddp  --backend ccompress   # (b)
+    CCOMPRESS_CODEC=hint8 CCOMPRESS_ERROR_FEEDBACK=1 $T perf/train_torchrun.py --mode fsdp --backend ccompress   # (c)
+    $T perf/train_torchrun.py --mode fsdp --backend gloo                       # exact FSDP2
+
+(b) and (c) take their codec from the environment, as an unmodified script would. The
+options, learning-rate schedule, held-out loss and results file are examples/train_common's
+(``--json``); bytes per step are ccompress's own count on rank 0 (0 for gloo); replicas (DDP:
+the parameters; FSDP2: the full parameters gathered from the shards) are compared bit for
+bit at the end. ``python perf/train_torchrun.py report build/torchrun/*.json`` prints the
+table of perf/RESULTS.md.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # one thread per rank: ranks share the cores
+import numpy as np  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+import train_common as tc  # noqa: E402
+import tinylm  # noqa: E402
+
+
+class World:
+    """What train_common needs of a world (rank, size, allgather of objects), over an exact
+    gloo group that the measured collectives never use."""
+
+    def __init__(self, dist, group) -> None:
+        self._dist, self._group = dist, group
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+
+    def allgather(self, obj):
+        out = [None] * self.size
+        self._dist.all_gather_object(out, obj, group=self._group)
+        return out
+
+
+def main() -> None:
+    ap = tc.parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--mode", choices=("ddp", "ddp_hook", "fsdp"), default="ddp")
+    ap.add_argument("--backend", choices=("gloo", "ccompress"), default="gloo")
+    args = ap.parse_args()
+    import torch
+    import torch.distributed as dist
+
+    import ccompress.torch as cct
+
+    torch.set_num_threads(args.threads)
+    if args.mode == "ddp_hook" and args.backend != "gloo":
+        raise SystemExit("--mode ddp_hook runs on --backend gloo")
+    dist.init_process_group(args.backend)
+    side = dist.new_group(backend="gloo")
+    world = World(dist, side)
+    size, rank = world.size, world.rank
+    if args.batch % size:
+        raise SystemExit(f"--batch {args.batch} must be a multiple of the {size} ranks")
+    data = [tinylm.load_text(*tinylm.find_corpus(args.corpus)) if rank == 0 else None]
+    dist.broadcast_object_list(data, src=0, group=side)
+    train, val, info = data[0]
+
+    torch.manual_seed(args.seed)
+    model = tinylm.build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
+    hook, pg = None, None
+    if args.mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for blk in model.h:
+            fully_shard(blk)
+        net = fully_shard(model)
+    else:
+        net = torch.nn.parallel.DistributedDataParallel(model)
+        if args.mode == "ddp_hook":
+            hook = cct.ddp_comm_hook(codec=args.codec, error_feedback=True)
+            net.register_comm_hook(state=None, hook=hook)
+    if args.backend == "ccompress":
+        pg = cct.compressed_group()
+    opt = tc.make_optimizer(torch, net, args.lr)
+    codec = (hook.codec if hook else pg.options.all_reduce if pg and args.mode == "ddp"
+             else pg.options.reduce_scatter if pg else "none")
+    ef = bool(hook.error_feedback if hook else pg.options.error_feedback if pg else False)
+    nparams = sum(p.numel() for p in model.parameters())
+    tc.say(world, f"text: {info['corpus']}; model {nparams / 1e6:.2f}M parameters; "
+           f"{args.mode} on backend {args.backend} over {size} ranks; codec {codec}, "
+           f"error feedback {'on' if ef else 'off'}")
+
+    vb = tc.val_batches(torch, args, val, torch.device("cpu"))
+    mine = vb[rank::size]
+    rng = np.random.default_rng([args.seed, 100 + rank])
+
+    def step_fn(step: int) -> float:
+        x, y = tinylm.batch(torch, train, rng, args.batch // size, args.ctx)
+        loss = net(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        return float(np.mean(world.allgather(loss.item())))
+
+    def eval_fn() -> float:
+        if args.mode == "fsdp":  # every rank runs the forward (it gathers parameters)
+            return tc.mean_loss(torch, net, vb)
+        parts = world.allgather([tc.mean_loss(torch, net, [b]) for b in mine])
+        return float(np.mean([v for p in parts for v in p]))
+
+    def sent() -> int:
+        return hook.comm.bytes_sent if hook else pg.bytes_sent if pg else 0
+
+    result = tc.train(args, opt, step_fn, eval_fn, sent, rank == 0)
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in net.parameters()]
+    same = tc.identical_on_all_ranks(world, full)
+    tc.say(world, f"replicas bit-identical on all {size} ranks: {'yes' if same else 'NO'}")
+    tc.finish(world, args, dict(result, mode=args.mode, backend=args.backend, ranks=size,
+                                codec=codec, error_feedback=ef, replicas_identical=same,
+                                parameters=nparams, text=info))
+    dist.destroy_process_group()
+
+
+def report(paths) -> None:
+    """The markdown table of perf/RESULTS.md from the runs' --json files: each compressed
+    run's final held-out loss and step time against the exact gloo run of its seed and
+    family (DDP: ``ddp`` on gloo; FSDP2: ``fsdp`` on gloo). Bytes per step are ccompress's
+    count on rank 0; for the gloo runs, what an uncompressed ring sends per rank for the
+    same collective (DDP: all-reduce 2(n-1)/n x 4 B per parameter; FSDP2: reduce-scatter
+    (n-1)/n x 4 B; FSDP2's parameter all-gathers are exact in every run and not counted)."""
+    import json
+
+    runs = [json.load(open(p)) for p in paths]
+    exact = {(r["mode"], r["args"]["seed"]): r for r in runs if r["backend"] == "gloo"
+             and r["mode"] != "ddp_hook"}
+    print("| run | codec (EF on) | seed | final held-out loss | vs exact | MiB/step | "
+          "s/step | vs gloo | replicas identical |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(runs, key=lambda r: (r["mode"] == "fsdp", r["backend"] != "gloo",
+                                         r["mode"], r["codec"], r["args"]["seed"])):
+        n, steps = r["ranks"], r["args"]["steps"]
+        base = exact.get(("fsdp" if r["mode"] == "fsdp" else "ddp", r["args"]["seed"]))
+        mib = r["comm_bytes_per_step"] / 2**20
+        if r["backend"] == "gloo" and r["mode"] != "ddp_hook":
+            mib = (1 if r["mode"] == "fsdp" else 2) * (n - 1) / n * 4 * r["parameters"] / 2**20
+        name = {"ddp": "DDP", "fsdp": "FSDP2", "ddp_hook": "DDP + hook"}[r["mode"]]
+        name += f" on {r['backend']}" if r["mode"] != "ddp_hook" else " on gloo"
+        vs = f"{100 * (r['val_loss'] / base['val_loss'] - 1):+.2f}%" if base and base is not r else "-"
+        t = r["seconds"] / steps
+        tv = f"{t / (base['seconds'] / steps):.2f}x" if base and base is not r else "-"
+        print(f"| {name} | {r['codec']} | {r['args']['seed']} | {r['val_loss']:.4f} | {vs} | "
+              f"{mib:.3f} | {t:.3f} | {tv} | {'yes' if r['replicas_identical'] else 'NO'} |")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["report"]:
+        report(sys.argv[2:])
+    else:
+        main()

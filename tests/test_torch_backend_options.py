@@ -1,0 +1,111 @@
+"""The ccompress backend's configuration and error-feedback keying, in one process (the
+collectives themselves are tested under torchrun in test_torch_backend.py)."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (the ccompress.torch "
+                                            "tests need it; ccompress itself does not)")
+
+import ccompress as cc  # noqa: E402
+from ccompress.torch import BackendOptions  # noqa: E402
+from ccompress.torch._backend_state import BackwardFeedback  # noqa: E402
+
+ENV = ("CCOMPRESS_CODEC", "CCOMPRESS_ALLGATHER_CODEC", "CCOMPRESS_ALGO",
+       "CCOMPRESS_ERROR_FEEDBACK", "CCOMPRESS_MIN_NUMEL")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for k in ENV:
+        monkeypatch.delenv(k, raising=False)
+
+
+def test_defaults_are_exact():
+    o = BackendOptions().resolved()
+    assert (o.all_reduce, o.reduce_scatter, o.all_gather) == ("none", "none", "none")
+    assert (o.algo, o.error_feedback, o.min_numel) == ("auto", False, 4096)
+
+
+def test_environment_and_fields(monkeypatch):
+    monkeypatch.setenv("CCOMPRESS_CODEC", "hint8")
+    monkeypatch.setenv("CCOMPRESS_ERROR_FEEDBACK", "1")
+    monkeypatch.setenv("CCOMPRESS_MIN_NUMEL", "10")
+    o = BackendOptions().resolved()
+    assert (o.all_reduce, o.reduce_scatter, o.all_gather) == ("hint8:g16:h128:s8",) * 2 + ("none",)
+    assert o.error_feedback and o.min_numel == 10
+    o = BackendOptions(reduce_scatter="bf16", all_gather="fp8_e4m3:g128",
+                       error_feedback=False).resolved()
+    assert (o.reduce_scatter, o.all_gather, o.error_feedback) == ("bf16", "fp8_e4m3:g128", False)
+
+
+@pytest.mark.parametrize("kw,err", [
+    (dict(all_reduce="fp8_e4m3:g7"), cc.InvalidArgument),
+    (dict(all_reduce="auto8"), cc.Unsupported),
+    (dict(algo="butterfly"), cc.InvalidArgument),
+    (dict(all_reduce="hint8", algo="ring", error_feedback=True), cc.Unsupported),
+    (dict(min_numel=-1), cc.InvalidArgument),
+])
+def test_bad_options_raise_typed_errors(kw, err):
+    with pytest.raises(err):
+        BackendOptions(**kw).resolved()
+
+
+def test_bad_environment(monkeypatch):
+    monkeypatch.setenv("CCOMPRESS_ERROR_FEEDBACK", "maybe")
+    with pytest.raises(cc.InvalidArgument, match="CCOMPRESS_ERROR_FEEDBACK"):
+        BackendOptions().resolved()
+
+
+def _backward_lookups(fb, kinds_and_tensors):
+    """fb.lookup for each (kind, tensor) from inside one backward pass."""
+    got = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            got.extend(fb.lookup(k, t) for k, t in kinds_and_tensors)
+            return g
+
+    Probe.apply(torch.ones(1, requires_grad=True)).sum().backward()
+    return got
+
+
+def test_feedback_keyed_by_place_in_backward():
+    fb = BackwardFeedback()
+    bucket, other = torch.zeros(100), torch.zeros(100)
+    rs = [torch.zeros(64), torch.zeros(64)]
+    assert fb.lookup("all_reduce", bucket) is None, "outside backward: no error feedback"
+    a = _backward_lookups(fb, [("all_reduce", bucket), ("reduce_scatter", rs[0]),
+                               ("reduce_scatter", rs[1])])
+    assert len({id(e) for e in a}) == 3
+    # next pass: same places, fresh reduce-scatter buffers -> the same residuals
+    b = _backward_lookups(fb, [("all_reduce", bucket), ("reduce_scatter", torch.zeros(64)),
+                               ("reduce_scatter", torch.zeros(64))])
+    assert [id(e) for e in a] == [id(e) for e in b]
+    # a rebuilt bucket (another buffer) or another size starts a new residual
+    c = _backward_lookups(fb, [("all_reduce", other), ("reduce_scatter", torch.zeros(64)),
+                               ("reduce_scatter", torch.zeros(32))])
+    assert c[0] is not a[0] and c[1] is a[1] and c[2] is not a[2]
+    # residuals a pass did not use are dropped when the next one starts
+    assert ("reduce_scatter", 2, 64, "torch.float32") in fb.slots
+    _backward_lookups(fb, [("all_reduce", other)])
+    assert ("reduce_scatter", 2, 64, "torch.float32") not in fb.slots and len(fb.slots) == 3
+    _backward_lookups(fb, [("all_reduce", other)])
+    assert list(fb.slots) == [("all_reduce", 0, 100, "torch.float32")]
+
+
+def test_feedback_state_dict_roundtrip():
+    fb = BackwardFeedback()
+    x = torch.zeros(8)
+    (ef,) = _backward_lookups(fb, [("reduce_scatter", x)])
+    ef.buffers(8, 2, 0)  # allocate as a collective would
+    ef._worker[:] = 0.25
+    state = fb.state_dict()
+    assert list(state) == ["reduce_scatter/0/8/torch.float32"]
+    fb2 = BackwardFeedback()
+    fb2.load_state_dict(state)
+    (ef2,) = _backward_lookups(fb2, [("reduce_scatter", torch.zeros(8))])
+    assert ef2.worker_residual.tolist() == [0.25] * 8
