@@ -1,12 +1,17 @@
-"""PyTorch integration: a DistributedDataParallel communication hook and Megatron-style
-tensor-parallel layers over compressed ccompress all-reduces, and TSR-Adam
-(:mod:`ccompress.torch.tsr_adam`).
+"""PyTorch integration: the torch.distributed backend "ccompress" (registered on import:
+``dist.init_process_group("ccompress")`` under torchrun runs unmodified DDP and FSDP2
+scripts with compressed all_reduce / reduce_scatter_tensor / all_gather_into_tensor), a
+DistributedDataParallel communication hook and Megatron-style tensor-parallel layers over
+compressed ccompress all-reduces, and TSR-Adam (:mod:`ccompress.torch.tsr_adam`).
 
     from ccompress.torch import ddp_comm_hook, tp_all_reduce
     model.register_comm_hook(state=None, hook=ddp_comm_hook(codec="hint8"))
 
-Needs torch (``import ccompress`` itself never imports it). Host tensors travel over MPI
-(or in-process ranks); CUDA tensors go through the CUDA backend on the current stream.
+Needs torch (``import ccompress`` itself never imports it). Every adapter finds the
+communicator of its torch process group in every launch mode: under torchrun host tensors
+travel over the group's gloo point-to-point (``Communicator.from_torch``), under mpiexec
+over MPI, in one process as one rank; CUDA tensors go through the CUDA backend (NCCL, its
+id through the group's store) on the current stream.
 """
 try:
     import torch as _torch  # noqa: F401
