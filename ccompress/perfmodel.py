@@ -128,16 +128,16 @@ def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, 
 
 
 def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
-              inter_algo: str = "two_shot") -> float:
-    """Predicted seconds of ``algo="hier"`` on a two-level system: an exact reduce-scatter
-    and all-gather inside each node over ``system.intra`` (together, an exact two_shot at
-    the engine's reduction rate), then the codec's flat all-reduce of each rank's 1/g shard
-    between nodes, the node's link shared by its g ranks. The levels run one after the
-    other."""
+              inter_algo: str = "two_shot", intra: Optional[CodecCost] = None) -> float:
+    """Predicted seconds of ``algo="hier"`` on a two-level system: a reduce-scatter and an
+    all-gather inside each node over ``system.intra`` with the intra-node codec ``intra``
+    (together, a two_shot; default exact, its copies and sums at the engine's reduction
+    rate), then the codec's flat all-reduce of each rank's 1/g shard between nodes, the
+    node's link shared by its g ranks. The levels run one after the other."""
     g = system.ranks_per_node
     if g <= 1 or system.intra is None or system.ranks % g:
         raise ValueError(f"{system.name}: hier needs nodes of equal size > 1 and an intra link")
-    exact = CodecCost("none", dtype_bytes, system.reduce_rate, system.reduce_rate)
+    exact = intra or CodecCost("none", dtype_bytes, system.reduce_rate, system.reduce_rate)
     inside = replace(system, ranks=g, link=system.intra, ranks_per_node=1, intra=None)
     between = replace(system, ranks=system.ranks // g, ranks_per_node=1, intra=None,
                       link=replace(system.link, bandwidth=system.link.bandwidth / g))

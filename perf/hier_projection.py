@@ -8,7 +8,8 @@ emulated two-level networks, then projected to GPU clusters.
 Validation models an `emulated_net.py --ranks-per-node G` run as it was: each namespace's
 link at the tbf rate shared by its G ranks (alpha 50 us), shared memory between the ranks of
 a node at --intra-gbs GB/s, the ranks sharing this machine's cores at the single-thread codec
-rates of codec_throughput.py. The projection puts 8 GPUs per node on NVLink 4 (450 GB/s each
+rates of codec_throughput.py (its `none` row for the exact levels inside a node, when
+measured). The projection puts 8 GPUs per node on NVLink 4 (450 GB/s each
 way) and one 400 Gbit/s InfiniBand NIC per node, with GPU codec rates from the H100
 datasheet (marked: no GPU has measured them yet), against NCCL's uncompressed all-reduce
 (bf16, the faster of ring and tree).
@@ -57,8 +58,9 @@ def validate(emulated: str, rates: Dict[str, pm.CodecCost], intra_gbs: float) ->
                 model = pm.baseline_time(system, n, dbytes)
             elif Codec.parse(r["codec"]).name in rates:
                 cost = rates[Codec.parse(r["codec"]).name]
-                model = pm.hier_time(system, n, dbytes, cost) if r["algo"] == "hier" else \
-                    pm.collective_time(system, n, dbytes, cost, r["algo"])
+                model = pm.hier_time(system, n, dbytes, cost, intra=rates.get("none")) \
+                    if r["algo"] == "hier" else pm.collective_time(system, n, dbytes, cost,
+                                                                   r["algo"])
             else:
                 continue
             measured = r["time_us"] / 1e6
