@@ -13,25 +13,18 @@ constexpr int kStepAll = 0;
 
 Plan build_allgather_chunks(const PlanContext& ctx) {
   PlanBuilder b(ctx);
-  const int r = ctx.rank, P = ctx.size;
+  const int r = ctx.rank;
   size_t max_s = 0;
   const auto chunk_slices = b.chunk_slices(max_s);
   for (size_t s = 0; s < max_s; ++s) {
+    int64_t own_wire = -1;
+    int own_op = -1;
     if (s < chunk_slices[r].size()) {
       auto [lo, hi] = chunk_slices[r][s];
-      int64_t w = b.alloc_wire(hi - lo);
-      int e = b.encode_input(lo, hi - lo, w, 1.f);
-      for (int k = 1; k < P; ++k) b.send((r + k) % P, w, hi - lo, b.tag(kStepAll, r, s), {e});
-      b.decode_out(w, hi - lo, lo, {e});
+      own_wire = b.alloc_wire(hi - lo);
+      own_op = b.encode_input(lo, hi - lo, own_wire, 1.f);
     }
-    for (int k = 1; k < P; ++k) {
-      int c = (r + P - k) % P;
-      if (s >= chunk_slices[c].size()) continue;
-      auto [lo, hi] = chunk_slices[c][s];
-      int64_t w = b.alloc_wire(hi - lo);
-      int rv = b.recv(c, w, hi - lo, b.tag(kStepAll, c, s));
-      b.decode_out(w, hi - lo, lo, {rv});
-    }
+    b.share_slice(chunk_slices, s, kStepAll, own_wire, own_op);
   }
   return b.finish(1);
 }

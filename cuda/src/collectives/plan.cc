@@ -183,6 +183,24 @@ int PlanBuilder::decode_out(int64_t wire_off, int64_t elems, int64_t out_off,
   return add(std::move(op));
 }
 
+void PlanBuilder::share_slice(const std::vector<std::vector<std::pair<int64_t, int64_t>>>& chunks,
+                              size_t s, int step, int64_t own_wire, int own_op) {
+  const int r = ctx_.rank, P = ctx_.size;
+  if (own_op >= 0) {
+    auto [lo, hi] = chunks[size_t(r)][s];
+    for (int k = 1; k < P; ++k) send((r + k) % P, own_wire, hi - lo, tag(step, r, s), {own_op});
+    decode_out(own_wire, hi - lo, lo, {own_op});
+  }
+  for (int k = 1; k < P; ++k) {
+    int c = (r + P - k) % P;
+    if (s >= chunks[size_t(c)].size()) continue;
+    auto [lo, hi] = chunks[size_t(c)][s];
+    int64_t w = alloc_wire(hi - lo);
+    int rv = recv(c, w, hi - lo, tag(step, c, s));
+    decode_out(w, hi - lo, lo, {rv});
+  }
+}
+
 float PlanBuilder::avg_divisor() const {
   return ctx_.op == ReduceOp::Avg ? float(ctx_.size) : 1.f;
 }

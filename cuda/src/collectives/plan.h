@@ -117,6 +117,13 @@ class PlanBuilder {
   int sum_in_rank_order(const std::vector<int64_t>& wire, const std::vector<int>& ready,
                         int64_t elems, int64_t acc);
 
+  /// The all-gather of slice @p s of chunked data (@p chunks from chunk_slices): this
+  /// rank's encoding of its own slice s (wire @p own_wire, written by op @p own_op; -1:
+  /// it has no slice s) goes to every other rank and into its own output, decoded like
+  /// theirs; every other rank's slice s is received and decoded into place.
+  void share_slice(const std::vector<std::vector<std::pair<int64_t, int64_t>>>& chunks,
+                   size_t s, int step, int64_t own_wire, int own_op);
+
   /// Divisor applied before the last quantization: the rank count for avg, else 1.
   float avg_divisor() const;
   const PlanContext& ctx() const { return ctx_; }

@@ -53,6 +53,8 @@ Plan build_two_shot(const PlanContext& ctx, bool reduce_scatter_only) {
       }
     }
     // Owner: sum the contributions in rank order, then finish or re-encode and share.
+    int64_t own_wire = -1;
+    int own_op = -1;
     if (s < own.size()) {
       auto [lo, hi] = own[s];
       int64_t len = hi - lo;
@@ -61,21 +63,11 @@ Plan build_two_shot(const PlanContext& ctx, bool reduce_scatter_only) {
       if (reduce_scatter_only) {
         b.finalize(acc, len, lo - own_begin, b.avg_divisor(), {prev});
       } else {
-        int64_t w = b.alloc_wire(len);
-        int e = b.encode_acc(acc, len, lo, w, b.avg_divisor(), {prev});
-        for (int k = 1; k < P; ++k) b.send((r + k) % P, w, len, b.tag(kStepGather, r, s), {e});
-        b.decode_out(w, len, lo, {e});
+        own_wire = b.alloc_wire(len);
+        own_op = b.encode_acc(acc, len, lo, own_wire, b.avg_divisor(), {prev});
       }
     }
-    if (reduce_scatter_only) continue;
-    for (int k = 1; k < P; ++k) {
-      int c = (r + P - k) % P;
-      if (s >= chunk_slices[c].size()) continue;
-      auto [lo, hi] = chunk_slices[c][s];
-      int64_t w = b.alloc_wire(hi - lo);
-      int rv = b.recv(c, w, hi - lo, b.tag(kStepGather, c, s));
-      b.decode_out(w, hi - lo, lo, {rv});
-    }
+    if (!reduce_scatter_only) b.share_slice(chunk_slices, s, kStepGather, own_wire, own_op);
   }
   return b.finish(reduce_scatter_only ? 1 : 2);
 }

@@ -20,11 +20,11 @@ void bind(void* handle, const char* name, F& fn, const std::string& path) {
 
 }  // namespace
 
-void NcclLibrary::check(ncclResult_t r, const char* what, const char* file, int line) const {
+void NcclLibrary::check(ncclResult_t r, const char* what, const SourceSite& site) const {
   if (r == kNcclSuccess) return;
   std::ostringstream os;
   os << what << " failed: " << GetErrorString(r) << " (NCCL " << r << ")";
-  detail::throw_error<NcclError>(what, file, line, os.str());
+  detail::throw_at<NcclError>(site, os.str());
 }
 
 std::string NcclLibrary::version_string() const {

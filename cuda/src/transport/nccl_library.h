@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "ccompress/error.h"  // SourceSite, CC_HERE
+
 typedef struct CUstream_st* cudaStream_t;
 
 namespace ccompress::cuda {
@@ -41,14 +43,14 @@ struct NcclLibrary {
   int version = 0;
 
   /// Throws NcclError naming @p what and NCCL's message when @p r is not ncclSuccess; the
-  /// call site (@p file, @p line) goes where CC_CHECK puts its own. Use CC_NCCL_CHECK.
-  void check(ncclResult_t r, const char* what, const char* file, int line) const;
+  /// call site @p site is shown in debug mode, as CC_CHECK does. Use CC_NCCL_CHECK.
+  void check(ncclResult_t r, const char* what, const SourceSite& site) const;
   /// "2.21.5" from the version code.
   std::string version_string() const;
 };
 
 /// Checks the result of an NCCL call: CC_NCCL_CHECK(lib, lib.Send(...), "ncclSend").
-#define CC_NCCL_CHECK(lib, result, what) (lib).check((result), (what), __FILE__, __LINE__)
+#define CC_NCCL_CHECK(lib, result, what) (lib).check((result), (what), CC_HERE(#result))
 
 /// Loads libnccl from @p path (once per process; later calls must name the same library or
 /// pass "" for the one loaded). Throws Unsupported with the loader's reason when it cannot.
