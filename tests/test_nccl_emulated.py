@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.communicator import on_threads
+from ccompress._ranks import on_threads
 from conftest import gaussian_parts, same_bits
-from cuda_helpers import DeviceArray, DeviceBuffer, cuda_or_reason
+from cuda_helpers import DeviceArray, DeviceBuffer, cuda_or_reason, device_run
 
 CUDA, WHY = cuda_or_reason()
 pytestmark = pytest.mark.skipif(CUDA is None or not getattr(CUDA, "emulated", False),
@@ -178,8 +178,8 @@ def test_nccl_respects_the_callers_stream(rng):
         for _ in range(3):
             caller.finalize(acc.ptr, n, 1.0, z.ptr, "float32")
         caller.finalize(acc.ptr, n, 1.0, x.ptr, "float32")  # x written on the caller's stream
-        c._t.allreduce(x.ptr, y.ptr, n, "float32", "hint8:g32", "two_shot", "sum", 0, 30.0,
-                       0, 0, caller.stream)
+        device_run(c._t, "allreduce", x.ptr, y.ptr, n, "float32", "hint8:g32", algo="two_shot",
+                   op="sum", timeout=30.0, stream=caller.stream)
         CUDA.copy_async(z.ptr, y.ptr, parts[c.rank].nbytes, caller.stream)
         caller.synchronize()
         return z.download(parts[c.rank])
@@ -219,7 +219,8 @@ def test_nccl_silent_peer_times_out_and_aborts():
             c.allreduce(x, codec="fp8_e4m3:g64")
         took = time.monotonic() - t0
         with pytest.raises(cc.NcclError, match="aborted"):
-            c._t.allreduce(x.buf.ptr, x.buf.ptr, n, "float32", "none", "ring", "sum", 0, 0.5)
+            device_run(c._t, "allreduce", x.buf.ptr, x.buf.ptr, n, "float32", "none", algo="ring",
+                       op="sum", timeout=0.5)
         return took
 
     try:
@@ -281,15 +282,15 @@ def test_nccl_failed_posting_aborts_the_communicator():
 
     def fn(c):
         x = DeviceBuffer.of(np.ones(n, np.float32), c.device)
-        args = (x.ptr, x.ptr, n, "float32", "fp8_e4m3:g64", "ring", "sum", 0)
+        args = ("allreduce", x.ptr, x.ptr, n, "float32", "fp8_e4m3:g64")
         with pytest.raises((cc.NcclError, cc.CollectiveTimeout)) as first:
-            c._t.allreduce(*args, 0.5)
+            device_run(c._t, *args, algo="ring", op="sum", timeout=0.5)
         if c.rank != 0:
             return type(first.value).__name__
         assert "ncclSend failed" in str(first.value)
         t0 = time.monotonic()
         with pytest.raises(cc.NcclError, match="aborted"):  # at once, not after the timeout
-            c._t.allreduce(*args, 5.0)
+            device_run(c._t, *args, algo="ring", op="sum", timeout=5.0)
         assert time.monotonic() - t0 < 2.5
         return "NcclError"
 
