@@ -115,7 +115,7 @@ class GlooP2P:
             if req.error is not None:
                 msg = readable(req.error)
                 where = "to" if req.kind == "send" else "from"
-                if "timed out" in msg.lower():
+                if _is_timeout(msg):
                     raise CollectiveTimeout(
                         f"no message arrived for {self.timeout} s (the {req.kind} {where} rank "
                         f"{req.peer}); a peer is missing, stuck or called a different collective")
@@ -150,7 +150,7 @@ class GlooP2P:
             work.wait(timedelta(seconds=timeout_s))
         except RuntimeError as e:
             msg = readable(e)
-            if "timed out" in msg.lower():
+            if _is_timeout(msg):
                 raise CollectiveTimeout(f"barrier: not every rank arrived within {timeout_s} s")
             raise CCompressError(f"barrier over the torch process group failed: {msg}") from None
 
@@ -281,6 +281,13 @@ def from_torch(cls: Any, group: Any = None, *, store: Any = None, **kwargs: Any)
         self._mpi_comm = StoreBroadcast(store, rank, size, f"ccompress/nccl/{n}",
                                         self._timeout)
     return self
+
+
+def _is_timeout(msg: str) -> bool:
+    """Whether gloo's error is its own timeout ("... timed out ...", or "Application timeout
+    caused pair closure" when its deadline and ours expire together)."""
+    m = msg.lower()
+    return "timed out" in m or "timeout" in m
 
 
 def _require_gloo() -> None:
