@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv (scripts/setup.sh), then runs the test suite: python -m pytest -q, with any
-# extra arguments passed through (bash scripts/test.sh -k allreduce -x). Exits with pytest's
+# extra arguments passed through (bash scripts/test.sh -k allreduce -x), and the 15 slowest
+# tests listed at the end (CI time is budgeted). Exits with pytest's
 # code; "no tests collected" (pytest's 5) is a failure too.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -8,7 +9,7 @@ cd "$ROOT"
 bash scripts/setup.sh
 export PATH="$ROOT/.venv/bin:$PATH"  # mpiexec from the mpich wheel, for the MPI tests
 rc=0
-python -m pytest -q "$@" || rc=$?
+python -m pytest -q --durations=15 "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "[test] ERROR: pytest collected no tests" >&2
 fi
