@@ -24,6 +24,18 @@ comparison 2(k-1)/k * 4 for float32 uncompressed over ring or two_shot, 0 at one
 ``cosine`` between y and ref; ``maxabs`` = max |y - ref|; ``snr`` = 10 log10(||ref||^2 /
 ||y - ref||^2) dB. Exit status: 0, 1 when a run failed or ranks disagreed, 2 for bad
 arguments or files.
+
+Optimizer-aware columns (``--metric adam,update``; definitions in
+:mod:`ccompress.adam_fidelity`): ``adam`` = the error against each coordinate's Adam scale
+``1 / (sqrt(v̂) + eps)``, ``update`` and ``updcos`` = the relative error and cosine of Adam's
+update computed from the compressed gradients against the exact ones. Those rows measure a
+sequence: ``--sequence`` reads the files as consecutive steps of the same arrays (matched by
+array name), each step all-reduced with ``op="avg"`` against the fp64 mean of its parts,
+with ``--error-feedback`` carried by every rank over the steps, Adam started from
+``--adam-state`` (``exp_avg_sq``, ``exp_avg``, ``step``; ``KEY.exp_avg_sq`` ... for an array
+``KEY`` of a file of several) or zeros; without ``--sequence`` each file is a sequence of one
+step. Their relerr, cosine, adam, update and updcos are means over the steps, maxabs the
+maximum, snr from the summed squared errors; ``per_step`` in the JSON has every step.
 """
 from __future__ import annotations
 
