@@ -124,7 +124,7 @@ class AutoCodec:
     def observe(self, y: np.ndarray) -> None:
         """Adds one call's all-reduced result to the running second moment."""
         self.calls += 1
-        if self.supplied:
+        if self.supplied or self.metric != "adam":
             return
         y2 = np.square(np.nan_to_num(y.astype(np.float64), posinf=0.0, neginf=0.0)).ravel()
         self.v = (1 - self.beta2) * y2 if self.v is None else \

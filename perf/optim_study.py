@@ -68,9 +68,7 @@ def measure(capture: str, out: str):
                             "--algo", "two_shot", "--no-default-codecs", "--json", js, "-q"]
             args += [a for s in specs for a in ("--codec", s)]
             args += ["--error-feedback"] if ef else []
-            shown = [os.path.relpath(a, ROOT) if os.sep in a else a for a in args]
-            print(f"# ccompress-fidelity {' '.join(shown)}", flush=True)
-            rc = fidelity.main(args)
+            rc = fidelity.main([os.path.relpath(a) if os.sep in a else a for a in args])
             if rc:
                 raise SystemExit(f"ccompress-fidelity exited {rc}")
             for r in json.load(open(js))["rows"]:
@@ -106,6 +104,9 @@ def spearman(xs, ys) -> float:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    args.capture, args.out = os.path.abspath(args.capture), os.path.abspath(args.out)
+    args.train = [os.path.abspath(f) for f in args.train]
+    os.chdir(ROOT)  # fidelity's header line shows the paths relative to the repository
     got, windows = measure(args.capture, args.out)
     print(f"\nMeans over the windows {', '.join(windows)} (each: the mean over its steps); "
           "4 ranks, two_shot, op avg, AdamW betas 0.9/0.95 from the captured state:\n")
