@@ -11,7 +11,7 @@ ccompress-fidelity (``--metric adam,update --sequence --adam-state``):
 The run is the ``exact`` method of perf/train_compare.py with 4 ranks: the same seed,
 initialisation, per-rank data streams (``default_rng([seed, rank])``), schedule and AdamW
 (betas 0.9/0.95, no weight decay), the gradients averaged in float64 instead of an
-all-reduce. Like train_compare's codec methods, every parameter's gradient goes into one flat
+all-reduce; its options (``--seed``, ``--d``, ``--ctx``, ...) are train_compare's. Like train_compare's codec methods, every parameter's gradient goes into one flat
 vector (named_parameters order). Written per window starting at step S (``--windows``):
 ``w{S}/step{T}.npz`` for T = S .. S+L-1, each with ``parts`` (ranks, n): every rank's own
 flat gradient, float32; and ``w{S}/state.npz``: AdamW's ``exp_avg``, ``exp_avg_sq`` (flat,
@@ -30,27 +30,27 @@ import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "perf"))
 from tinylm import batch, build_model, find_corpus, load_text, lr_at  # noqa: E402
+from train_compare import parse as train_compare_parse  # noqa: E402
+from train_methods import BETAS  # noqa: E402
 
-BETAS = (0.9, 0.95)  # perf/train_methods.py's
 
 
 def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=300, help="length of the schedule")
+    """This script's options, and perf/train_compare.py's for the run (model, data, seed,
+    steps, learning rate, batch, ranks: every other option goes to its parser)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog="and every option of perf/train_compare.py")
     ap.add_argument("--windows", default="20,100,250", help="first step of each sequence")
     ap.add_argument("--length", type=int, default=6, help="steps per sequence")
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=8, help="sequences per rank and step")
-    ap.add_argument("--d", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--ctx", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--corpus", default="")
-    ap.add_argument("--out", default="", help="default build/optim_capture/seed{seed}")
-    return ap.parse_args(argv)
+    ap.add_argument("--capture-out", default="", help="default build/optim_capture/seed{seed}")
+    own, rest = ap.parse_known_args(argv)
+    run = train_compare_parse(rest)
+    for k, v in vars(own).items():
+        setattr(run, k, v)
+    return run
 
 
 def flat_state(opt, params, key):
@@ -63,7 +63,8 @@ def main(argv=None) -> int:
     args = parse(argv)
     import torch
     torch.set_num_threads(1)
-    out_dir = args.out or os.path.join(ROOT, "build", "optim_capture", f"seed{args.seed}")
+    out_dir = args.capture_out or os.path.join(ROOT, "build", "optim_capture",
+                                               f"seed{args.seed}")
     starts = sorted({int(s) for s in args.windows.split(",") if s.strip()})
     last = max(starts) + args.length
     if last > args.steps:

@@ -112,7 +112,7 @@ def main(argv=None) -> int:
         ch = ", ".join(sorted(set(",".join(v["chosen"]).split(","))))
         print(f"| {codec} | {'on' if ef else 'off'} | {mean[(codec, ef)]['relerr']:.3e} | "
               f"{mean[(codec, ef)]['adam']:.3e} | {mean[(codec, ef)]['update']:.3e} | {ch} |")
-    by = losses(args.train)
+    by = dict(sorted(losses(args.train).items()))
     points = []
     print("\n| method | codec | error feedback | " + " | ".join(f"seed {s} vs exact" for s in by)
           + " | mean | L2 relerr | adam | update |")
