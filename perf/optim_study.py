@@ -23,7 +23,7 @@ import statistics
 import sys
 
 import ccompress as cc
-from ccompress import fidelity
+from ccompress import autocodec, fidelity
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "perf"))
@@ -42,10 +42,24 @@ def parse(argv=None):
     ap.add_argument("--capture", default=os.path.join(ROOT, "build", "optim_capture", "seed0"))
     ap.add_argument("--train", nargs="*", default=[], help="perf/train_compare.py JSON files")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "optim_study"))
+    ap.add_argument("--reuse", action="store_true",
+                    help="read a window's JSON from --out where it holds these codecs and files "
+                         "instead of measuring again")
     return ap.parse_args(argv)
 
 
-def measure(capture: str, out: str):
+def _measured(js: str, specs, files) -> bool:
+    """Whether ``js`` is a fidelity JSON of exactly these codecs on these files."""
+    if not os.path.exists(js):
+        return False
+    with open(js) as fh:
+        doc = json.load(fh)
+    want = {s if autocodec.is_auto(s) else cc.Codec.parse(s).name for s in specs}
+    return set(doc["codecs"]) == want and \
+        [os.path.basename(f["file"]) for f in doc["files"]] == [os.path.basename(f) for f in files]
+
+
+def measure(capture: str, out: str, reuse: bool = False):
     """{(codec, ef): {metric: mean over the windows}} and the windows' first steps."""
     windows = sorted(glob.glob(os.path.join(capture, "w*")),
                      key=lambda d: int(d.rsplit("w", 1)[1]))
@@ -63,7 +77,8 @@ def measure(capture: str, out: str):
                             "--algo", "two_shot", "--no-default-codecs", "--json", js, "-q"]
             args += [a for s in specs for a in ("--codec", s)]
             args += ["--error-feedback"] if ef else []
-            rc = fidelity.main([os.path.relpath(a) if os.sep in a else a for a in args])
+            rc = 0 if reuse and _measured(js, specs, files) else \
+                fidelity.main([os.path.relpath(a) if os.sep in a else a for a in args])
             if rc:
                 raise SystemExit(f"ccompress-fidelity exited {rc}")
             for r in json.load(open(js))["rows"]:
@@ -102,7 +117,7 @@ def main(argv=None) -> int:
     args.capture, args.out = os.path.abspath(args.capture), os.path.abspath(args.out)
     args.train = [os.path.abspath(f) for f in args.train]
     os.chdir(ROOT)  # fidelity's header line shows the paths relative to the repository
-    got, windows = measure(args.capture, args.out)
+    got, windows = measure(args.capture, args.out, args.reuse)
     print(f"\nMeans over the windows {', '.join(windows)} (each: the mean over its steps); "
           "4 ranks, two_shot, op avg, AdamW betas 0.9/0.95 from the captured state:\n")
     print("| codec | error feedback | L2 relerr | adam | update | chosen |")
