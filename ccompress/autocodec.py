@@ -7,15 +7,26 @@ squared errors and squared norms with an exact float32 all-reduce, so all of the
 totals and pick the same (codec, layout): the one with the least relative error within the
 bit budget (8.5 bits per element for auto8, 4.6 for auto4). The choice is reported in
 ``comm.last_stats``.
+
+For gradients that an Adam-type optimizer consumes, ``auto8:adam`` / ``auto4:adam`` rank the
+candidates by the Adam-normalised error instead (:mod:`ccompress.adam_fidelity`): each
+element's error and value weighted by ``1 / (sqrt(v̂) + eps)``, Adam's per-coordinate scale.
+``v̂`` comes from an :class:`AutoCodec` passed as the codec, which either holds the
+optimizer's second moment (:meth:`AutoCodec.set_second_moment`) or keeps its own running
+average of the square of this tensor's all-reduced results (identical on every rank); one
+object per tensor, like :class:`~ccompress.ErrorFeedback`. The plain string form, and an
+AutoCodec's first call, have no history and weigh by the rank's own ``|x|`` (``v̂ = x²``:
+Adam's first step), so the spec ranks by the mean squared relative error per element.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._errors import CCompressError
+from . import adam_fidelity
+from ._errors import CCompressError, InvalidArgument
 from .codec import Codec
 
 # Candidates in order of preference on ties; those this build does not register are skipped.
@@ -28,8 +39,96 @@ BUDGET_BITS = {"auto8": 8.5, "auto4": 4.6}
 SAMPLE_ELEMS = 1 << 15
 
 
+METRICS = ("l2", "adam")
+
+
+def parse(spec: Any) -> Optional[Tuple[str, str]]:
+    """("auto8" | "auto4", "l2" | "adam") of an auto spec or :class:`AutoCodec`, else None."""
+    if isinstance(spec, AutoCodec):
+        return spec.base, spec.metric
+    if not isinstance(spec, str):
+        return None
+    base, _, metric = spec.partition(":")
+    if base in CANDIDATES and (metric or "l2") in METRICS:
+        return base, metric or "l2"
+    return None
+
+
 def is_auto(spec: Any) -> bool:
-    return isinstance(spec, str) and spec in CANDIDATES
+    """Whether ``spec`` is auto8 / auto4 (with an optional ``:adam`` / ``:l2``) or an
+    :class:`AutoCodec`."""
+    return parse(spec) is not None
+
+
+class AutoCodec:
+    """``auto8`` / ``auto4`` with state, for one tensor: pass it as ``codec=`` every step.
+
+    Args:
+      name: "auto8" or "auto4", optionally with ":adam" or ":l2" (the default metric is
+        ``metric``).
+      metric: "adam" (rank by the Adam-normalised error) or "l2".
+      beta2, eps: of the running second moment and the weights ``1 / (sqrt(v̂) + eps)``;
+        match the optimizer's.
+      exp_avg_sq, step: a second moment (raw, as torch keeps it) and its step count to
+        continue the running average from (e.g. the optimizer's, when resuming).
+
+    Without :meth:`set_second_moment` it keeps ``v = beta2 v + (1 - beta2) y²`` of every
+    call's all-reduced result y (the same bits on every rank, so every rank weighs alike),
+    bias-corrected by the call count. The first call weighs by the rank's own input.
+    """
+
+    def __init__(self, name: str = "auto8", metric: str = "adam", beta2: float = 0.999,
+                 eps: float = adam_fidelity.EPS, exp_avg_sq: Any = None, step: int = 0) -> None:
+        base, _, given = str(name).partition(":")
+        if base not in CANDIDATES or (given or metric) not in METRICS:
+            raise InvalidArgument(f"AutoCodec({name!r}, metric={metric!r}): use auto8 or auto4 "
+                                  f"and a metric of {', '.join(METRICS)}")
+        adam_fidelity.check_betas((0.0, beta2), eps)
+        self.base, self.metric = base, given or metric
+        self.beta2, self.eps = float(beta2), float(eps)
+        self.v: Optional[np.ndarray] = None
+        self.calls = 0
+        self.supplied = False
+        if exp_avg_sq is not None:
+            self.set_second_moment(exp_avg_sq)
+            self.supplied, self.calls = False, int(step)
+            if self.calls < 1:
+                raise InvalidArgument("AutoCodec: a starting exp_avg_sq needs its step >= 1")
+
+    def __repr__(self) -> str:
+        return f"AutoCodec({self.name!r})"
+
+    @property
+    def name(self) -> str:
+        return f"{self.base}:{self.metric}"
+
+    def set_second_moment(self, exp_avg_sq: Any, step: Optional[int] = None) -> None:
+        """Weigh by the optimizer's own second moment from now on (e.g. torch's
+        ``exp_avg_sq``; bias-corrected with ``step`` when given, else taken as it is)."""
+        v = np.asarray(exp_avg_sq, np.float64)
+        if np.any(~np.isfinite(v)) or np.any(v < 0):
+            raise InvalidArgument("set_second_moment: exp_avg_sq must be finite and >= 0")
+        self.v = v / (1 - self.beta2 ** step) if step else v
+        self.supplied = True
+
+    def weights(self, x: np.ndarray) -> np.ndarray:
+        """The per-element weights of this call's ranking (shape of ``x``)."""
+        if self.v is None:
+            return adam_fidelity.adam_weights(np.square(x.astype(np.float64)), self.eps)
+        if self.v.size != x.size:
+            raise InvalidArgument(f"{self.name}: the second moment has {self.v.size} elements, "
+                                  f"the tensor {x.size}: one AutoCodec per tensor")
+        v = self.v if self.supplied else self.v / (1 - self.beta2 ** self.calls)
+        return adam_fidelity.adam_weights(v.reshape(x.shape), self.eps)
+
+    def observe(self, y: np.ndarray) -> None:
+        """Adds one call's all-reduced result to the running second moment."""
+        self.calls += 1
+        if self.supplied or self.metric != "adam":
+            return
+        y2 = np.square(np.nan_to_num(y.astype(np.float64), posinf=0.0, neginf=0.0)).ravel()
+        self.v = (1 - self.beta2) * y2 if self.v is None else \
+            self.beta2 * self.v + (1 - self.beta2) * y2
 
 
 def candidates(name: str) -> List[Codec]:
@@ -96,24 +195,29 @@ class Choice:
     table: List[Tuple[str, str, float]]  # (codec, layout, relerr) for every candidate
 
 
-def choose(name: str, a: np.ndarray, exact_sum) -> Choice:
+def choose(name: str, a: np.ndarray, exact_sum, weights: Optional[np.ndarray] = None) -> Choice:
     """Picks a (codec, layout) for host array ``a``; ``exact_sum(v)`` must return the exact
-    float32 all-reduce of a small vector (the same on every rank)."""
+    float32 all-reduce of a small vector (the same on every rank). ``weights`` (shape of
+    ``a``) weigh each element's error and value (the Adam-normalised ranking)."""
     cands = candidates(name)
     if not cands:
         raise CCompressError(f"{name}: no candidate codec is registered in this build")
     options = [(c, lay) for lay in layouts(a.shape) for c in cands]
     stats = np.zeros(2 * len(options), np.float32)
     samples = {lay: _sample(a, lay) for lay in layouts(a.shape)}
+    wsamples = {lay: None if weights is None else
+                _sample(weights.reshape(a.shape), lay).astype(np.float64) for lay in samples}
     for i, (c, lay) in enumerate(options):
         s = samples[lay]
         r = c.roundtrip(s).astype(np.float64)
         # NaN/Inf inputs, and the outputs a codec's policy lets them reach, say nothing about
         # its error on the rest: leave them out (else one NaN would decide the choice).
         finite = np.isfinite(s) & np.isfinite(r)
-        d = (r - s)[finite]
+        w = 1.0 if wsamples[lay] is None else wsamples[lay][finite]
+        d = (r - s)[finite] * w
+        sw = s[finite].astype(np.float64) * w
         stats[2 * i] = float(np.dot(d, d))
-        stats[2 * i + 1] = float(np.dot(s[finite].astype(np.float64), s[finite]))
+        stats[2 * i + 1] = float(np.dot(sw, sw))
     totals = np.asarray(exact_sum(stats), dtype=np.float64)
     rel = np.sqrt(totals[0::2] / np.maximum(totals[1::2], 1e-300))
     best = int(np.argmin(rel))  # first on ties: the order above breaks them
@@ -121,18 +225,23 @@ def choose(name: str, a: np.ndarray, exact_sum) -> Choice:
     return Choice(options[best][0], options[best][1], table)
 
 
-def allreduce(comm: Any, call: Any, name: str) -> dict:
+def allreduce(comm: Any, call: Any, spec: Any) -> dict:
     """Runs the all-reduce ``call`` (resolved with codec "none") with the (codec, layout)
-    that ``auto8``/``auto4`` picks for its data: the ranks agree on the choice through one
-    exact all-reduce of their sample errors, then reduce as stored ("rows") or column by
-    column ("cols", through a rearranged copy). Host arrays only; the choice goes to
-    ``last_stats``."""
+    that ``spec`` (auto8 / auto4 [:adam], or an :class:`AutoCodec`) picks for its data: the
+    ranks agree on the choice through one exact all-reduce of their sample errors, then
+    reduce as stored ("rows") or column by column ("cols", through a rearranged copy). Host
+    arrays only; the choice goes to ``last_stats``."""
     from dataclasses import replace
 
     from . import _arrays
 
+    name, metric = parse(spec)
     a = _arrays.as_numpy(call.x)
-    choice = choose(name, a, lambda v: comm._exact_sum(v, "two_shot"))
+    weights = None
+    if metric == "adam":
+        weights = spec.weights(a) if isinstance(spec, AutoCodec) else \
+            adam_fidelity.adam_weights(np.square(a.astype(np.float64)))
+    choice = choose(name, a, lambda v: comm._exact_sum(v, "two_shot"), weights)
     if choice.layout == "rows":
         stats = comm._run(replace(call, codec=choice.codec))
     else:
@@ -141,5 +250,8 @@ def allreduce(comm: Any, call: Any, name: str) -> dict:
         stats = comm._run(replace(call, codec=choice.codec, x=_arrays.view(flat),
                                   out=_arrays.view(res)))
         _arrays.as_numpy(call.out)[...] = restore(res, call.x.shape, "cols")
-    stats.update(auto=name, layout=choice.layout, candidates=choice.table)
+    if isinstance(spec, AutoCodec):
+        spec.observe(_arrays.as_numpy(call.out))
+    stats.update(auto=spec if isinstance(spec, str) else spec.name, layout=choice.layout,
+                 candidates=choice.table)
     return stats

@@ -183,7 +183,8 @@ class Communicator:
         """Reduces ``x`` over all ranks; every rank gets bit-identical results.
 
         ``codec`` is a spec string or :class:`Codec`, or ``"auto8"`` / ``"auto4"`` to let
-        the ranks pick a codec and scale-group layout per call from the data (see
+        the ranks pick a codec and scale-group layout per call from the data (``":adam"``
+        added, or an ``autocodec.AutoCodec``: by the Adam-normalised error, for gradients; see
         :mod:`ccompress.autocodec`; the choice is in ``last_stats``); ``algo`` one of ring,
         two_shot, tree, one_shot, hier, auto; ``op`` sum or avg. ``algo="hier"`` reduces
         inside each node of ``ranks_per_node`` ranks with ``intra_codec`` (default none:

@@ -24,6 +24,18 @@ comparison 2(k-1)/k * 4 for float32 uncompressed over ring or two_shot, 0 at one
 ``cosine`` between y and ref; ``maxabs`` = max |y - ref|; ``snr`` = 10 log10(||ref||^2 /
 ||y - ref||^2) dB. Exit status: 0, 1 when a run failed or ranks disagreed, 2 for bad
 arguments or files.
+
+Optimizer-aware columns (``--metric adam,update``; definitions in
+:mod:`ccompress.adam_fidelity`): ``adam`` = the error against each coordinate's Adam scale
+``1 / (sqrt(v̂) + eps)``, ``update`` and ``updcos`` = the relative error and cosine of Adam's
+update computed from the compressed gradients against the exact ones. Those rows measure a
+sequence: ``--sequence`` reads the files as consecutive steps of the same arrays (matched by
+array name), each step all-reduced with ``op="avg"`` against the fp64 mean of its parts,
+with ``--error-feedback`` carried by every rank over the steps, Adam started from
+``--adam-state`` (``exp_avg_sq``, ``exp_avg``, ``step``; ``KEY.exp_avg_sq`` ... for an array
+``KEY`` of a file of several) or zeros; without ``--sequence`` each file is a sequence of one
+step. Their relerr, cosine, adam, update and updcos are means over the steps, maxabs the
+maximum, snr from the summed squared errors; ``per_step`` in the JSON has every step.
 """
 from __future__ import annotations
 
@@ -42,12 +54,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 import ccompress as cc
-from . import _arrays, autocodec
+from . import _arrays, adam_fidelity, autocodec
 
 DEFAULT_CODECS = ("none", "bf16", "fp8_e4m3:g128", "fp8_e5m2:g128")
 ALGOS = ("ring", "two_shot", "tree", "one_shot")
 COLUMNS = [("tensor", 26), ("ranks", 5), ("codec", 20), ("algo", 8), ("bits", 6), ("B/elem", 6),
            ("relerr", 9), ("cosine", 10), ("maxabs", 9), ("snr(dB)", 7)]
+OPT_COLUMNS = [("adam", 9), ("update", 9), ("updcos", 10)]  # with --metric adam / update
+METRICS = ("l2", "adam", "update")
 
 
 class FidelityError(Exception):
@@ -64,6 +78,7 @@ class Tensor:
     stacked: bool
     notes: List[str] = field(default_factory=list)
     shape: Tuple[int, ...] = ()  # one part's shape (parts are stored flat)
+    key: str = ""  # the array's name in its file ("" for .npy): matches steps of a sequence
 
     @property
     def group(self) -> str:
@@ -126,12 +141,12 @@ def _safetensors_via_torch(path: str, key: str) -> np.ndarray:
     return t.numpy()
 
 
-def load(path: str, layout: str = "auto") -> List[Tensor]:
-    """The tensors of one file (see the module doc for how stacks are recognised)."""
+def read_arrays(path: str, only_parts: bool = False) -> Dict[str, np.ndarray]:
+    """Every array of a .npy (key ""), .npz or .safetensors file; with ``only_parts`` just
+    the ``parts`` array where the file has one."""
     if not os.path.exists(path):
         raise FidelityError(f"{path}: no such file")
     ext = os.path.splitext(path)[1].lower()
-    stem = os.path.splitext(os.path.basename(path))[0]
     magic = {".npy": b"\x93NUMPY", ".npz": b"PK"}.get(ext)
     if magic is not None:
         with open(path, "rb") as fh:
@@ -142,11 +157,11 @@ def load(path: str, layout: str = "auto") -> List[Tensor]:
             arrays = {"": np.load(path, allow_pickle=False)}
         elif ext == ".npz":
             with np.load(path, allow_pickle=False) as z:
-                keys = ["parts"] if "parts" in z.files else list(z.files)
+                keys = ["parts"] if only_parts and "parts" in z.files else list(z.files)
                 arrays = {k: z[k] for k in keys}
         elif ext == ".safetensors":
             arrays = _read_safetensors(path)
-            if "parts" in arrays:
+            if only_parts and "parts" in arrays:
                 arrays = {"parts": arrays["parts"]}
         else:
             raise FidelityError(f"{path}: unsupported file type {ext or '(none)'!r}; "
@@ -155,6 +170,13 @@ def load(path: str, layout: str = "auto") -> List[Tensor]:
         raise
     except Exception as e:  # noqa: BLE001 - NumPy raises many kinds for a corrupt file
         raise FidelityError(f"{path}: cannot read it as {ext} ({type(e).__name__}: {e})") from None
+    return arrays
+
+
+def load(path: str, layout: str = "auto") -> List[Tensor]:
+    """The tensors of one file (see the module doc for how stacks are recognised)."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    arrays = read_arrays(path, only_parts=True)
     if not arrays:
         raise FidelityError(f"{path}: holds no arrays")
     out: List[Tensor] = []
@@ -176,7 +198,8 @@ def load(path: str, layout: str = "auto") -> List[Tensor]:
                                 "shape (ranks, ...) with at least 2 dimensions")
         parts = np.ascontiguousarray(a.reshape(a.shape[0], -1) if stacked else a.reshape(1, -1))
         name = stem if key in ("", "parts") else f"{stem}:{key}"
-        t = Tensor(path, name, parts, stacked, shape=tuple(a.shape[1:] if stacked else a.shape))
+        t = Tensor(path, name, parts, stacked, shape=tuple(a.shape[1:] if stacked else a.shape),
+                   key=key)
         if skipped:
             t.notes.append(f"skipped non-float or empty arrays {skipped}")
         out.append(t)
@@ -210,34 +233,144 @@ def metrics(y: np.ndarray, ref: np.ndarray) -> Dict[str, float]:
             "snr_db": snr}
 
 
+def _run(steps: List[np.ndarray], shape, codec: Union[cc.Codec, str], algo: str, op: str,
+         error_feedback: bool = False, make_codec=None):
+    """All-reduces each step's per-rank inputs (rows of ``steps[i]``) in turn on in-process
+    ranks, each rank keeping its own error feedback (and ``make_codec()``'s stateful codec)
+    across the steps: per step (rank 0's result, every rank's last_stats, whether all ranks
+    hold the same bits)."""
+    k = steps[0].shape[0]
+
+    def body(comm: cc.Communicator):
+        ef = cc.ErrorFeedback() if error_feedback else None
+        c = make_codec() if make_codec is not None else codec
+        out = []
+        for parts in steps:
+            y = comm.allreduce(parts[comm.rank].reshape(shape), codec=c, algo=algo, op=op,
+                               error_feedback=ef)
+            out.append((y.reshape(-1), dict(comm.last_stats)))
+        return out
+
+    res = cc.run_inproc(k, body)
+    per_step = []
+    for i in range(len(steps)):
+        y0 = res[0][i][0]
+        same = all(np.array_equal(y0.view(np.uint8), r[i][0].view(np.uint8)) for r in res[1:])
+        per_step.append((y0, [r[i][1] for r in res], same))
+    return per_step
+
+
+def _row(t: Tensor, k: int, n: int, codec: Any, algo: str, stats: List[Dict[str, Any]],
+         identical: bool) -> Dict[str, Any]:
+    """A result row's fields besides the errors; ``stats``: every rank's last_stats."""
+    dtype = _arrays.dtype_name(t.parts.dtype)
+    st = stats[0]
+    chosen = cc.Codec.parse(st["codec"])  # the codec itself, or auto's choice
+    sent = [x["payload_bytes"] + x["header_bytes"] for x in stats]
+    return {"file": t.file, "tensor": t.name, "group": t.group, "ranks": k, "count": n,
+            "dtype": dtype, "codec": codec if isinstance(codec, str) else codec.name,
+            "algo": algo, "chosen": f"{chosen.name}/{st.get('layout', 'rows')}",
+            "resolved_algo": st["algo"], "quantizations": st["quantizations"],
+            "bits": 8.0 * chosen.wire_bytes(n, dtype) / n,
+            "payload_bytes": [x["payload_bytes"] for x in stats],
+            "header_bytes": [x["header_bytes"] for x in stats],
+            "sent_bytes_per_elem": statistics.fmean(sent) / n,
+            "ranks_identical": identical}
+
+
+def _shape(t: Tensor, n: int) -> Tuple[int, ...]:
+    return t.shape if t.shape and int(np.prod(t.shape)) == n else (n,)
+
+
 def measure(t: Tensor, k: int, codec: Union[cc.Codec, str], algo: str) -> Dict[str, Any]:
     """One all-reduce of ``t`` over k in-process ranks: a result row. ``codec`` is a Codec
     or "auto8" / "auto4", whose per-call choice is reported in the row."""
     parts = merge(t.parts, k)
     ref = parts.astype(np.float64).sum(axis=0)
     n = parts.shape[1]
-    shape = t.shape if t.shape and int(np.prod(t.shape)) == n else (n,)
-
-    def body(comm: cc.Communicator):
-        y = comm.allreduce(parts[comm.rank].reshape(shape), codec=codec, algo=algo)
-        return y.reshape(-1), dict(comm.last_stats)
-
-    res = cc.run_inproc(k, body)
-    y0 = res[0][0]
-    identical = all(np.array_equal(y0.view(np.uint8), y.view(np.uint8)) for y, _ in res[1:])
-    sent = [st["payload_bytes"] + st["header_bytes"] for _, st in res]
-    dtype = _arrays.dtype_name(parts.dtype)
-    chosen = cc.Codec.parse(res[0][1]["codec"])  # the codec itself, or auto's choice
-    row = {"file": t.file, "tensor": t.name, "group": t.group, "ranks": k, "count": n,
-           "dtype": dtype, "codec": codec if isinstance(codec, str) else codec.name,
-           "algo": algo, "chosen": f"{chosen.name}/{res[0][1].get('layout', 'rows')}",
-           "resolved_algo": res[0][1]["algo"], "quantizations": res[0][1]["quantizations"],
-           "bits": 8.0 * chosen.wire_bytes(n, dtype) / n,
-           "payload_bytes": [st["payload_bytes"] for _, st in res],
-           "header_bytes": [st["header_bytes"] for _, st in res],
-           "sent_bytes_per_elem": statistics.fmean(sent) / n,
-           "ranks_identical": identical}
+    ((y0, stats, identical),) = _run([parts], _shape(t, n), codec, algo, "sum")
+    row = _row(t, k, n, codec, algo, stats, identical)
     row.update(metrics(y0, ref))
+    return row
+
+
+@dataclass
+class AdamSetup:
+    """What the optimizer-aware metrics need (:mod:`ccompress.adam_fidelity`): Adam's
+    constants, the arrays of an optimizer-state file (``--adam-state``) and whether each rank
+    keeps error feedback over a sequence."""
+
+    betas: Tuple[float, float] = adam_fidelity.BETAS
+    eps: float = adam_fidelity.EPS
+    state: Dict[str, np.ndarray] = field(default_factory=dict)
+    state_file: str = ""
+    error_feedback: bool = False
+
+    def state_of(self, key: str, n: int):
+        """(exp_avg, exp_avg_sq, step) of tensor ``key`` (arrays ``exp_avg``, ``exp_avg_sq``,
+        ``step`` for a file's only tensor, else ``KEY.exp_avg`` ...); Nones and 0 with no
+        state file."""
+        if not self.state:
+            return None, None, 0
+        pre = "" if key in ("", "parts") else key + "."
+        if pre + "exp_avg_sq" not in self.state:
+            raise FidelityError(f"{self.state_file}: no array {pre + 'exp_avg_sq'!r} (the "
+                                f"second moment of tensor {key or 'parts'!r})")
+        v = self.state[pre + "exp_avg_sq"].astype(np.float64).reshape(-1)
+        m = self.state.get(pre + "exp_avg")
+        step = self.state.get(pre + "step", self.state.get("step"))
+        if v.size != n or (m is not None and m.size != n):
+            raise FidelityError(f"{self.state_file}: the state of {key or 'parts'!r} has "
+                                f"{v.size} elements, the tensor {n}")
+        if step is None or int(np.asarray(step).reshape(-1)[0]) < 1:
+            raise FidelityError(f"{self.state_file}: needs a 'step' array (optimizer steps "
+                                "taken, >= 1) for the bias correction of its moments")
+        return (None if m is None else m.astype(np.float64).reshape(-1), v,
+                int(np.asarray(step).reshape(-1)[0]))
+
+
+def measure_sequence(seq: List[Tensor], k: int, codec: Union[cc.Codec, str], algo: str,
+                     setup: AdamSetup) -> Dict[str, Any]:
+    """The steps of ``seq`` (one tensor over consecutive training steps) all-reduced in turn
+    with ``op="avg"`` over k in-process ranks (error feedback carried when ``setup`` says),
+    against the fp64 mean of the parts, with Adam run beside it
+    (:class:`~ccompress.adam_fidelity.AdamPair`): a row whose relerr, cosine, adam, update
+    and updcos are means over the steps, maxabs the max, snr from the pooled errors. An
+    ``auto8:adam`` / ``auto4:adam`` codec keeps one AutoCodec per rank over the steps,
+    started from the state's second moment when there is one."""
+    t = seq[0]
+    for x in seq[1:]:
+        if x.parts.shape != t.parts.shape:
+            raise FidelityError(f"sequence of {t.key or t.name!r}: {x.file} holds shape "
+                                f"{x.parts.shape}, {t.file} {t.parts.shape}")
+    steps = [merge(x.parts, k) for x in seq]
+    n = steps[0].shape[1]
+    m0, v0, s0 = setup.state_of(t.key, n)
+    auto = autocodec.parse(codec)
+    make = None
+    if auto and auto[1] == "adam":
+        def make():
+            return autocodec.AutoCodec(auto[0], "adam", beta2=setup.betas[1], eps=setup.eps,
+                                       exp_avg_sq=v0, step=s0)
+    per = _run(steps, _shape(t, n), codec, algo, "avg", setup.error_feedback, make)
+    pair = adam_fidelity.AdamPair(n, setup.betas, setup.eps, m0, v0, s0)
+    per_step = []
+    for parts, (y, _, _) in zip(steps, per):
+        ref = parts.astype(np.float64).sum(axis=0) / k
+        e = metrics(y, ref)
+        d = y.astype(np.float64) - ref
+        e.update(pair.step(ref, y), e2=float(d @ d), r2=float(ref @ ref))
+        per_step.append(e)
+    row = _row(t, k, n, codec, algo, per[-1][1], all(same for _, _, same in per))
+    row["chosen"] = ",".join(dict.fromkeys(
+        f"{cc.Codec.parse(st[0]['codec']).name}/{st[0].get('layout', 'rows')}"
+        for _, st, _ in per))
+    e2, r2 = sum(p["e2"] for p in per_step), sum(p["r2"] for p in per_step)
+    row.update(tensor=t.name if len(seq) == 1 else f"{t.name}..{seq[-1].name}",
+               steps=len(seq), per_step=per_step, maxabs=max(p["maxabs"] for p in per_step),
+               snr_db=math.inf if e2 == 0 else (10 * math.log10(r2 / e2) if r2 else -math.inf),
+               **{m: statistics.fmean(p[m] for p in per_step)
+                  for m in ("relerr", "cosine", "adam", "update", "update_cos")})
     return row
 
 
@@ -254,12 +387,14 @@ def fmt_row(r: Dict[str, Any]) -> str:
     vals = [r["tensor"], r["ranks"], r["codec"], r["algo"], _fmt(r["bits"], ".2f"),
             _fmt(r["sent_bytes_per_elem"], ".3f"), _fmt(r["relerr"], ".3e"),
             _fmt(r["cosine"], ".7f"), _fmt(r["maxabs"], ".2e"), _fmt(r["snr_db"], ".1f")]
+    if "adam" in r:
+        vals += [_fmt(r["adam"], ".3e"), _fmt(r["update"], ".3e"), _fmt(r["update_cos"], ".7f")]
     return _line(vals)
 
 
 def _line(vals: Sequence[Any]) -> str:
     return "  " + " ".join(str(v).ljust(w) if i in (0, 2, 3) else str(v).rjust(w)
-                           for i, (v, (_, w)) in enumerate(zip(vals, COLUMNS)))
+                           for i, (v, (_, w)) in enumerate(zip(vals, COLUMNS + OPT_COLUMNS)))
 
 
 def summarize(rows: List[Dict[str, Any]], algo: str, ranks: int) -> Dict[str, Any]:
@@ -277,6 +412,9 @@ def summarize(rows: List[Dict[str, Any]], algo: str, ranks: int) -> Dict[str, An
                  "relerr_max": max(r["relerr"] for r in rs),
                  "cosine_median": statistics.median(r["cosine"] for r in rs),
                  "snr_db_median": statistics.median(r["snr_db"] for r in rs)}
+        if all("adam" in r for r in rs):
+            entry.update({f"{m}_median": statistics.median(r[m] for r in rs)
+                          for m in ("adam", "update", "update_cos")})
         if len(groups) > 1:
             entry["relerr_median_by_group"] = {
                 g: statistics.median(r["relerr"] for r in rs if r["group"] == g)
@@ -293,6 +431,9 @@ def print_summary(s: Dict[str, Any], nfiles: int) -> None:
     head = (f"{'codec':20s} {'bits':>6} {'B/elem':>6} {'relerr':>9} "
             + " ".join(f"{'relerr ' + g:>10}" for g in groups)
             + f" {'max relerr':>10} {'cosine':>10} {'snr(dB)':>7}")
+    opt = bool(s["codecs"]) and all("adam_median" in e for e in s["codecs"])
+    if opt:
+        head += f" {'adam':>9} {'update':>9} {'updcos':>10}"
     print("# " + head)
     for e in s["codecs"]:
         by = e.get("relerr_median_by_group", {})
@@ -300,7 +441,9 @@ def print_summary(s: Dict[str, Any], nfiles: int) -> None:
               f"{_fmt(e['relerr_median'], '9.3e')} "
               + " ".join(f"{_fmt(by[g], '10.3e') if g in by else '-':>10}" for g in groups)
               + f" {_fmt(e['relerr_max'], '10.3e')} {_fmt(e['cosine_median'], '10.7f')}"
-              f" {_fmt(e['snr_db_median'], '7.1f')}")
+              f" {_fmt(e['snr_db_median'], '7.1f')}"
+              + (f" {_fmt(e['adam_median'], '9.3e')} {_fmt(e['update_median'], '9.3e')}"
+                 f" {_fmt(e['update_cos_median'], '10.7f')}" if opt else ""))
 
 
 def plot(rows: List[Dict[str, Any]], ranks: int, path: str, label_algo: str) -> None:
@@ -379,8 +522,55 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="schedule of the summary, repeatable (default two_shot)")
     p.add_argument("--summary-ranks", type=int, default=4, metavar="K",
                    help="rank count of the summary and the plot (default 4, else the largest)")
+    p.add_argument("--metric", action="append", type=_metrics, metavar="M[,M]",
+                   help="l2 (the columns above, always shown), adam (the error against each "
+                        "coordinate's Adam scale 1/(sqrt(v)+eps)), update (the error of Adam's "
+                        "update with moments carried); repeatable (see ccompress.adam_fidelity)")
+    p.add_argument("--sequence", action="store_true",
+                   help="the FILEs are consecutive training steps of the same arrays, in order:"
+                        " each array is measured as one sequence, Adam's state carried")
+    p.add_argument("--adam-state", metavar="FILE",
+                   help="optimizer state before the first step: exp_avg_sq, exp_avg, step "
+                        "(KEY.exp_avg_sq ... per array KEY of several); default zeros")
+    p.add_argument("--betas", type=_betas, default=adam_fidelity.BETAS, metavar="B1,B2",
+                   help="Adam's betas (default 0.9,0.999)")
+    p.add_argument("--eps", type=float, default=adam_fidelity.EPS, help="Adam's eps (1e-8)")
+    p.add_argument("--error-feedback", action="store_true",
+                   help="each rank keeps ccompress.ErrorFeedback over a sequence (two_shot, "
+                        "one_shot)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     return p.parse_args(argv)
+
+
+def _metrics(text: str) -> List[str]:
+    ms = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in ms if m not in METRICS]
+    if bad or not ms:
+        raise argparse.ArgumentTypeError(f"bad metric {text!r}; use {', '.join(METRICS)}")
+    return ms
+
+
+def _betas(text: str) -> Tuple[float, float]:
+    try:
+        b = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        b = ()
+    if len(b) != 2 or not all(0 <= v < 1 for v in b):
+        raise argparse.ArgumentTypeError(f"bad betas {text!r}; use e.g. 0.9,0.95")
+    return b  # type: ignore[return-value]
+
+
+def _units(tensors: List[Tensor], sequence: bool) -> List[List[Tensor]]:
+    """What is measured: each tensor alone, or (--sequence) each array over the files."""
+    if not sequence:
+        return [[t] for t in tensors]
+    by_key: Dict[str, List[Tensor]] = {}
+    for t in tensors:
+        by_key.setdefault(t.key, []).append(t)
+    if len({len(v) for v in by_key.values()}) != 1:
+        raise FidelityError("--sequence: every file must hold the same arrays (one step each); "
+                            + ", ".join(f"{k or 'parts'!r} in {len(v)}" for k, v in by_key.items()))
+    return list(by_key.values())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -405,6 +595,12 @@ def run(args: argparse.Namespace) -> int:
             raise FidelityError("--plot needs matplotlib: pip install 'ccompress[fidelity]' "
                                 "(or pip install matplotlib)") from None
     tensors = [t for f in args.files for t in load(f, args.layout)]
+    metric_set = {m for ms in (args.metric or [["l2"]]) for m in ms}
+    optimizer = bool(metric_set & {"adam", "update"}) or args.sequence or args.error_feedback
+    setup = AdamSetup(tuple(args.betas), args.eps, error_feedback=args.error_feedback)
+    if args.adam_state:
+        setup.state, setup.state_file = read_arrays(args.adam_state), args.adam_state
+    units = _units(tensors, args.sequence)
 
     def say(msg: str) -> None:
         if not args.quiet:
@@ -417,25 +613,28 @@ def run(args: argparse.Namespace) -> int:
     print(f"# ccompress {cc.__version__}  {datetime.datetime.now().isoformat(timespec='seconds')}"
           f"  ref: fp64 sum of the parts; y: rank 0's result (all ranks bit-identical);"
           f" bits: encoded bits per element; B/elem: bytes each rank sent per element")
-    print("#" + _line([name for name, _ in COLUMNS])[1:])
+    print("#" + _line([name for name, _ in COLUMNS + (OPT_COLUMNS if optimizer else [])])[1:])
     rows: List[Dict[str, Any]] = []
     failed = 0
     t0 = time.time()
-    for i, t in enumerate(tensors):
+    for i, unit in enumerate(units):
+        t = unit[0]
         R = t.parts.shape[0]
         ks = [k for k in (args.ranks or sorted({1, R})) if k <= R]
         if args.ranks and len(ks) < len(args.ranks):
             say(f"{t.name}: {R} part(s): skipping rank counts above {R} "
                 f"({', '.join(str(k) for k in args.ranks if k > R)})")
         runs = len(ks) * len(codecs) * len(algos)
-        say(f"({i + 1}/{len(tensors)}) {t.name}: {R} x {t.parts.shape[1]} "
+        steps = f"{len(unit)} steps of " if len(unit) > 1 else ""
+        say(f"({i + 1}/{len(units)}) {t.name}: {steps}{R} x {t.parts.shape[1]} "
             f"{_arrays.dtype_name(t.parts.dtype)}, ranks {','.join(map(str, ks))}: {runs} runs"
             f" [{time.time() - t0:.0f} s]")
         for k in ks:
             for cname, c in codecs.items():
                 for algo in algos:
                     try:
-                        row = measure(t, k, c, algo)
+                        row = measure_sequence(unit, k, c, algo, setup) if optimizer else \
+                            measure(t, k, c, algo)
                     except cc.CCompressError as e:
                         failed += 1
                         msg = f"{type(e).__name__}: {e}"

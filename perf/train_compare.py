@@ -5,7 +5,7 @@ every gradient-communication method of ccompress, same seed and steps, under mpi
     .venv/bin/mpiexec -n 4 .venv/bin/python perf/train_compare.py --methods all
     .venv/bin/python perf/train_report.py        # table -> perf/RESULTS.md, plot -> perf/plots/
 
-Methods: exact (float32 two_shot), fp8 / hint8 / nvfp4 each without and with library error
+Methods: exact (float32 two_shot), fp8 / hint8 / nvfp4 / hint4 each without and with library error
 feedback (``_ef``), gift (fp8 + GIFT whitening + error feedback), tsr / tsr_reset (TSR-Adam,
 moments rotated / reset on refresh), powersgd (rank 4, error feedback, then AdamW).
 Every method's gradients travel through one ccompress Communicator; bytes per step are the

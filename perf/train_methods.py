@@ -11,7 +11,8 @@ from ccompress.gift import GIFT
 from ccompress.powersgd import PowerSGD
 from ccompress.tsr import TSR
 
-CODECS = {"fp8": "fp8_e4m3:g128", "hint8": "hint8:g32", "nvfp4": "nvfp4"}
+CODECS = {"fp8": "fp8_e4m3:g128", "hint8": "hint8:g32", "nvfp4": "nvfp4",
+          "hint4": "hint4"}  # hint4: L2 and the Adam-normalised error order it against nvfp4 apart
 # The source's quantizer is FP8 E5M2 with one scale per tensor; the nearest codec here is
 # E5M2 with one scale per 1024 elements (the largest group). Measured only, not trained with.
 SOURCE_FP8 = "fp8_e5m2:g1024"
