@@ -81,10 +81,13 @@ class TSRAdam:
                                   "v": np.zeros_like(g, np.float32)}
         b1, b2 = self.betas
         st["t"] += 1
-        st["m"] = b1 * st["m"] + (1 - b1) * g
-        st["v"] = b2 * st["v"] + (1 - b2) * g * g
-        m_hat = st["m"] / (1 - b1 ** st["t"])
-        v_hat = st["v"] / (1 - b2 ** st["t"])
+        m, v = st["m"], st["v"]  # b * m + (1 - b) * g, in place (the same float32 operations)
+        m *= b1
+        m += (1 - b1) * g
+        v *= b2
+        v += (1 - b2) * g * g
+        m_hat = m / (1 - b1 ** st["t"])
+        v_hat = v / (1 - b2 ** st["t"])
         return (m_hat / (np.sqrt(v_hat) + self.eps)).astype(np.float32)
 
     def _apply(self, k: str, update: np.ndarray, lr: float) -> None:

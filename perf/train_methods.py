@@ -91,6 +91,9 @@ def add_tsr_options(ap) -> None:
                     help="TSR: wire codec of the r x r cores (e.g. bf16)")
     ap.add_argument("--tsr-sketch-codec", default="none",
                     help="TSR: wire codec of the refresh sketches (e.g. bf16; none: exact)")
+    ap.add_argument("--tsr-dense-codec", default="none",
+                    help="TSR: wire codec of the vectors and small matrices (none: exact; the "
+                         "cores' codec: one collective per step)")
     ap.add_argument("--tsr-basis-ema", type=float, default=0.0,
                     help="TSR: bases from a running average of each rank's gradient (beta)")
     ap.add_argument("--tsr-scale", type=float, default=8.0,
@@ -104,7 +107,7 @@ def make_tsr_adam(model, comm, args, on_refresh="rotate", weight_decay=0.0):
     from ccompress.torch.tsr_adam import TSRAdam
     tsr = TSR(rank=args.tsr_rank, refresh_every=args.tsr_every, error_feedback=args.tsr_ef,
               basis_ema=args.tsr_basis_ema, codec=args.tsr_codec,
-              sketch_codec=args.tsr_sketch_codec)
+              sketch_codec=args.tsr_sketch_codec, dense_codec=args.tsr_dense_codec)
     return TSRAdam(model.named_parameters(), comm, tsr, lr=args.lr, betas=BETAS,
                    weight_decay=weight_decay, on_refresh=on_refresh, scale=args.tsr_scale)
 
@@ -114,7 +117,8 @@ def tsr_report(args, on_refresh="rotate") -> dict:
     a = args
     return {"rank": a.tsr_rank, "refresh_every": a.tsr_every, "on_refresh": on_refresh,
             "scale": a.tsr_scale, "error_feedback": a.tsr_ef, "basis_ema": a.tsr_basis_ema,
-            "core_codec": a.tsr_codec, "sketch_codec": a.tsr_sketch_codec}
+            "core_codec": a.tsr_codec, "sketch_codec": a.tsr_sketch_codec,
+            "dense_codec": a.tsr_dense_codec}
 
 
 class TSRMethod(Method):
