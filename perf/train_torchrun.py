@@ -17,7 +17,8 @@ the parameters; FSDP2: the full parameters gathered from the shards) are compare
 bit at the end. ``--mode tsr`` trains the bare model (no DDP) with
 ccompress.torch.tsr_adam.TSRAdam over the world group's communicator (no MPI), each rank
 clipping its own gradient, weight decay 0.1 on matrices as in the AdamW runs. ``python
-perf/train_torchrun.py report build/torchrun/*.json`` prints the table of perf/RESULTS.md.
+perf/train_torchrun.py report build/torchrun/*.json`` prints the table of perf/RESULTS.md,
+``... sweep FILES`` the learning-rate sweep table.
 """
 from __future__ import annotations
 
@@ -172,8 +173,41 @@ def report(paths) -> None:
               f"{mib:.3f} | {t:.3f} | {tv} | {'yes' if r['replicas_identical'] else 'NO'} |")
 
 
+def sweep(paths) -> None:
+    """The learning-rate sweep table of perf/RESULTS.md from the runs' --json files: per
+    setting (mode, and TSR's multiplier and whole-tensor codec) and peak rate, the final
+    held-out loss of each seed and their mean, bytes per step (rank 0; for exact DDP the
+    uncompressed ring's count of :func:`report`) and seconds per step."""
+    import collections
+    import json
+
+    rows = collections.defaultdict(dict)
+    for p in paths:
+        r = json.load(open(p))
+        t = r.get("tsr")
+        name = (f"TSR-Adam x{t['scale']:g}" + (f", whole tensors {t['dense_codec']}"
+                                               if t.get("dense_codec", "none") != "none" else "")
+                if t else f"{r['mode']} on {r['backend']}")
+        rows[(name, r["args"]["lr"])][r["args"]["seed"]] = r
+    seeds = sorted({s for v in rows.values() for s in v})
+    print("| run | peak rate | " + " | ".join(f"seed {s}" for s in seeds)
+          + " | mean | bytes/step | s/step |")
+    print("|---|---|" + "---|" * len(seeds) + "---|---|---|")
+    for (name, lr), runs in sorted(rows.items()):
+        vals = [runs[s]["val_loss"] if s in runs else None for s in seeds]
+        got = [v for v in vals if v is not None]
+        any_run = next(iter(runs.values()))
+        b = any_run["comm_bytes_per_step"] or 2 * (any_run["ranks"] - 1) / any_run["ranks"] \
+            * 4 * any_run["parameters"]
+        t = np.mean([x["seconds"] / x["args"]["steps"] for x in runs.values()])
+        print(f"| {name} | {lr:g} | " + " | ".join("-" if v is None else f"{v:.4f}" for v in vals)
+              + f" | {np.mean(got):.4f} | {b:,.0f} | {t:.3f} |")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["report"]:
         report(sys.argv[2:])
+    elif sys.argv[1:2] == ["sweep"]:
+        sweep(sys.argv[2:])
     else:
         main()
