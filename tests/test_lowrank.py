@@ -216,6 +216,8 @@ def test_bad_arguments():
         TSRAdam({"w": np.zeros(3)}, TSR())
     with pytest.raises(cc.InvalidArgument, match="TSR state_dict"):
         TSR().load_state_dict({})
+    with pytest.raises(cc.InvalidArgument, match="unknown parameters"):
+        TSRAdam({"w": np.zeros(3, np.float32)}, TSR(), weight_decay={"x": 0.1})
 
 
 @pytest.mark.parametrize("codec", ["none", "fp8_e4m3:g128"])
