@@ -22,7 +22,9 @@ traffic: the bases follow the directions the gradient keeps over ~1/(1 - beta) s
 than one step's minibatch noise, at the same bytes (sketches are linear, so the all-reduced
 sketch is that of the mean of the ranks' averages).
 
-Every phase packs all tensors into one collective, so the transport counts every byte. The
+Every phase packs all tensors into one collective, so the transport counts every byte (a
+step is one collective when the cores are exact, or when ``dense_codec`` is the cores'
+codec; else two: lossy cores, exact small tensors). The
 rotations R_u = U_new^T U_old, R_v = V_new^T V_old of a refresh are returned, so an
 optimizer can carry its core-space moments into the new bases (see tsr_adam.py). Tensors
 where r x r saves nothing, and vectors, are averaged exactly alongside the cores.
@@ -55,7 +57,11 @@ class TSR:
       refresh_every: steps between basis refreshes (K).
       oversample: extra sketch columns p.
       power_iters: power iterations of the range finder (each: two more all-reduces).
-      codec: wire codec of the core all-reduce (dense tensors are exact).
+      codec: wire codec of the core all-reduce.
+      dense_codec: wire codec of the tensors that travel whole (vectors, small matrices);
+        "none" (default): exact. Set to ``codec`` to send them in the cores' collective: one
+        collective per step instead of two, which is what a step costs where collectives
+        are latency-bound (small models, CPU transports).
       sketch_codec: wire codec of the refresh sketches ("none": exact). The sketches only
         choose a subspace, so a coarse codec (bf16) costs little accuracy and halves the
         refresh traffic, which buys more frequent refreshes or more rank at the same bytes.
@@ -67,7 +73,8 @@ class TSR:
 
     def __init__(self, rank: int = 32, refresh_every: int = 100, oversample: int = 5,
                  power_iters: int = 0, codec: str = "none", error_feedback: bool = False,
-                 seed: int = 0, basis_ema: float = 0.0, sketch_codec: str = "none"):
+                 seed: int = 0, basis_ema: float = 0.0, sketch_codec: str = "none",
+                 dense_codec: str = "none"):
         if rank < 1 or refresh_every < 1 or oversample < 0 or power_iters < 0:
             raise InvalidArgument("TSR needs rank >= 1, refresh_every >= 1, oversample >= 0, "
                                   "power_iters >= 0")
@@ -77,7 +84,7 @@ class TSR:
         self.average: Dict[str, np.ndarray] = {}
         self.rank, self.refresh_every, self.oversample = rank, refresh_every, oversample
         self.power_iters, self.codec, self.error_feedback = power_iters, codec, error_feedback
-        self.sketch_codec = sketch_codec
+        self.sketch_codec, self.dense_codec = sketch_codec, dense_codec
         self.seed = int(seed)
         self.u: Dict[str, np.ndarray] = {}
         self.v: Dict[str, np.ndarray] = {}
@@ -108,11 +115,12 @@ class TSR:
             rotations = self._refresh(comm, basis_of)
         local = [self.u[k].T @ m[k] @ self.v[k] for k in low]
         plain = [np.asarray(grads[k], np.float32) for k in dense]
-        if self.codec == "none":  # one collective for cores and dense tensors
-            both = allreduce_many(comm, local + plain)
+        if self.codec == self.dense_codec:  # one collective for cores and dense tensors
+            both = allreduce_many(comm, local + plain, self.codec)
             cores, exact = both[:len(low)], both[len(low):]
         else:
-            cores, exact = allreduce_many(comm, local, self.codec), allreduce_many(comm, plain)
+            cores = allreduce_many(comm, local, self.codec)
+            exact = allreduce_many(comm, plain, self.dense_codec)
         if self.error_feedback:
             for k, c in zip(low, local):
                 self.error[k] = m[k] - self.u[k] @ c @ self.v[k].T
@@ -126,7 +134,11 @@ class TSR:
         b = np.float32(self.basis_ema)
         for k, mk in m.items():
             a = self.average.get(k)
-            self.average[k] = mk.copy() if a is None else b * a + (1 - b) * mk
+            if a is None:
+                self.average[k] = mk.copy()
+            else:  # b * a + (1 - b) * mk, in place
+                a *= b
+                a += (1 - b) * mk
         return {k: self.average[k] for k in m}
 
     def _refresh(self, comm, m: Dict[str, np.ndarray]):

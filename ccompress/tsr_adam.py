@@ -17,7 +17,7 @@ Parameters are NumPy arrays updated in place (the PyTorch optimizer in
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Union
 
 import numpy as np
 
@@ -33,13 +33,16 @@ class TSRAdam:
     Args:
       params: name -> float32 NumPy array (updated in place).
       tsr: the :class:`TSR` that communicates the gradients.
-      lr, betas, eps, weight_decay: as AdamW (decoupled weight decay).
+      lr, betas, eps: as AdamW.
+      weight_decay: decoupled weight decay, one rate for every parameter or a mapping
+        name -> rate (absent names: 0), as AdamW's parameter groups.
       scale: multiplier of the core-space update (low rank moves fewer directions).
       on_refresh: "rotate" or "reset" the core moments when the bases change.
     """
 
     def __init__(self, params: Mapping[str, np.ndarray], tsr: TSR, lr: float = 1e-3,
-                 betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: Union[float, Mapping[str, float]] = 0.0,
                  scale: float = 1.0, on_refresh: str = "rotate"):
         if on_refresh not in REFRESH_MODES:
             raise InvalidArgument(f"on_refresh {on_refresh!r}: use one of {REFRESH_MODES}")
@@ -47,7 +50,14 @@ class TSRAdam:
             if not (isinstance(p, np.ndarray) and p.dtype == np.float32):
                 raise InvalidArgument(f"parameter {k}: TSRAdam updates float32 NumPy arrays")
         self.params, self.tsr = dict(params), tsr
-        self.lr, self.betas, self.eps, self.wd = lr, tuple(betas), eps, weight_decay
+        if isinstance(weight_decay, Mapping):
+            unknown = sorted(set(weight_decay) - set(params))
+            if unknown:
+                raise InvalidArgument(f"weight_decay names unknown parameters {unknown[:3]}")
+            self.wd = {k: float(weight_decay.get(k, 0.0)) for k in params}
+        else:
+            self.wd = {k: float(weight_decay) for k in params}
+        self.lr, self.betas, self.eps = lr, tuple(betas), eps
         self.scale, self.on_refresh = scale, on_refresh
         self.state: Dict[str, Dict[str, Any]] = {}
 
@@ -71,16 +81,19 @@ class TSRAdam:
                                   "v": np.zeros_like(g, np.float32)}
         b1, b2 = self.betas
         st["t"] += 1
-        st["m"] = b1 * st["m"] + (1 - b1) * g
-        st["v"] = b2 * st["v"] + (1 - b2) * g * g
-        m_hat = st["m"] / (1 - b1 ** st["t"])
-        v_hat = st["v"] / (1 - b2 ** st["t"])
+        m, v = st["m"], st["v"]  # b * m + (1 - b) * g, in place (the same float32 operations)
+        m *= b1
+        m += (1 - b1) * g
+        v *= b2
+        v += (1 - b2) * g * g
+        m_hat = m / (1 - b1 ** st["t"])
+        v_hat = v / (1 - b2 ** st["t"])
         return (m_hat / (np.sqrt(v_hat) + self.eps)).astype(np.float32)
 
     def _apply(self, k: str, update: np.ndarray, lr: float) -> None:
         p = self.params[k]
-        if self.wd:
-            p *= np.float32(1 - lr * self.wd)
+        if self.wd[k]:
+            p *= np.float32(1 - lr * self.wd[k])
         p -= np.float32(lr) * update.reshape(p.shape)
 
     def _carry(self, st: Dict[str, Any], ru: np.ndarray, rv: np.ndarray) -> None:

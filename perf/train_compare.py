@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "perf"))
 from tinylm import batch, build_model, find_corpus, load_text, lr_at  # noqa: E402
-from train_methods import METHODS, make_method  # noqa: E402
+from train_methods import METHODS, add_tsr_options, make_method  # noqa: E402
 
 
 def parse(argv=None):
@@ -46,9 +46,6 @@ def parse(argv=None):
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--eval-seqs", type=int, default=64, help="held-out windows (split over ranks)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tsr-scale", type=float, default=8.0,
-                    help="TSR-Adam update multiplier (rank r moves r x r directions; 8 was best "
-                         "of 1/4/8/16 in 60-step runs)")
     ap.add_argument("--gift-ema", type=float, default=None,
                     help="EMA weight of the old activation moment per collection (GIFT's default)")
     ap.add_argument("--gift-every", type=int, default=50,
@@ -58,15 +55,7 @@ def parse(argv=None):
     ap.add_argument("--gift-rank", type=int, default=32, help="GIFT: rank of each factor")
     ap.add_argument("--gift-output", action="store_true",
                     help="GIFT: the output-side K-FAC factor too (two-sided whitening)")
-    ap.add_argument("--tsr-rank", type=int, default=32)
-    ap.add_argument("--tsr-every", type=int, default=50, help="TSR refresh interval K")
-    ap.add_argument("--tsr-ef", action="store_true", help="TSR with error feedback")
-    ap.add_argument("--tsr-codec", default="none",
-                    help="TSR: wire codec of the r x r cores (e.g. bf16)")
-    ap.add_argument("--tsr-sketch-codec", default="none",
-                    help="TSR: wire codec of the refresh sketches (e.g. bf16; none: exact)")
-    ap.add_argument("--tsr-basis-ema", type=float, default=0.0,
-                    help="TSR: bases from a running average of each rank's gradient (beta)")
+    add_tsr_options(ap)
     ap.add_argument("--tag", default="", help="suffix of the result names (variants)")
     ap.add_argument("--corpus", default="")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "train_compare"))

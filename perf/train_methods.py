@@ -83,28 +83,58 @@ class PowerSGDMethod(Method):
         return {"rank": PSGD_RANK}
 
 
+def add_tsr_options(ap) -> None:
+    """The TSR-Adam options perf/train_compare.py and perf/train_torchrun.py share."""
+    ap.add_argument("--tsr-rank", type=int, default=32)
+    ap.add_argument("--tsr-every", type=int, default=50, help="TSR refresh interval K")
+    ap.add_argument("--tsr-ef", action="store_true", help="TSR with error feedback")
+    ap.add_argument("--tsr-codec", default="none",
+                    help="TSR: wire codec of the r x r cores (e.g. bf16)")
+    ap.add_argument("--tsr-sketch-codec", default="none",
+                    help="TSR: wire codec of the refresh sketches (e.g. bf16; none: exact)")
+    ap.add_argument("--tsr-dense-codec", default="none",
+                    help="TSR: wire codec of the vectors and small matrices (none: exact; the "
+                         "cores' codec: one collective per step)")
+    ap.add_argument("--tsr-basis-ema", type=float, default=0.0,
+                    help="TSR: bases from a running average of each rank's gradient (beta)")
+    ap.add_argument("--tsr-scale", type=float, default=8.0,
+                    help="TSR-Adam update multiplier (rank r moves r x r directions; 8 was best "
+                         "of 1/4/8/16 in 60-step runs)")
+
+
+def make_tsr_adam(model, comm, args, on_refresh="rotate", weight_decay=0.0):
+    """ccompress.torch.tsr_adam.TSRAdam over ``comm`` (a Communicator, a torch group or None)
+    from the options of :func:`add_tsr_options`."""
+    from ccompress.torch.tsr_adam import TSRAdam
+    tsr = TSR(rank=args.tsr_rank, refresh_every=args.tsr_every, error_feedback=args.tsr_ef,
+              basis_ema=args.tsr_basis_ema, codec=args.tsr_codec,
+              sketch_codec=args.tsr_sketch_codec, dense_codec=args.tsr_dense_codec)
+    return TSRAdam(model.named_parameters(), comm, tsr, lr=args.lr, betas=BETAS,
+                   weight_decay=weight_decay, on_refresh=on_refresh, scale=args.tsr_scale)
+
+
+def tsr_report(args, on_refresh="rotate") -> dict:
+    """The TSR settings of a run's results file."""
+    a = args
+    return {"rank": a.tsr_rank, "refresh_every": a.tsr_every, "on_refresh": on_refresh,
+            "scale": a.tsr_scale, "error_feedback": a.tsr_ef, "basis_ema": a.tsr_basis_ema,
+            "core_codec": a.tsr_codec, "sketch_codec": a.tsr_sketch_codec,
+            "dense_codec": a.tsr_dense_codec}
+
+
 class TSRMethod(Method):
     def __init__(self, torch, model, comm, args, on_refresh="rotate"):
-        from ccompress.torch.tsr_adam import TSRAdam
         self.torch, self.comm = torch, comm
         self.on_refresh = on_refresh
         self.args = args
-        self.opt = TSRAdam(model.named_parameters(), comm,
-                           TSR(rank=args.tsr_rank, refresh_every=args.tsr_every,
-                               error_feedback=args.tsr_ef, basis_ema=args.tsr_basis_ema,
-                               codec=args.tsr_codec, sketch_codec=args.tsr_sketch_codec),
-                           lr=args.lr,
-                           betas=BETAS, on_refresh=on_refresh, scale=args.tsr_scale)
+        self.opt = make_tsr_adam(model, comm, args, on_refresh)
 
     def step(self, model, lr, step):
         self.opt.param_groups[0]["lr"] = lr
         self.opt.step()
 
     def report(self):
-        a = self.args
-        return {"rank": a.tsr_rank, "refresh_every": a.tsr_every, "on_refresh": self.on_refresh,
-                "scale": a.tsr_scale, "error_feedback": a.tsr_ef, "basis_ema": a.tsr_basis_ema,
-                "core_codec": a.tsr_codec, "sketch_codec": a.tsr_sketch_codec}
+        return tsr_report(self.args, self.on_refresh)
 
 
 class GIFTMethod(Method):

@@ -8,13 +8,17 @@ three ways ccompress reaches an unmodified PyTorch script:
     CCOMPRESS_CODEC=hint8 CCOMPRESS_ERROR_FEEDBACK=1 $T perf/train_torchrun.py --mode ddp  --backend ccompress   # (b)
     CCOMPRESS_CODEC=hint8 CCOMPRESS_ERROR_FEEDBACK=1 $T perf/train_torchrun.py --mode fsdp --backend ccompress   # (c)
     $T perf/train_torchrun.py --mode fsdp --backend gloo                       # exact FSDP2
+    $T perf/train_torchrun.py --mode tsr --tsr-rank 96 ...                     # TSR-Adam
 
 (b) and (c) take their codec from the environment, as an unmodified script would. The
 options, learning-rate schedule, held-out loss and results file are examples/train_common's
 (``--json``); bytes per step are ccompress's own count on rank 0 (0 for gloo); replicas (DDP:
 the parameters; FSDP2: the full parameters gathered from the shards) are compared bit for
-bit at the end. ``python perf/train_torchrun.py report build/torchrun/*.json`` prints the
-table of perf/RESULTS.md.
+bit at the end. ``--mode tsr`` trains the bare model (no DDP) with
+ccompress.torch.tsr_adam.TSRAdam over the world group's communicator (no MPI), each rank
+clipping its own gradient, weight decay 0.1 on matrices as in the AdamW runs. ``python
+perf/train_torchrun.py report build/torchrun/*.json`` prints the table of perf/RESULTS.md,
+``... sweep FILES`` the learning-rate sweep table.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import train_common as tc  # noqa: E402
 import tinylm  # noqa: E402
+from train_methods import add_tsr_options, make_tsr_adam, tsr_report  # noqa: E402
 
 
 class World:
@@ -47,8 +52,9 @@ class World:
 
 def main() -> None:
     ap = tc.parser(__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=("ddp", "ddp_hook", "fsdp"), default="ddp")
+    ap.add_argument("--mode", choices=("ddp", "ddp_hook", "fsdp", "tsr"), default="ddp")
     ap.add_argument("--backend", choices=("gloo", "ccompress"), default="gloo")
+    add_tsr_options(ap)
     args = ap.parse_args()
     import torch
     import torch.distributed as dist
@@ -56,8 +62,8 @@ def main() -> None:
     import ccompress.torch as cct
 
     torch.set_num_threads(args.threads)
-    if args.mode == "ddp_hook" and args.backend != "gloo":
-        raise SystemExit("--mode ddp_hook runs on --backend gloo")
+    if args.mode in ("ddp_hook", "tsr") and args.backend != "gloo":
+        raise SystemExit(f"--mode {args.mode} runs on --backend gloo")
     dist.init_process_group(args.backend)
     side = dist.new_group(backend="gloo")
     world = World(dist, side)
@@ -77,6 +83,8 @@ def main() -> None:
         for blk in model.h:
             fully_shard(blk)
         net = fully_shard(model)
+    elif args.mode == "tsr":  # TSR-Adam communicates the gradients itself
+        net = model
     else:
         net = torch.nn.parallel.DistributedDataParallel(model)
         if args.mode == "ddp_hook":
@@ -84,10 +92,16 @@ def main() -> None:
             net.register_comm_hook(state=None, hook=hook)
     if args.backend == "ccompress":
         pg = cct.compressed_group()
-    opt = tc.make_optimizer(torch, net, args.lr)
+    if args.mode == "tsr":
+        opt = make_tsr_adam(model, None, args, weight_decay={
+            n: 0.1 if p.dim() == 2 else 0.0 for n, p in model.named_parameters()})
+    else:
+        opt = tc.make_optimizer(torch, net, args.lr)
     codec = (hook.codec if hook else pg.options.all_reduce if pg and args.mode == "ddp"
              else pg.options.reduce_scatter if pg else "none")
     ef = bool(hook.error_feedback if hook else pg.options.error_feedback if pg else False)
+    if args.mode == "tsr":
+        codec, ef = f"tsr r{args.tsr_rank} cores {args.tsr_codec}", args.tsr_ef
     nparams = sum(p.numel() for p in model.parameters())
     tc.say(world, f"text: {info['corpus']}; model {nparams / 1e6:.2f}M parameters; "
            f"{args.mode} on backend {args.backend} over {size} ranks; codec {codec}, "
@@ -113,6 +127,8 @@ def main() -> None:
         return float(np.mean([v for p in parts for v in p]))
 
     def sent() -> int:
+        if args.mode == "tsr":
+            return opt.comm.bytes_sent
         return hook.comm.bytes_sent if hook else pg.bytes_sent if pg else 0
 
     result = tc.train(args, opt, step_fn, eval_fn, sent, rank == 0)
@@ -121,7 +137,8 @@ def main() -> None:
     tc.say(world, f"replicas bit-identical on all {size} ranks: {'yes' if same else 'NO'}")
     tc.finish(world, args, dict(result, mode=args.mode, backend=args.backend, ranks=size,
                                 codec=codec, error_feedback=ef, replicas_identical=same,
-                                parameters=nparams, text=info))
+                                parameters=nparams, text=info,
+                                **({"tsr": tsr_report(args)} if args.mode == "tsr" else {})))
     dist.destroy_process_group()
 
 
@@ -147,7 +164,7 @@ def report(paths) -> None:
         mib = r["comm_bytes_per_step"] / 2**20
         if r["backend"] == "gloo" and r["mode"] != "ddp_hook":
             mib = (1 if r["mode"] == "fsdp" else 2) * (n - 1) / n * 4 * r["parameters"] / 2**20
-        name = {"ddp": "DDP", "fsdp": "FSDP2", "ddp_hook": "DDP + hook"}[r["mode"]]
+        name = {"ddp": "DDP", "fsdp": "FSDP2", "ddp_hook": "DDP + hook", "tsr": "TSR-Adam"}[r["mode"]]
         name += f" on {r['backend']}" if r["mode"] != "ddp_hook" else " on gloo"
         vs = f"{100 * (r['val_loss'] / base['val_loss'] - 1):+.2f}%" if base and base is not r else "-"
         t = r["seconds"] / steps
@@ -156,8 +173,41 @@ def report(paths) -> None:
               f"{mib:.3f} | {t:.3f} | {tv} | {'yes' if r['replicas_identical'] else 'NO'} |")
 
 
+def sweep(paths) -> None:
+    """The learning-rate sweep table of perf/RESULTS.md from the runs' --json files: per
+    setting (mode, and TSR's multiplier and whole-tensor codec) and peak rate, the final
+    held-out loss of each seed and their mean, bytes per step (rank 0; for exact DDP the
+    uncompressed ring's count of :func:`report`) and seconds per step."""
+    import collections
+    import json
+
+    rows = collections.defaultdict(dict)
+    for p in paths:
+        r = json.load(open(p))
+        t = r.get("tsr")
+        name = (f"TSR-Adam x{t['scale']:g}" + (f", whole tensors {t['dense_codec']}"
+                                               if t.get("dense_codec", "none") != "none" else "")
+                if t else f"{r['mode']} on {r['backend']}")
+        rows[(name, r["args"]["lr"])][r["args"]["seed"]] = r
+    seeds = sorted({s for v in rows.values() for s in v})
+    print("| run | peak rate | " + " | ".join(f"seed {s}" for s in seeds)
+          + " | mean | bytes/step | s/step |")
+    print("|---|---|" + "---|" * len(seeds) + "---|---|---|")
+    for (name, lr), runs in sorted(rows.items()):
+        vals = [runs[s]["val_loss"] if s in runs else None for s in seeds]
+        got = [v for v in vals if v is not None]
+        any_run = next(iter(runs.values()))
+        b = any_run["comm_bytes_per_step"] or 2 * (any_run["ranks"] - 1) / any_run["ranks"] \
+            * 4 * any_run["parameters"]
+        t = np.mean([x["seconds"] / x["args"]["steps"] for x in runs.values()])
+        print(f"| {name} | {lr:g} | " + " | ".join("-" if v is None else f"{v:.4f}" for v in vals)
+              + f" | {np.mean(got):.4f} | {b:,.0f} | {t:.3f} |")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["report"]:
         report(sys.argv[2:])
+    elif sys.argv[1:2] == ["sweep"]:
+        sweep(sys.argv[2:])
     else:
         main()

@@ -216,6 +216,8 @@ def test_bad_arguments():
         TSRAdam({"w": np.zeros(3)}, TSR())
     with pytest.raises(cc.InvalidArgument, match="TSR state_dict"):
         TSR().load_state_dict({})
+    with pytest.raises(cc.InvalidArgument, match="unknown parameters"):
+        TSRAdam({"w": np.zeros(3, np.float32)}, TSR(), weight_decay={"x": 0.1})
 
 
 @pytest.mark.parametrize("codec", ["none", "fp8_e4m3:g128"])
@@ -238,3 +240,41 @@ def test_tsr_error_feedback_telescopes_and_lossy_cores(rng, codec):
     ref = sum(exact_mean(g, "w") for g in grads)
     err = np.linalg.norm(total - ref) / np.linalg.norm(ref)
     assert err < (1e-5 if codec == "none" else 0.05), err
+
+
+class _Counting:
+    """A communicator that counts its all-reduce calls (and passes them on)."""
+
+    def __init__(self, comm):
+        self.comm, self.calls = comm, 0
+
+    def allreduce(self, x, **kw):
+        self.calls += 1
+        return self.comm.allreduce(x, **kw)
+
+
+def test_tsr_dense_codec_packs_one_collective(rng):
+    """dense_codec = the cores' codec: one collective per (non-refresh) step, the dense
+    tensors near their fp64 mean (a loose bound, 0.15 of the largest |mean|: e4m3 rounds
+    each element to 2^-4 of itself, twice in two_shot, on partial sums of up to 4 ranks) and
+    not exact; the default keeps them exact (to fp32 rounding) in a second collective."""
+    shapes = {"w": (40, 24), "b": (24,)}
+    grads = rank_grads(rng, shapes, 3)
+
+    def body(comm, dense_codec):
+        c = _Counting(comm)
+        tsr = TSR(rank=3, refresh_every=100, codec="fp8_e4m3:g128", dense_codec=dense_codec)
+        outs = [tsr.allreduce(c, g[comm.rank]) for g in grads]
+        return c.calls, outs
+
+    for dense_codec, per_step in (("fp8_e4m3:g128", 1), ("none", 2)):
+        res = cc.run_inproc(P, lambda comm: body(comm, dense_codec))
+        calls, outs = res[0]
+        assert calls == 2 + len(grads) * per_step, (dense_codec, calls)  # refresh: 2
+        assert len({digest(*(o.dense["b"] for o in r[1])) for r in res}) == 1
+        for o, g in zip(outs, grads):
+            ref = exact_mean(g, "b")
+            err = np.abs(o.dense["b"] - ref).max() / np.abs(ref).max()
+            assert err < (1e-6 if dense_codec == "none" else 0.15), (dense_codec, err)
+            if dense_codec != "none":
+                assert err > 0  # really through the codec

@@ -57,8 +57,27 @@ class TSRAdam(torch.optim.Optimizer):
         return loss
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"tsr_adam": self.impl.state_dict(), "lr": self.param_groups[0]["lr"]}
+        """Moments, bases, residuals and step as CPU tensors (copies), so that
+        ``torch.save`` / ``torch.load(weights_only=True)`` round-trip it bit for bit."""
+        return {"tsr_adam": _tensors(self.impl.state_dict()), "lr": self.param_groups[0]["lr"]}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.impl.load_state_dict(state["tsr_adam"])
-        self.param_groups[0]["lr"] = state["lr"]
+        try:
+            self.impl.load_state_dict(_arrays(state["tsr_adam"]))
+            self.param_groups[0]["lr"] = float(state["lr"])
+        except (KeyError, TypeError) as e:
+            raise InvalidArgument(f"not a TSRAdam state_dict ({e})") from e
+
+
+def _tensors(x: Any) -> Any:
+    """NumPy arrays in nested dicts as CPU tensors (own copies)."""
+    if isinstance(x, dict):
+        return {k: _tensors(v) for k, v in x.items()}
+    return torch.from_numpy(np.array(x)) if isinstance(x, np.ndarray) else x
+
+
+def _arrays(x: Any) -> Any:
+    """The inverse of :func:`_tensors` (tensors as NumPy arrays)."""
+    if isinstance(x, dict):
+        return {k: _arrays(v) for k, v in x.items()}
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
