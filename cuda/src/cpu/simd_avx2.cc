@@ -16,24 +16,23 @@ namespace {
 
 #define CC_AVX2 __attribute__((target("avx2")))
 
-// Stages 1, 2 and 4 of eight values in one register: per stage lo (the first operand of
-// each butterfly), hi (the second), then lo + hi in the lower and lo - hi in the upper lanes.
+// Stages 1, 2 and 4 of eight values in one register. Per stage, w holds each lane's partner
+// (lane i ^ len): the lower lane of a butterfly takes v + w = a + b, the upper one w - v = a - b.
 CC_AVX2 inline __m256 wht8(__m256 v) {
-  __m256 lo = _mm256_moveldup_ps(v), hi = _mm256_movehdup_ps(v);
-  v = _mm256_blend_ps(_mm256_add_ps(lo, hi), _mm256_sub_ps(lo, hi), 0xAA);
-  lo = _mm256_permute_ps(v, 0x44);
-  hi = _mm256_permute_ps(v, 0xEE);
-  v = _mm256_blend_ps(_mm256_add_ps(lo, hi), _mm256_sub_ps(lo, hi), 0xCC);
-  lo = _mm256_permute2f128_ps(v, v, 0x00);
-  hi = _mm256_permute2f128_ps(v, v, 0x11);
-  return _mm256_blend_ps(_mm256_add_ps(lo, hi), _mm256_sub_ps(lo, hi), 0xF0);
+  __m256 w = _mm256_permute_ps(v, 0xB1);
+  v = _mm256_blend_ps(_mm256_add_ps(v, w), _mm256_sub_ps(w, v), 0xAA);
+  w = _mm256_permute_ps(v, 0x4E);
+  v = _mm256_blend_ps(_mm256_add_ps(v, w), _mm256_sub_ps(w, v), 0xCC);
+  w = _mm256_permute2f128_ps(v, v, 0x01);
+  return _mm256_blend_ps(_mm256_add_ps(v, w), _mm256_sub_ps(w, v), 0xF0);
 }
 
-// Stages 1 .. 4R of 8R values (R registers) in place; with @p scale, times s at the end.
+// Stages 1 .. 4R of 8R values (R registers) from src to dst (which may be src); with
+// @p scale, times s at the end.
 template <int R>
-CC_AVX2 inline void wht_regs(float* v, bool scale, float s) {
+CC_AVX2 inline void wht_regs(const float* src, float* dst, bool scale, float s) {
   __m256 r[R];
-  for (int i = 0; i < R; ++i) r[i] = wht8(_mm256_loadu_ps(v + 8 * i));
+  for (int i = 0; i < R; ++i) r[i] = wht8(_mm256_loadu_ps(src + 8 * i));
   for (int len = 1; len < R; len <<= 1)
     for (int i = 0; i < R; i += 2 * len)
       for (int j = i; j < i + len; ++j) {
@@ -42,7 +41,8 @@ CC_AVX2 inline void wht_regs(float* v, bool scale, float s) {
         r[j + len] = _mm256_sub_ps(a, b);
       }
   const __m256 sv = _mm256_set1_ps(s);
-  for (int i = 0; i < R; ++i) _mm256_storeu_ps(v + 8 * i, scale ? _mm256_mul_ps(r[i], sv) : r[i]);
+  for (int i = 0; i < R; ++i)
+    _mm256_storeu_ps(dst + 8 * i, scale ? _mm256_mul_ps(r[i], sv) : r[i]);
 }
 
 CC_AVX2 inline __m256i abs_bits(__m256 v) {
@@ -150,17 +150,17 @@ CC_AVX2 inline __m256i fp8_from_float_sr8(__m256 v, __m256 u) {
 
 }  // namespace
 
-CC_AVX2 void wht_normalized_avx2(float* v, int32_t h) {
+CC_AVX2 void wht_normalized_avx2(const float* src, float* v, int32_t h) {
   const float s = codecs::wht_norm(h);
   switch (h) {
-    case 8: return wht_regs<1>(v, true, s);
-    case 16: return wht_regs<2>(v, true, s);
-    case 32: return wht_regs<4>(v, true, s);
-    case 64: return wht_regs<8>(v, true, s);
-    case 128: return wht_regs<16>(v, true, s);
+    case 8: return wht_regs<1>(src, v, true, s);
+    case 16: return wht_regs<2>(src, v, true, s);
+    case 32: return wht_regs<4>(src, v, true, s);
+    case 64: return wht_regs<8>(src, v, true, s);
+    case 128: return wht_regs<16>(src, v, true, s);
     default: break;
   }
-  for (int32_t i = 0; i < h; i += 128) wht_regs<16>(v + i, false, 0.0f);
+  for (int32_t i = 0; i < h; i += 128) wht_regs<16>(src + i, v + i, false, 0.0f);
   for (int32_t len = 128; len < h; len <<= 1)
     for (int32_t i = 0; i < h; i += len << 1)
       for (int32_t j = i; j < i + len; j += 8) {
@@ -169,7 +169,8 @@ CC_AVX2 void wht_normalized_avx2(float* v, int32_t h) {
         _mm256_storeu_ps(v + j + len, _mm256_sub_ps(a, b));
       }
   const __m256 sv = _mm256_set1_ps(s);
-  for (int32_t i = 0; i < h; i += 8) _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), sv));
+  for (int32_t i = 0; i < h; i += 8)
+    _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), sv));
 }
 
 CC_AVX2 void group_abs_max_avx2(const float* v, int32_t len, int32_t g, int32_t* amax) {
@@ -252,11 +253,17 @@ CC_AVX2 void hint8_s8_scales_avx2(uint32_t e, const int32_t* amax, int32_t k, ui
   }
 }
 
-CC_AVX2 void hint8_quantize_avx2(const float* y, int32_t n, float s, const float* u, int8_t* q) {
-  const __m256 sv = _mm256_set1_ps(s), c = _mm256_set1_ps(12582912.0f);
+CC_AVX2 void hint8_quantize_avx2(const float* y, int32_t len, int32_t g, const float* scale,
+                                 const float* u, int8_t* q) {
+  const __m256 c = _mm256_set1_ps(12582912.0f);
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-  for (int32_t i = 0; i < n; i += 8) {
-    const __m256 t = _mm256_div_ps(_mm256_loadu_ps(y + i), sv);
+  for (int32_t i = 0; i < len; i += 8) {
+    const float s = scale[i / g];
+    if (!codecs::f32_is_finite(s)) {  // a non-finite group: zero codes
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_setzero_si128());
+      continue;
+    }
+    const __m256 t = _mm256_div_ps(_mm256_loadu_ps(y + i), _mm256_set1_ps(s));
     __m256 r;
     if (u != nullptr) {  // hint8_quantize_sr: floor(t) + [u < frac]
       const __m256 k = floor_small8(t);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "codecs/float_convert.h"
 #include "codecs/stochastic.h"
@@ -25,9 +26,9 @@
 namespace ccompress::cpu {
 
 #ifdef CC_HAVE_SIMD_AVX2
-/// wht_normalized_fast(v, h) (fast_wht.h) for h a power of two >= 8, bit for bit: blocks of
-/// up to 128 values pass all their short stages in sixteen registers.
-void wht_normalized_avx2(float* v, int32_t h);
+/// v <- wht_normalized_fast(src) (fast_wht.h; src may be v) for h a power of two >= 8, bit
+/// for bit: blocks of up to 128 values pass all their short stages in sixteen registers.
+void wht_normalized_avx2(const float* src, float* v, int32_t h);
 /// amax[i] = max over group i of the raw |bits| of v (NaN and Inf above every finite value),
 /// for len / g groups of g >= 8 elements (len a multiple of g).
 void group_abs_max_avx2(const float* v, int32_t len, int32_t g, int32_t* amax);
@@ -38,9 +39,11 @@ void sr_uniforms_avx2(uint64_t prefix, int64_t index, int64_t n, float* u);
 /// scale[i] = s' of codecs::hint8_make_scale(8, amax[i], e).
 void hint8_s8_scales_avx2(uint32_t e, const int32_t* amax, int32_t k, uint32_t* code,
                           float* scale);
-/// q[i] = codecs::hint8_quantize(y[i], s), or hint8_quantize_sr(y[i], s, u[i]) when u is not
-/// null, for 0 <= i < n (a multiple of 8); s finite.
-void hint8_quantize_avx2(const float* y, int32_t n, float s, const float* u, int8_t* q);
+/// The codes of one block of len coefficients in groups of g (a multiple of 8) with scales
+/// scale[i / g]: q[i] = codecs::hint8_quantize(y[i], s), or hint8_quantize_sr(y[i], s, u[i])
+/// when u is not null; 0 for a group whose scale is not finite.
+void hint8_quantize_avx2(const float* y, int32_t len, int32_t g, const float* scale,
+                         const float* u, int8_t* q);
 
 /// codecs::taco_sum_sq(x, len) for len a multiple of 32 (its 32 lanes in four registers).
 float taco_sum_sq_avx2(const float* x, int32_t len);
@@ -51,11 +54,12 @@ void fp8_quantize_avx2(bool e5m2, const float* y, int32_t n, float s, const floa
                        uint8_t* q);
 #endif
 
-/// The normalised WHT of one block of h (a power of two) values in place.
-inline void wht_normalized_host(float* v, int32_t h) {
+/// v <- the normalised WHT of the h (a power of two) values at src (which may be v).
+inline void wht_normalized_host(const float* src, float* v, int32_t h) {
 #ifdef CC_HAVE_SIMD_AVX2
-  if (h >= 8 && cpu_use_avx2()) return wht_normalized_avx2(v, h);
+  if (h >= 8 && cpu_use_avx2()) return wht_normalized_avx2(src, v, h);
 #endif
+  if (src != v) std::memcpy(v, src, static_cast<size_t>(h) * sizeof(float));
   wht_normalized_fast(v, h);
 }
 

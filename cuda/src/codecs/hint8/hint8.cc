@@ -84,15 +84,23 @@ void block_scales(const Codec& c, const int32_t* amax, int32_t k, uint32_t e, fl
   }
 }
 
-// q[0, n) of one group at scale s (finite); u: its stochastic rounding draws, or null.
-void quantize_group(const float* y, int32_t n, float s, const float* u, int8_t* q) {
+// The codes of one block of len coefficients in groups of g at scales scale[i / g] (a
+// non-finite scale: zero codes); u: the block's stochastic rounding draws, or null.
+void quantize_block(const float* y, int32_t len, int32_t g, const float* scale, const float* u,
+                    int8_t* q) {
 #ifdef CC_HAVE_SIMD_AVX2
-  if (n % 8 == 0 && cpu_use_avx2()) return cpu::hint8_quantize_avx2(y, n, s, u, q);
+  if (g % 8 == 0 && cpu_use_avx2()) return cpu::hint8_quantize_avx2(y, len, g, scale, u, q);
 #endif
-  if (u != nullptr) {
-    for (int32_t j = 0; j < n; ++j) q[j] = codecs::hint8_quantize_sr(y[j], s, u[j]);
-  } else {
-    for (int32_t j = 0; j < n; ++j) q[j] = codecs::hint8_quantize(y[j], s);
+  for (int32_t i = 0; i < len / g; ++i) {
+    const float s = scale[i];
+    const int32_t off = i * g;
+    if (!codecs::f32_is_finite(s)) {
+      std::memset(q + off, 0, static_cast<size_t>(g));
+    } else if (u != nullptr) {
+      for (int32_t j = off; j < off + g; ++j) q[j] = codecs::hint8_quantize_sr(y[j], s, u[j]);
+    } else {
+      for (int32_t j = off; j < off + g; ++j) q[j] = codecs::hint8_quantize(y[j], s);
+    }
   }
 }
 
@@ -111,13 +119,13 @@ void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext&
   const int64_t blocks = codecs::rot_block_count(n, c.rotation);
   for (int64_t b = 0; b < blocks; ++b) {
     const codecs::RotBlock blk = codecs::rot_block(n, c.rotation, b);
+    const float* in = x + blk.off;
     if (c.random_signs) {
       for (int32_t j = 0; j < blk.len; ++j)
         y[j] = codecs::mul_rn(x[blk.off + j], codecs::random_sign(j));
-    } else {
-      std::memcpy(y, x + blk.off, static_cast<size_t>(blk.len) * 4);
+      in = y;
     }
-    cpu::wht_normalized_host(y, blk.len);
+    cpu::wht_normalized_host(in, y, blk.len);
     const int32_t gl = std::min(c.group, blk.len), k = blk.len / gl;
     // Raw |y| bits: a NaN or Inf coefficient exceeds every finite one (and Inf's bits).
     cpu::group_abs_max_host(y, blk.len, gl, amax);
@@ -131,15 +139,8 @@ void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext&
     const int64_t g0 = codecs::scale_groups_before(blk.off, c.group);
     block_scales(c, amax, k, e, scale, stored);
     if (c.stochastic) cpu::sr_uniforms_host(prefix, ctx.index + blk.off, blk.len, u);
-    for (int32_t i = 0; i < k; ++i) {
-      store_scale(c, sc, g0 + i, i, l, e, stored[i]);
-      const int64_t off = blk.off + int64_t(i) * gl;
-      if (!codecs::f32_is_finite(scale[i])) {
-        std::memset(q + off, 0, static_cast<size_t>(gl));
-      } else {
-        quantize_group(y + i * gl, gl, scale[i], c.stochastic ? u + i * gl : nullptr, q + off);
-      }
-    }
+    for (int32_t i = 0; i < k; ++i) store_scale(c, sc, g0 + i, i, l, e, stored[i]);
+    quantize_block(y, blk.len, gl, scale, c.stochastic ? u : nullptr, q + blk.off);
   }
 }
 
@@ -161,7 +162,7 @@ void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
       for (int32_t j = i * gl; j < (i + 1) * gl; ++j)
         v[j] = codecs::hint8_dequantize(q[blk.off + j], s);
     }
-    cpu::wht_normalized_fast(v, blk.len);
+    cpu::wht_normalized_host(v, v, blk.len);
     if (c.random_signs)
       for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(v[j], codecs::random_sign(j));
   }

@@ -90,7 +90,7 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
     const int32_t len = blk.len;
     const float a = codecs::taco_prescale<F>(sum_sq(x + blk.off, len), len);
     for (int32_t j = 0; j < len; ++j) y[j] = codecs::mul_rn(a, x[blk.off + j]);
-    cpu::wht_normalized_host(y, len);
+    cpu::wht_normalized_host(y, y, len);
     // Raw |y| bits: a NaN or Inf coefficient (non-finite input, or overflow) exceeds Inf's.
     int32_t amax = 0;
     cpu::group_abs_max_host(y, len, len, &amax);
@@ -125,7 +125,7 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
     float* v = out + blk.off;
     const uint8_t* q = src + blk.off;
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(lut[q[j]], pair[1]);
-    cpu::wht_normalized_fast(v, blk.len);
+    cpu::wht_normalized_host(v, v, blk.len);
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::div_rn(v[j], pair[0]);
   }
 }
