@@ -301,13 +301,26 @@ CC_AVX2 float taco_sum_sq_avx2(const float* x, int32_t len) {
 namespace {
 
 template <class F>
-CC_AVX2 inline void fp8_quantize8s(const float* y, int32_t n, float s, const float* u,
-                                   uint8_t* q) {
+CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, float s,
+                                   const float* u, uint8_t* q) {
   const __m256 sv = _mm256_set1_ps(s);
+  const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
   for (int32_t i = 0; i < n; i += 8) {
-    const __m256 t = _mm256_div_ps(_mm256_loadu_ps(y + i), sv);
-    const __m256i k = u != nullptr ? fp8_from_float_sr8<F>(t, _mm256_loadu_ps(u + i))
-                                   : fp8_from_float8<F>(t);
+    const __m256 x = _mm256_loadu_ps(y + i);
+    const __m256 t = _mm256_div_ps(x, sv);
+    __m256i k = u != nullptr ? fp8_from_float_sr8<F>(t, _mm256_loadu_ps(u + i))
+                             : fp8_from_float8<F>(t);
+    if (keep_inf) {  // codecs::group_quantize: +-Inf codes as itself (E5M2) or NaN (E4M3)
+      const __m256i xb = _mm256_castps_si256(x);
+      const __m256i is_inf =
+          _mm256_cmpeq_epi32(_mm256_and_si256(xb, _mm256_set1_epi32(0x7FFFFFFF)), inf);
+      const __m256i inf_code =
+          F::kHasInf ? _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(xb, 24),
+                                                        _mm256_set1_epi32(0x80)),
+                                       _mm256_set1_epi32(F::kMaxCode + 1))
+                     : _mm256_set1_epi32(codecs::kFp8NaN);
+      k = _mm256_blendv_epi8(k, inf_code, is_inf);
+    }
     const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packus_epi16(w, w));
   }
@@ -315,10 +328,10 @@ CC_AVX2 inline void fp8_quantize8s(const float* y, int32_t n, float s, const flo
 
 }  // namespace
 
-CC_AVX2 void fp8_quantize_avx2(bool e5m2, const float* y, int32_t n, float s, const float* u,
-                               uint8_t* q) {
-  if (e5m2) return fp8_quantize8s<codecs::Fp8E5M2>(y, n, s, u, q);
-  fp8_quantize8s<codecs::Fp8E4M3>(y, n, s, u, q);
+CC_AVX2 void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t n, float s,
+                               const float* u, uint8_t* q) {
+  if (e5m2) return fp8_quantize8s<codecs::Fp8E5M2>(keep_inf, y, n, s, u, q);
+  fp8_quantize8s<codecs::Fp8E4M3>(keep_inf, y, n, s, u, q);
 }
 
 }  // namespace ccompress::cpu

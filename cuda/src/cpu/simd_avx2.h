@@ -48,10 +48,11 @@ void hint8_quantize_avx2(const float* y, int32_t len, int32_t g, const float* sc
 /// codecs::taco_sum_sq(x, len) for len a multiple of 32 (its 32 lanes in four registers).
 float taco_sum_sq_avx2(const float* x, int32_t len);
 /// q[i] = codecs::fp8_from_float<F>(y[i] / s), or fp8_from_float_sr<F>(y[i] / s, u[i]) when u
-/// is not null, for 0 <= i < n (a multiple of 8); F is codecs::Fp8E5M2 when @p e5m2, else
-/// codecs::Fp8E4M3.
-void fp8_quantize_avx2(bool e5m2, const float* y, int32_t n, float s, const float* u,
-                       uint8_t* q);
+/// is not null, for 0 <= i < n (a multiple of 8); with @p keep_inf, +-Inf y[i] code as in
+/// codecs::group_quantize (so this is group_quantize / group_quantize_sr). F is
+/// codecs::Fp8E5M2 when @p e5m2, else codecs::Fp8E4M3.
+void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t n, float s,
+                       const float* u, uint8_t* q);
 #endif
 
 /// v <- the normalised WHT of the h (a power of two) values at src (which may be v).

@@ -65,7 +65,7 @@ template <class F>
 void quantize_block(const float* y, int32_t len, float s, const float* u, uint8_t* q) {
 #ifdef CC_HAVE_SIMD_AVX2
   if (len % 8 == 0 && cpu_use_avx2()) {
-    return cpu::fp8_quantize_avx2(std::is_same_v<F, Fp8E5M2>, y, len, s, u, q);
+    return cpu::fp8_quantize_avx2(std::is_same_v<F, Fp8E5M2>, false, y, len, s, u, q);
   }
 #endif
   if (u != nullptr) {
