@@ -173,6 +173,20 @@ CC_AVX2 void wht_normalized_avx2(const float* src, float* v, int32_t h) {
     _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), sv));
 }
 
+CC_AVX2 void wht_normalized_blocks_avx2(float* v, int64_t len, int32_t h) {
+  const float s = codecs::wht_norm(h);
+  switch (h) {  // the sizes the 4-bit codecs batch, with the block loop inside
+    case 16:
+      for (int64_t i = 0; i < len; i += 16) wht_regs<2>(v + i, v + i, true, s);
+      return;
+    case 32:
+      for (int64_t i = 0; i < len; i += 32) wht_regs<4>(v + i, v + i, true, s);
+      return;
+    default:
+      for (int64_t i = 0; i < len; i += h) wht_normalized_avx2(v + i, v + i, h);
+  }
+}
+
 CC_AVX2 void group_abs_max_avx2(const float* v, int32_t len, int32_t g, int32_t* amax) {
   for (int32_t i = 0; i < len / g; ++i) {
     const float* p = v + int64_t(i) * g;

@@ -29,6 +29,9 @@ namespace ccompress::cpu {
 /// v <- wht_normalized_fast(src) (fast_wht.h; src may be v) for h a power of two >= 8, bit
 /// for bit: blocks of up to 128 values pass all their short stages in sixteen registers.
 void wht_normalized_avx2(const float* src, float* v, int32_t h);
+/// wht_normalized_avx2(v + i, v + i, h) for every block of h (>= 8) in v[0, len), len a
+/// multiple of h.
+void wht_normalized_blocks_avx2(float* v, int64_t len, int32_t h);
 /// amax[i] = max over group i of the raw |bits| of v (NaN and Inf above every finite value),
 /// for len / g groups of g >= 8 elements (len a multiple of g).
 void group_abs_max_avx2(const float* v, int32_t len, int32_t g, int32_t* amax);

@@ -78,13 +78,19 @@ inline void rotate_full_blocks(float* v, int64_t full, bool rs, bool inverse) {
     for (int64_t off = 0; off < len; off += H)
       for (int j = 0; j < H; ++j) b[off + j] = codecs::mul_rn(b[off + j], sign[j]);
   };
+#ifdef CC_HAVE_SIMD_AVX2
   const bool avx2 = cpu_use_avx2();
+#else
+  const bool avx2 = false;
+#endif
   for (int64_t off = 0; off < full; off += kBatch) {
     float* b = v + off;
     const int64_t len = std::min(kBatch, full - off);
     if (rs && !inverse) apply_signs(b, len);
     if (avx2) {  // block by block in registers (simd_avx2.h), the same bits
-      for (int64_t i = 0; i < len; i += H) cpu::wht_normalized_host(b + i, b + i, H);
+#ifdef CC_HAVE_SIMD_AVX2
+      cpu::wht_normalized_blocks_avx2(b, len, H);
+#endif
     } else {
       fwht_stages<H, 1>(b, len);
       for (int64_t i = 0; i < len; ++i) b[i] = codecs::mul_rn(b[i], norm);
