@@ -1,4 +1,5 @@
-// NVFP4's full 16-element groups (round to nearest, E4M3 group scales) with AVX2 intrinsics:
+// NVFP4's and hint4's full 16-element groups (round to nearest, E4M3 group scales) with AVX2
+// intrinsics:
 // two 8-wide vectors per group. They compute exactly what fourbit_cpu.h's scalar loop does for
 // those groups (the same IEEE divisions and multiplies, the same comparisons), so the bits
 // match the scalar loop and the CUDA kernels; tests/test_nvfp4.py and tests/test_cpu_isa.py
@@ -13,13 +14,14 @@
 namespace ccompress::cpu4 {
 
 /// Groups 0..ngroups-1 of y (16 elements each) under run scale s: packed nibbles to
-/// codes[8k .. 8k+8), E4M3 scale codes to scales[k].
-void e2m1_encode_groups_avx2(const float* y, int64_t ngroups, float s, uint8_t* codes,
-                             uint8_t* scales);
+/// codes[8k .. 8k+8), E4M3 scale codes to scales[k]; E2M1 nibbles (NVFP4), or Int4 (hint4)
+/// when @p int4.
+void fourbit_encode_groups_avx2(bool int4, const float* y, int64_t ngroups, float s,
+                                uint8_t* codes, uint8_t* scales);
 
 /// The inverse: 16 * ngroups values to out.
-void e2m1_decode_groups_avx2(const uint8_t* codes, const uint8_t* scales, int64_t ngroups,
-                             float s, float* out);
+void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes, const uint8_t* scales,
+                                int64_t ngroups, float s, float* out);
 
 }  // namespace ccompress::cpu4
 

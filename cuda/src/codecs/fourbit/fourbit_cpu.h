@@ -11,11 +11,13 @@
 #include "ccompress/codec.h"
 #include "ccompress/kernel_backend.h"
 #include "codecs/fourbit/fourbit.h"
+#include "codecs/int4/int4.h"
 #include "codecs/fp8/group_codec.h"
 #include "codecs/nvfp4/nvfp4.h"
 #include "codecs/stochastic.h"
 #include "codecs/fourbit/e2m1_avx2.h"
 #include "cpu/isa_dispatch.h"
+#include "cpu/simd_avx2.h"
 
 namespace ccompress::cpu4 {
 
@@ -32,8 +34,8 @@ inline float* coef_scratch(int64_t n) {
 template <class Q>
 inline int64_t avx2_groups(int64_t n, const Codec& c) {
 #ifdef CC_HAVE_E2M1_AVX2
-  if (std::is_same_v<Q, codecs::E2M1> && !c.stochastic && c.group == codecs::kNvfp4Block &&
-      cpu_use_avx2())
+  if ((std::is_same_v<Q, codecs::E2M1> || std::is_same_v<Q, codecs::Int4>) && !c.stochastic &&
+      c.group == codecs::kNvfp4Block && c.scale_bits == 8 && cpu_use_avx2())
     return n / codecs::kNvfp4Block;
 #endif
   (void)n;
@@ -76,12 +78,23 @@ inline void rotate_full_blocks(float* v, int64_t full, bool rs, bool inverse) {
     for (int64_t off = 0; off < len; off += H)
       for (int j = 0; j < H; ++j) b[off + j] = codecs::mul_rn(b[off + j], sign[j]);
   };
+#ifdef CC_HAVE_SIMD_AVX2
+  const bool avx2 = cpu_use_avx2();
+#else
+  const bool avx2 = false;
+#endif
   for (int64_t off = 0; off < full; off += kBatch) {
     float* b = v + off;
     const int64_t len = std::min(kBatch, full - off);
     if (rs && !inverse) apply_signs(b, len);
-    fwht_stages<H, 1>(b, len);
-    for (int64_t i = 0; i < len; ++i) b[i] = codecs::mul_rn(b[i], norm);
+    if (avx2) {  // block by block in registers (simd_avx2.h), the same bits
+#ifdef CC_HAVE_SIMD_AVX2
+      cpu::wht_normalized_blocks_avx2(b, len, H);
+#endif
+    } else {
+      fwht_stages<H, 1>(b, len);
+      for (int64_t i = 0; i < len; ++i) b[i] = codecs::mul_rn(b[i], norm);
+    }
     if (rs && inverse) apply_signs(b, len);
   }
 }
@@ -126,9 +139,13 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   const float s = codecs::fourbit_run_scale(amax, Q::kQMax, sbits);
   const codecs::FourBitLayout lay = codecs::fourbit_layout(n, g, sb);
   uint8_t nib[1024];  // one group's nibbles (g <= 256 for these codecs)
+  float u[1024];      // and its stochastic rounding draws
+  const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
   int64_t k = avx2_groups<Q>(n, c);
 #ifdef CC_HAVE_E2M1_AVX2
-  if (k > 0) e2m1_encode_groups_avx2(y, k, s, dst, dst + lay.scales);
+  if (k > 0) {
+    fourbit_encode_groups_avx2(std::is_same_v<Q, codecs::Int4>, y, k, s, dst, dst + lay.scales);
+  }
 #endif
   for (int64_t off = k * g; off < n; ++k, off += g) {
     const int64_t len = std::min<int64_t>(g, n - off);
@@ -139,10 +156,8 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
     const float d = codecs::group_step(code, s, sbits);
     for (int64_t i = 0; i < sb; ++i) dst[lay.scales + k * sb + i] = uint8_t(code >> (8 * i));
     if (sr) {
-      for (int64_t i = 0; i < len; ++i) {
-        float u = codecs::sr_uniform(ctx.seed, ctx.step, ctx.rank, ctx.index + off + i);
-        nib[i] = codecs::fourbit_quantize<Q>(v[i], d, true, u);
-      }
+      cpu::sr_uniforms_host(prefix, ctx.index + off, len, u);
+      for (int64_t i = 0; i < len; ++i) nib[i] = codecs::fourbit_quantize<Q>(v[i], d, true, u[i]);
     } else {
       for (int64_t i = 0; i < len; ++i) nib[i] = codecs::fourbit_quantize<Q>(v[i], d, false, 0.f);
     }
@@ -168,7 +183,10 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
   for (int i = 0; i < 16; ++i) lut[i] = Q::dequantize(static_cast<uint8_t>(i));
   int64_t k = avx2_groups<Q>(n, c);
 #ifdef CC_HAVE_E2M1_AVX2
-  if (k > 0) e2m1_decode_groups_avx2(src, src + lay.scales, k, s, out);
+  if (k > 0) {
+    fourbit_decode_groups_avx2(std::is_same_v<Q, codecs::Int4>, src, src + lay.scales, k, s,
+                               out);
+  }
 #endif
   for (int64_t off = k * g; off < n; ++k, off += g) {
     const int64_t len = std::min<int64_t>(g, n - off);

@@ -12,6 +12,7 @@
 #include "cpu/fast_wht.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
+#include "cpu/simd_avx2.h"
 
 namespace ccompress {
 namespace {
@@ -65,11 +66,52 @@ void store_scale(const Codec& c, uint8_t* sc, int64_t gi, int32_t i, const codec
   }
 }
 
+// Group scales of one block (k groups): s' and stored bits per group, s8 through AVX2 in
+// batches of 8 when the CPU has it (the same codes as codecs::hint8_make_scale).
+void block_scales(const Codec& c, const int32_t* amax, int32_t k, uint32_t e, float* s,
+                  uint32_t* stored) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (c.scale_bits == 8 && cpu_use_avx2()) {
+    for (int32_t i = 0; i < k; i += 8)
+      cpu::hint8_s8_scales_avx2(e, amax + i, std::min(8, k - i), stored + i, s + i);
+    return;
+  }
+#endif
+  for (int32_t i = 0; i < k; ++i) {
+    const codecs::Hint8Scale h = codecs::hint8_make_scale(c.scale_bits, amax[i], e);
+    s[i] = h.s;
+    stored[i] = h.stored;
+  }
+}
+
+// The codes of one block of len coefficients in groups of g at scales scale[i / g] (a
+// non-finite scale: zero codes); u: the block's stochastic rounding draws, or null.
+void quantize_block(const float* y, int32_t len, int32_t g, const float* scale, const float* u,
+                    int8_t* q) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (g % 8 == 0 && cpu_use_avx2()) return cpu::hint8_quantize_avx2(y, len, g, scale, u, q);
+#endif
+  for (int32_t i = 0; i < len / g; ++i) {
+    const float s = scale[i];
+    const int32_t off = i * g;
+    if (!codecs::f32_is_finite(s)) {
+      std::memset(q + off, 0, static_cast<size_t>(g));
+    } else if (u != nullptr) {
+      for (int32_t j = off; j < off + g; ++j) q[j] = codecs::hint8_quantize_sr(y[j], s, u[j]);
+    } else {
+      for (int32_t j = off; j < off + g; ++j) q[j] = codecs::hint8_quantize(y[j], s);
+    }
+  }
+}
+
 // Block by block: rotate, group amaxes, (s8) the block exponent, scales, codes.
 void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
                  uint8_t* dst) {
-  float y[kMaxRotation];
+  alignas(32) float y[kMaxRotation];
+  alignas(32) float u[kMaxRotation];  // the block's stochastic rounding draws
   int32_t amax[kMaxRotation / kMinGroup];
+  float scale[kMaxRotation / kMinGroup];
+  uint32_t stored[kMaxRotation / kMinGroup];
   uint8_t* sc = dst + codecs::rot_scales_offset(n);
   for (int64_t i = n; i < codecs::rot_scales_offset(n); ++i) dst[i] = 0;
   int8_t* q = reinterpret_cast<int8_t*>(dst);
@@ -77,43 +119,28 @@ void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext&
   const int64_t blocks = codecs::rot_block_count(n, c.rotation);
   for (int64_t b = 0; b < blocks; ++b) {
     const codecs::RotBlock blk = codecs::rot_block(n, c.rotation, b);
+    const float* in = x + blk.off;
     if (c.random_signs) {
       for (int32_t j = 0; j < blk.len; ++j)
         y[j] = codecs::mul_rn(x[blk.off + j], codecs::random_sign(j));
-    } else {
-      std::memcpy(y, x + blk.off, static_cast<size_t>(blk.len) * 4);
+      in = y;
     }
-    cpu::wht_normalized_fast(y, blk.len);
+    cpu::wht_normalized_host(in, y, blk.len);
     const int32_t gl = std::min(c.group, blk.len), k = blk.len / gl;
     // Raw |y| bits: a NaN or Inf coefficient exceeds every finite one (and Inf's bits).
+    cpu::group_abs_max_host(y, blk.len, gl, amax);
     int32_t block_amax = 0;
-    for (int32_t i = 0; i < k; ++i) {
-      int32_t m = 0;
-      for (int32_t j = i * gl; j < (i + 1) * gl; ++j)
-        m = std::max(m, static_cast<int32_t>(codecs::f32_bits(y[j]) & codecs::kF32AbsMask));
-      amax[i] = m;
-      if (m < static_cast<int32_t>(codecs::kF32InfBits)) block_amax = std::max(block_amax, m);
-    }
+    for (int32_t i = 0; i < k; ++i)
+      if (amax[i] < static_cast<int32_t>(codecs::kF32InfBits))
+        block_amax = std::max(block_amax, amax[i]);
     const uint32_t e = c.scale_bits == 8 ? codecs::s8_block_exp(block_amax) : 0;
     const codecs::S8Layout l = codecs::s8_layout(blk, c.group, c.rotation);
     if (c.scale_bits == 8 && l.e_byte) sc[l.base] = static_cast<uint8_t>(e);
     const int64_t g0 = codecs::scale_groups_before(blk.off, c.group);
-    for (int32_t i = 0; i < k; ++i) {
-      const codecs::Hint8Scale s = codecs::hint8_make_scale(c.scale_bits, amax[i], e);
-      store_scale(c, sc, g0 + i, i, l, e, s.stored);
-      const int64_t off = blk.off + int64_t(i) * gl;
-      const float* yg = y + i * gl;
-      if (!codecs::f32_is_finite(s.s)) {
-        std::memset(q + off, 0, static_cast<size_t>(gl));
-      } else if (c.stochastic) {
-        for (int32_t j = 0; j < gl; ++j) {
-          const float u = codecs::sr_uniform_at(prefix, ctx.index + off + j);
-          q[off + j] = codecs::hint8_quantize_sr(yg[j], s.s, u);
-        }
-      } else {
-        for (int32_t j = 0; j < gl; ++j) q[off + j] = codecs::hint8_quantize(yg[j], s.s);
-      }
-    }
+    block_scales(c, amax, k, e, scale, stored);
+    if (c.stochastic) cpu::sr_uniforms_host(prefix, ctx.index + blk.off, blk.len, u);
+    for (int32_t i = 0; i < k; ++i) store_scale(c, sc, g0 + i, i, l, e, stored[i]);
+    quantize_block(y, blk.len, gl, scale, c.stochastic ? u : nullptr, q + blk.off);
   }
 }
 
@@ -135,7 +162,7 @@ void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
       for (int32_t j = i * gl; j < (i + 1) * gl; ++j)
         v[j] = codecs::hint8_dequantize(q[blk.off + j], s);
     }
-    cpu::wht_normalized_fast(v, blk.len);
+    cpu::wht_normalized_host(v, v, blk.len);
     if (c.random_signs)
       for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(v[j], codecs::random_sign(j));
   }

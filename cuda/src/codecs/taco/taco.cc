@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "ccompress/error.h"
 #include "codecs/fp8/fp8.h"
@@ -13,6 +14,7 @@
 #include "cpu/fast_wht.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
+#include "cpu/simd_avx2.h"
 
 namespace ccompress {
 namespace {
@@ -50,23 +52,48 @@ int64_t wire_bytes(const Codec& c, int64_t n) {
   return codecs::rot_scales_offset(n) + 8 * codecs::scale_groups_before(n, c.group);
 }
 
+// sum(x^2) of a block in taco_sum_sq's order; AVX2 for whole 32-lane rows.
+float sum_sq(const float* x, int32_t len) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (len % 32 == 0 && cpu_use_avx2()) return cpu::taco_sum_sq_avx2(x, len);
+#endif
+  return codecs::taco_sum_sq(x, len);
+}
+
+// q[0, len) = FP8 of y / s (finite s); u: the block's stochastic rounding draws, or null.
+template <class F>
+void quantize_block(const float* y, int32_t len, float s, const float* u, uint8_t* q) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (len % 8 == 0 && cpu_use_avx2()) {
+    return cpu::fp8_quantize_avx2(std::is_same_v<F, Fp8E5M2>, false, y, len, s, u, q);
+  }
+#endif
+  if (u != nullptr) {
+    for (int32_t j = 0; j < len; ++j)
+      q[j] = codecs::fp8_from_float_sr<F>(codecs::div_rn(y[j], s), u[j]);
+  } else {
+    for (int32_t j = 0; j < len; ++j) q[j] = codecs::fp8_from_float<F>(codecs::div_rn(y[j], s));
+  }
+}
+
 template <class F>
 void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
                 uint8_t* dst) {
   float* pairs = reinterpret_cast<float*>(dst + codecs::rot_scales_offset(n));
   for (int64_t i = n; i < codecs::rot_scales_offset(n); ++i) dst[i] = 0;
-  float y[kMaxGroup];
+  alignas(32) float y[kMaxGroup];
+  alignas(32) float u[kMaxGroup];  // the block's stochastic rounding draws
+  const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
   const int64_t blocks = codecs::rot_block_count(n, c.group);
   for (int64_t b = 0; b < blocks; ++b) {
     const codecs::RotBlock blk = codecs::rot_block(n, c.group, b);
     const int32_t len = blk.len;
-    const float a = codecs::taco_prescale<F>(codecs::taco_sum_sq(x + blk.off, len), len);
+    const float a = codecs::taco_prescale<F>(sum_sq(x + blk.off, len), len);
     for (int32_t j = 0; j < len; ++j) y[j] = codecs::mul_rn(a, x[blk.off + j]);
-    cpu::wht_normalized_fast(y, len);
+    cpu::wht_normalized_host(y, y, len);
     // Raw |y| bits: a NaN or Inf coefficient (non-finite input, or overflow) exceeds Inf's.
     int32_t amax = 0;
-    for (int32_t j = 0; j < len; ++j)
-      amax = std::max(amax, static_cast<int32_t>(codecs::f32_bits(y[j]) & codecs::kF32AbsMask));
+    cpu::group_abs_max_host(y, len, len, &amax);
     uint8_t* q = dst + blk.off;
     float pair[2];
     if (amax >= static_cast<int32_t>(codecs::kF32InfBits)) {
@@ -74,15 +101,8 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
       pair[0] = pair[1] = codecs::taco_nan();
     } else {
       const float s = codecs::taco_scale<F>(amax);
-      if (c.stochastic) {
-        const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
-        const int64_t base = ctx.index + blk.off;
-        for (int32_t j = 0; j < len; ++j)
-          q[j] = codecs::fp8_from_float_sr<F>(codecs::div_rn(y[j], s),
-                                              codecs::sr_uniform_at(prefix, base + j));
-      } else {
-        for (int32_t j = 0; j < len; ++j) q[j] = codecs::fp8_from_float<F>(codecs::div_rn(y[j], s));
-      }
+      if (c.stochastic) cpu::sr_uniforms_host(prefix, ctx.index + blk.off, len, u);
+      quantize_block<F>(y, len, s, c.stochastic ? u : nullptr, q);
       pair[0] = a;
       pair[1] = s;
     }
@@ -105,7 +125,7 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
     float* v = out + blk.off;
     const uint8_t* q = src + blk.off;
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(lut[q[j]], pair[1]);
-    cpu::wht_normalized_fast(v, blk.len);
+    cpu::wht_normalized_host(v, v, blk.len);
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::div_rn(v[j], pair[0]);
   }
 }

@@ -1,0 +1,91 @@
+// AVX2 intrinsics for the pieces the rotated and stochastic host loops share: the normalised
+// Walsh-Hadamard transform of a block held in registers, group maxima, and the counter-based
+// stochastic rounding noise. Each computes exactly what its scalar reference does (the same
+// IEEE fp32 adds, subtracts and multiplies on the same operands, the same integer hash), so
+// the bits do not depend on which runs; tests/test_cpu_isa.py and tests/test_digests.py check
+// it. Host-only (simd_avx2.cc, compiled by the host compiler alone).
+//
+// The dispatching wrappers below (wht_normalized_host, group_abs_max_host, sr_uniforms_host)
+// take the AVX2 path when cpu_use_avx2() (isa_dispatch.h) and the scalar reference otherwise,
+// so a family's loops call them from both of their dispatched copies.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "codecs/float_convert.h"
+#include "codecs/stochastic.h"
+#include "cpu/fast_wht.h"
+#include "cpu/isa_dispatch.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CC_HAVE_SIMD_AVX2 1
+#endif
+
+namespace ccompress::cpu {
+
+#ifdef CC_HAVE_SIMD_AVX2
+/// v <- wht_normalized_fast(src) (fast_wht.h; src may be v) for h a power of two >= 8, bit
+/// for bit: blocks of up to 128 values pass all their short stages in sixteen registers.
+void wht_normalized_avx2(const float* src, float* v, int32_t h);
+/// wht_normalized_avx2(v + i, v + i, h) for every block of h (>= 8) in v[0, len), len a
+/// multiple of h.
+void wht_normalized_blocks_avx2(float* v, int64_t len, int32_t h);
+/// amax[i] = max over group i of the raw |bits| of v (NaN and Inf above every finite value),
+/// for len / g groups of g >= 8 elements (len a multiple of g).
+void group_abs_max_avx2(const float* v, int32_t len, int32_t g, int32_t* amax);
+/// u[i] = codecs::sr_uniform_at(prefix, index + i) for 0 <= i < n.
+void sr_uniforms_avx2(uint64_t prefix, int64_t index, int64_t n, float* u);
+
+/// hint8 s8 scales of k <= 8 groups of a block of exponent e: code[i] = the 7-bit code and
+/// scale[i] = s' of codecs::hint8_make_scale(8, amax[i], e).
+void hint8_s8_scales_avx2(uint32_t e, const int32_t* amax, int32_t k, uint32_t* code,
+                          float* scale);
+/// The codes of one block of len coefficients in groups of g (a multiple of 8) with scales
+/// scale[i / g]: q[i] = codecs::hint8_quantize(y[i], s), or hint8_quantize_sr(y[i], s, u[i])
+/// when u is not null; 0 for a group whose scale is not finite.
+void hint8_quantize_avx2(const float* y, int32_t len, int32_t g, const float* scale,
+                         const float* u, int8_t* q);
+
+/// codecs::taco_sum_sq(x, len) for len a multiple of 32 (its 32 lanes in four registers).
+float taco_sum_sq_avx2(const float* x, int32_t len);
+/// q[i] = codecs::fp8_from_float<F>(y[i] / s), or fp8_from_float_sr<F>(y[i] / s, u[i]) when u
+/// is not null, for 0 <= i < n (a multiple of 8); with @p keep_inf, +-Inf y[i] code as in
+/// codecs::group_quantize (so this is group_quantize / group_quantize_sr). F is
+/// codecs::Fp8E5M2 when @p e5m2, else codecs::Fp8E4M3.
+void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t n, float s,
+                       const float* u, uint8_t* q);
+#endif
+
+/// v <- the normalised WHT of the h (a power of two) values at src (which may be v).
+inline void wht_normalized_host(const float* src, float* v, int32_t h) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (h >= 8 && cpu_use_avx2()) return wht_normalized_avx2(src, v, h);
+#endif
+  if (src != v) std::memcpy(v, src, static_cast<size_t>(h) * sizeof(float));
+  wht_normalized_fast(v, h);
+}
+
+/// Raw |bits| maximum of each group of g in v[0, len) (len a multiple of g).
+inline void group_abs_max_host(const float* v, int32_t len, int32_t g, int32_t* amax) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (g >= 8 && cpu_use_avx2()) return group_abs_max_avx2(v, len, g, amax);
+#endif
+  for (int32_t i = 0; i < len / g; ++i) {
+    int32_t m = 0;
+    for (int32_t j = i * g; j < (i + 1) * g; ++j)
+      m = std::max(m, static_cast<int32_t>(codecs::f32_bits(v[j]) & codecs::kF32AbsMask));
+    amax[i] = m;
+  }
+}
+
+/// The stochastic rounding draws of elements index .. index + n - 1 of a run.
+inline void sr_uniforms_host(uint64_t prefix, int64_t index, int64_t n, float* u) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (cpu_use_avx2()) return sr_uniforms_avx2(prefix, index, n, u);
+#endif
+  for (int64_t i = 0; i < n; ++i) u[i] = codecs::sr_uniform_at(prefix, index + i);
+}
+
+}  // namespace ccompress::cpu
