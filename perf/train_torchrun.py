@@ -8,6 +8,7 @@ three ways ccompress reaches an unmodified PyTorch script:
     CCOMPRESS_CODEC=hint8 CCOMPRESS_ERROR_FEEDBACK=1 $T perf/train_torchrun.py --mode ddp  --backend ccompress   # (b)
     CCOMPRESS_CODEC=hint8 CCOMPRESS_ERROR_FEEDBACK=1 $T perf/train_torchrun.py --mode fsdp --backend ccompress   # (c)
     $T perf/train_torchrun.py --mode fsdp --backend gloo                       # exact FSDP2
+    $T perf/train_torchrun.py --mode ddp_hook --codec nvfp4 --gift 32          # (a) + GIFT
 
 (b) and (c) take their codec from the environment, as an unmodified script would. The
 options, learning-rate schedule, held-out loss and results file are examples/train_common's
@@ -49,6 +50,12 @@ def main() -> None:
     ap = tc.parser(__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=("ddp", "ddp_hook", "fsdp"), default="ddp")
     ap.add_argument("--backend", choices=("gloo", "ccompress"), default="gloo")
+    ap.add_argument("--gift", type=int, default=0, metavar="RANK",
+                    help="--mode ddp_hook: whiten the gradients with ccompress.torch.GIFT of "
+                         "this rank (0: off)")
+    ap.add_argument("--gift-refresh", type=int, default=50, help="GIFT refresh_every")
+    ap.add_argument("--gift-sketch", type=int, default=32, help="GIFT sketch (0: dense)")
+    ap.add_argument("--gift-output", action="store_true", help="GIFT output_side")
     args = ap.parse_args()
     import torch
     import torch.distributed as dist
@@ -58,6 +65,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.mode == "ddp_hook" and args.backend != "gloo":
         raise SystemExit("--mode ddp_hook runs on --backend gloo")
+    if args.gift and args.mode != "ddp_hook":
+        raise SystemExit("--gift needs --mode ddp_hook")
     dist.init_process_group(args.backend)
     side = dist.new_group(backend="gloo")
     world = World(dist, side)
@@ -70,7 +79,7 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     model = tinylm.build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
-    hook, pg = None, None
+    hook, pg, gift = None, None, None
     if args.mode == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
@@ -80,7 +89,10 @@ def main() -> None:
     else:
         net = torch.nn.parallel.DistributedDataParallel(model)
         if args.mode == "ddp_hook":
-            hook = cct.ddp_comm_hook(codec=args.codec, error_feedback=True)
+            if args.gift:
+                gift = cct.GIFT(model, rank=args.gift, refresh_every=args.gift_refresh,
+                                sketch=args.gift_sketch, output_side=args.gift_output)
+            hook = cct.ddp_comm_hook(codec=args.codec, error_feedback=True, gift=gift)
             net.register_comm_hook(state=None, hook=hook)
     if args.backend == "ccompress":
         pg = cct.compressed_group()
@@ -119,9 +131,16 @@ def main() -> None:
     full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in net.parameters()]
     same = tc.identical_on_all_ranks(world, full)
     tc.say(world, f"replicas bit-identical on all {size} ranks: {'yes' if same else 'NO'}")
+    extra = {}
+    if gift is not None:
+        extra = dict(gift_selection=list(gift.selection.values()),
+                     gift_memory_bytes=gift.memory_bytes())
+        tc.say(world, f"GIFT whitens {sum(gift.treated.values())} of {len(gift.layers)} "
+               f"layers; {gift.memory_bytes() / 2**20:.2f} MiB of statistics and factors")
     tc.finish(world, args, dict(result, mode=args.mode, backend=args.backend, ranks=size,
-                                codec=codec, error_feedback=ef, replicas_identical=same,
-                                parameters=nparams, text=info))
+                                codec=codec + (f"+gift{args.gift}" if gift else ""),
+                                error_feedback=ef, replicas_identical=same,
+                                parameters=nparams, text=info, **extra))
     dist.destroy_process_group()
 
 
