@@ -136,17 +136,22 @@ for codec in ("none", "fp8_e4m3:g128", "hint8"):
               f"plain gloo DDP {err:.2e} of the largest gradient", flush=True)
 
 # 3. Error feedback (the default), three steps: replicas stay bit-identical.
-model = make_model()
-ddp = DDP(model, bucket_cap_mb=0.004)
+def sgd_steps(make_hook, seed, what):
+    """Three SGD steps of DDP with ``make_hook(model)``; asserts identical replicas."""
+    model = make_model()
+    ddp = DDP(model, bucket_cap_mb=0.004)
+    ddp.register_comm_hook(state=None, hook=make_hook(model))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        ddp(rank_tensor(rank, (16, 24), seed=seed + step)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    for name, p in model.named_parameters():
+        check_identical(p.detach(), f"{what} parameter {name}")
+
+
 hook = ddp_comm_hook(codec="fp8_e4m3:g128")
-ddp.register_comm_hook(state=None, hook=hook)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
-    ddp(rank_tensor(rank, (16, 24), seed=20 + step)).square().mean().backward()
-    opt.step()
-    opt.zero_grad()
-for name, p in model.named_parameters():
-    check_identical(p.detach(), f"error feedback parameter {name}")
+sgd_steps(lambda model: hook, 20, "error feedback")
 assert hook.comm.transport == "torch_gloo" and len(hook.state_dict()["error_feedback"]) >= 2
 
 # 4. Mismatches raise on every rank.
@@ -185,17 +190,16 @@ gift = gifts[0]
 assert seen and all(gift.treated.values()) and len(gift.treated) == 2, gift.treated
 for h, p in zip(whitened, plain):
     assert float((h - p).abs().max()) <= 1e-4 * float(p.abs().max()), "GIFT none vs plain DDP"
-model = make_model()
-ddp = DDP(model, bucket_cap_mb=0.004)
-gift = GIFT(model, rank=8, refresh_every=2, sketch=8)
-ddp.register_comm_hook(state=None, hook=ddp_comm_hook(codec="nvfp4", gift=gift))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
-    ddp(rank_tensor(rank, (16, 24), seed=30 + step)).square().mean().backward()
-    opt.step()
-    opt.zero_grad()
-for name, p in model.named_parameters():
-    check_identical(p.detach(), f"GIFT parameter {name}")
+gifts.clear()
+
+
+def nvfp4_gift_hook(model):
+    gifts.append(GIFT(model, rank=8, refresh_every=2, sketch=8))
+    return ddp_comm_hook(codec="nvfp4", gift=gifts[-1])
+
+
+sgd_steps(nvfp4_gift_hook, 30, "GIFT")
+gift = gifts[0]
 check_identical(torch.from_numpy(np.concatenate(
     [gift.core.second_moment[n].reshape(-1) for n in gift.layers])), "GIFT moments")
 assert gift.step == 3 and set(gift.selection) == {"0", "2"}
