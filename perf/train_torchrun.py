@@ -150,15 +150,16 @@ def report(paths) -> None:
     family (DDP: ``ddp`` on gloo; FSDP2: ``fsdp`` on gloo). Bytes per step are ccompress's
     count on rank 0; for the gloo runs, what an uncompressed ring sends per rank for the
     same collective (DDP: all-reduce 2(n-1)/n x 4 B per parameter; FSDP2: reduce-scatter
-    (n-1)/n x 4 B; FSDP2's parameter all-gathers are exact in every run and not counted)."""
+    (n-1)/n x 4 B; FSDP2's parameter all-gathers are exact in every run and not counted).
+    Bits per element: 32 x those bytes / the exact ring's (GIFT's statistics included)."""
     import json
 
     runs = [json.load(open(p)) for p in paths]
     exact = {(r["mode"], r["args"]["seed"]): r for r in runs if r["backend"] == "gloo"
              and r["mode"] != "ddp_hook"}
     print("| run | codec (EF on) | seed | final held-out loss | vs exact | MiB/step | "
-          "s/step | vs gloo | replicas identical |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "bits/element | s/step | vs gloo | replicas identical |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(runs, key=lambda r: (r["mode"] == "fsdp", r["backend"] != "gloo",
                                          r["mode"], r["codec"], r["args"]["seed"])):
         n, steps = r["ranks"], r["args"]["steps"]
@@ -169,10 +170,14 @@ def report(paths) -> None:
         name = {"ddp": "DDP", "fsdp": "FSDP2", "ddp_hook": "DDP + hook"}[r["mode"]]
         name += f" on {r['backend']}" if r["mode"] != "ddp_hook" else " on gloo"
         vs = f"{100 * (r['val_loss'] / base['val_loss'] - 1):+.2f}%" if base and base is not r else "-"
+        # bits per gradient element: the bytes against an exact ring's 32-bit count
+        ring = (1 if r["mode"] == "fsdp" else 2) * (n - 1) / n * 4 * r["parameters"]
+        bits = 32 * mib * 2**20 / ring
         t = r["seconds"] / steps
         tv = f"{t / (base['seconds'] / steps):.2f}x" if base and base is not r else "-"
         print(f"| {name} | {r['codec']} | {r['args']['seed']} | {r['val_loss']:.4f} | {vs} | "
-              f"{mib:.3f} | {t:.3f} | {tv} | {'yes' if r['replicas_identical'] else 'NO'} |")
+              f"{mib:.3f} | {bits:.2f} | {t:.3f} | {tv} | "
+              f"{'yes' if r['replicas_identical'] else 'NO'} |")
 
 
 if __name__ == "__main__":
