@@ -151,12 +151,14 @@ def report(paths) -> None:
     count on rank 0; for the gloo runs, what an uncompressed ring sends per rank for the
     same collective (DDP: all-reduce 2(n-1)/n x 4 B per parameter; FSDP2: reduce-scatter
     (n-1)/n x 4 B; FSDP2's parameter all-gathers are exact in every run and not counted).
-    Bits per element: 32 x those bytes / the exact ring's (GIFT's statistics included)."""
+    Bits per element: 32 x those bytes / the exact ring's (GIFT's statistics included).
+    A second table gives each compressed setting's mean over its seeds."""
     import json
 
     runs = [json.load(open(p)) for p in paths]
     exact = {(r["mode"], r["args"]["seed"]): r for r in runs if r["backend"] == "gloo"
              and r["mode"] != "ddp_hook"}
+    means: dict = {}
     print("| run | codec (EF on) | seed | final held-out loss | vs exact | MiB/step | "
           "bits/element | s/step | vs gloo | replicas identical |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -178,6 +180,15 @@ def report(paths) -> None:
         print(f"| {name} | {r['codec']} | {r['args']['seed']} | {r['val_loss']:.4f} | {vs} | "
               f"{mib:.3f} | {bits:.2f} | {t:.3f} | {tv} | "
               f"{'yes' if r['replicas_identical'] else 'NO'} |")
+        if base and base is not r:
+            means.setdefault((name, r["codec"], round(bits, 2)), []).append(
+                (r["args"]["seed"], 100 * (r["val_loss"] / base["val_loss"] - 1)))
+    print("\n| run | codec (EF on) | bits/element | seeds | mean vs exact | per seed |")
+    print("|---|---|---|---|---|---|")
+    for (name, codec, bits), got in sorted(means.items()):
+        print(f"| {name} | {codec} | {bits:.2f} | {len(got)} | "
+              f"{np.mean([v for _, v in got]):+.2f}% | "
+              f"{', '.join(f'{s}: {v:+.2f}%' for s, v in sorted(got))} |")
 
 
 if __name__ == "__main__":
