@@ -109,6 +109,19 @@ def nystrom(y: np.ndarray, omega: np.ndarray, diag: np.ndarray) -> np.ndarray:
     return a
 
 
+def roundtrip_errors(codec: Codec, factor, g: Any) -> "tuple[float, float]":
+    """One codec round trip's relative L2 error of gradient ``g`` (as a matrix) in its own
+    coordinates and through ``factor`` (a :class:`Whitening` or :class:`Kronecker`):
+    ``(||rt(G) - G||, ||rt(G L^-T) L^T - G||) / ||G||``, G in float64, the codec fed
+    float32."""
+    g = as_matrix(np.asarray(g, np.float64))
+    plain = codec.roundtrip(g.astype(np.float32)).reshape(g.shape)
+    back = factor.from_wire(codec.roundtrip(factor.to_wire(g).astype(np.float32))
+                            .reshape(g.shape).astype(np.float64))
+    norm = max(float(np.linalg.norm(g)), 1e-30)
+    return float(np.linalg.norm(plain - g)) / norm, float(np.linalg.norm(back - g)) / norm
+
+
 class GIFT:
     """Geometry-informed compressed all-reduce of weight gradients.
 
@@ -208,14 +221,8 @@ class GIFT:
                min_gain: float = 1.5) -> List[str]:
         """Chooses the layers to treat from the measured one-step round-trip error."""
         cands = [k for k in sorted(candidates) if k in self.factors]
-        errs = np.zeros((len(cands), 2), np.float32)
-        for i, k in enumerate(cands):
-            g = as_matrix(np.asarray(grads[k], np.float64))
-            w = self.factors[k]
-            plain = self.codec.roundtrip(g.astype(np.float32))
-            gift = w.from_wire(self.codec.roundtrip(w.to_wire(g).astype(np.float32)))
-            norm = max(np.linalg.norm(g), 1e-30)
-            errs[i] = (np.linalg.norm(plain - g) / norm, np.linalg.norm(gift - g) / norm)
+        errs = np.array([roundtrip_errors(self.codec, self.factors[k], grads[k])
+                         for k in cands], np.float32).reshape(-1, 2)
         errs = allreduce_many(comm, [errs])[0] if cands else errs
         self.selection = [{"layer": k, "err_plain": float(e[0]), "err_gift": float(e[1]),
                            "gain": float(e[0] / max(e[1], 1e-30)),

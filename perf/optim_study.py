@@ -9,8 +9,8 @@ final held-out loss against exact, and prints the rank correlations:
     .venv/bin/python perf/optim_study.py --train build/train_compare_seed1/*.json
 
 Training results: the JSON files of perf/train_compare.py runs given with ``--train``
-(``final_val``, ``config.seed``; each seed needs its ``exact`` run); issue 20's own DDP
-figures are set beside as they are stated there. The measured windows are of seed 0's exact
+(``final_val``, ``config.seed``; each seed needs its ``exact`` run); earlier DDP
+figures (their setup is not in this repository) are set beside as they were stated. The measured windows are of seed 0's exact
 run only (the gradients of one run).
 """
 from __future__ import annotations

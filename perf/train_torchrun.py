@@ -9,6 +9,7 @@ three ways ccompress reaches an unmodified PyTorch script:
     CCOMPRESS_CODEC=hint8 CCOMPRESS_ERROR_FEEDBACK=1 $T perf/train_torchrun.py --mode fsdp --backend ccompress   # (c)
     $T perf/train_torchrun.py --mode fsdp --backend gloo                       # exact FSDP2
     $T perf/train_torchrun.py --mode tsr --tsr-rank 96 ...                     # TSR-Adam
+    $T perf/train_torchrun.py --mode ddp_hook --codec nvfp4 --gift 32          # (a) + GIFT
 
 (b) and (c) take their codec from the environment, as an unmodified script would. The
 options, learning-rate schedule, held-out loss and results file are examples/train_common's
@@ -55,6 +56,12 @@ def main() -> None:
     ap.add_argument("--mode", choices=("ddp", "ddp_hook", "fsdp", "tsr"), default="ddp")
     ap.add_argument("--backend", choices=("gloo", "ccompress"), default="gloo")
     add_tsr_options(ap)
+    ap.add_argument("--gift", type=int, default=0, metavar="RANK",
+                    help="--mode ddp_hook: whiten the gradients with ccompress.torch.GIFT of "
+                         "this rank (0: off)")
+    ap.add_argument("--gift-refresh", type=int, default=50, help="GIFT refresh_every")
+    ap.add_argument("--gift-sketch", type=int, default=32, help="GIFT sketch (0: dense)")
+    ap.add_argument("--gift-output", action="store_true", help="GIFT output_side")
     args = ap.parse_args()
     import torch
     import torch.distributed as dist
@@ -64,6 +71,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.mode in ("ddp_hook", "tsr") and args.backend != "gloo":
         raise SystemExit(f"--mode {args.mode} runs on --backend gloo")
+    if args.gift and args.mode != "ddp_hook":
+        raise SystemExit("--gift needs --mode ddp_hook")
     dist.init_process_group(args.backend)
     side = dist.new_group(backend="gloo")
     world = World(dist, side)
@@ -76,7 +85,7 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     model = tinylm.build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
-    hook, pg = None, None
+    hook, pg, gift = None, None, None
     if args.mode == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
@@ -88,7 +97,10 @@ def main() -> None:
     else:
         net = torch.nn.parallel.DistributedDataParallel(model)
         if args.mode == "ddp_hook":
-            hook = cct.ddp_comm_hook(codec=args.codec, error_feedback=True)
+            if args.gift:
+                gift = cct.GIFT(model, rank=args.gift, refresh_every=args.gift_refresh,
+                                sketch=args.gift_sketch, output_side=args.gift_output)
+            hook = cct.ddp_comm_hook(codec=args.codec, error_feedback=True, gift=gift)
             net.register_comm_hook(state=None, hook=hook)
     if args.backend == "ccompress":
         pg = cct.compressed_group()
@@ -135,9 +147,16 @@ def main() -> None:
     full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in net.parameters()]
     same = tc.identical_on_all_ranks(world, full)
     tc.say(world, f"replicas bit-identical on all {size} ranks: {'yes' if same else 'NO'}")
+    extra = {}
+    if gift is not None:
+        extra = dict(gift_selection=list(gift.selection.values()),
+                     gift_memory_bytes=gift.memory_bytes())
+        tc.say(world, f"GIFT whitens {sum(gift.treated.values())} of {len(gift.layers)} "
+               f"layers; {gift.memory_bytes() / 2**20:.2f} MiB of statistics and factors")
     tc.finish(world, args, dict(result, mode=args.mode, backend=args.backend, ranks=size,
-                                codec=codec, error_feedback=ef, replicas_identical=same,
-                                parameters=nparams, text=info,
+                                codec=codec + (f"+gift{args.gift}" if gift else ""),
+                                error_feedback=ef, replicas_identical=same,
+                                parameters=nparams, text=info, **extra,
                                 **({"tsr": tsr_report(args)} if args.mode == "tsr" else {})))
     dist.destroy_process_group()
 
@@ -148,29 +167,45 @@ def report(paths) -> None:
     family (DDP: ``ddp`` on gloo; FSDP2: ``fsdp`` on gloo). Bytes per step are ccompress's
     count on rank 0; for the gloo runs, what an uncompressed ring sends per rank for the
     same collective (DDP: all-reduce 2(n-1)/n x 4 B per parameter; FSDP2: reduce-scatter
-    (n-1)/n x 4 B; FSDP2's parameter all-gathers are exact in every run and not counted)."""
+    (n-1)/n x 4 B; FSDP2's parameter all-gathers are exact in every run and not counted).
+    Bits per element: 32 x those bytes / the exact ring's (GIFT's statistics included).
+    A second table gives each compressed setting's mean over its seeds."""
     import json
 
     runs = [json.load(open(p)) for p in paths]
     exact = {(r["mode"], r["args"]["seed"]): r for r in runs if r["backend"] == "gloo"
              and r["mode"] != "ddp_hook"}
+    means: dict = {}
     print("| run | codec (EF on) | seed | final held-out loss | vs exact | MiB/step | "
-          "s/step | vs gloo | replicas identical |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "bits/element | s/step | vs gloo | replicas identical |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(runs, key=lambda r: (r["mode"] == "fsdp", r["backend"] != "gloo",
                                          r["mode"], r["codec"], r["args"]["seed"])):
         n, steps = r["ranks"], r["args"]["steps"]
         base = exact.get(("fsdp" if r["mode"] == "fsdp" else "ddp", r["args"]["seed"]))
         mib = r["comm_bytes_per_step"] / 2**20
-        if r["backend"] == "gloo" and r["mode"] != "ddp_hook":
+        if r["backend"] == "gloo" and r["mode"] not in ("ddp_hook", "tsr"):
             mib = (1 if r["mode"] == "fsdp" else 2) * (n - 1) / n * 4 * r["parameters"] / 2**20
         name = {"ddp": "DDP", "fsdp": "FSDP2", "ddp_hook": "DDP + hook", "tsr": "TSR-Adam"}[r["mode"]]
         name += f" on {r['backend']}" if r["mode"] != "ddp_hook" else " on gloo"
         vs = f"{100 * (r['val_loss'] / base['val_loss'] - 1):+.2f}%" if base and base is not r else "-"
+        # bits per gradient element: the bytes against an exact ring's 32-bit count
+        ring = (1 if r["mode"] == "fsdp" else 2) * (n - 1) / n * 4 * r["parameters"]
+        bits = 32 * mib * 2**20 / ring
         t = r["seconds"] / steps
         tv = f"{t / (base['seconds'] / steps):.2f}x" if base and base is not r else "-"
         print(f"| {name} | {r['codec']} | {r['args']['seed']} | {r['val_loss']:.4f} | {vs} | "
-              f"{mib:.3f} | {t:.3f} | {tv} | {'yes' if r['replicas_identical'] else 'NO'} |")
+              f"{mib:.3f} | {bits:.2f} | {t:.3f} | {tv} | "
+              f"{'yes' if r['replicas_identical'] else 'NO'} |")
+        if base and base is not r:
+            means.setdefault((name, r["codec"], round(bits, 2)), []).append(
+                (r["args"]["seed"], 100 * (r["val_loss"] / base["val_loss"] - 1)))
+    print("\n| run | codec (EF on) | bits/element | seeds | mean vs exact | per seed |")
+    print("|---|---|---|---|---|---|")
+    for (name, codec, bits), got in sorted(means.items()):
+        print(f"| {name} | {codec} | {bits:.2f} | {len(got)} | "
+              f"{np.mean([v for _, v in got]):+.2f}% | "
+              f"{', '.join(f'{s}: {v:+.2f}%' for s, v in sorted(got))} |")
 
 
 def sweep(paths) -> None:

@@ -2,7 +2,8 @@
 ``dist.init_process_group("ccompress")`` under torchrun runs unmodified DDP and FSDP2
 scripts with compressed all_reduce / reduce_scatter_tensor / all_gather_into_tensor), a
 DistributedDataParallel communication hook and Megatron-style tensor-parallel layers over
-compressed ccompress all-reduces, and TSR-Adam (:mod:`ccompress.torch.tsr_adam`).
+compressed ccompress all-reduces, GIFT (:mod:`ccompress.torch.gift`: whitened gradients
+inside that hook), and TSR-Adam (:mod:`ccompress.torch.tsr_adam`).
 
     from ccompress.torch import ddp_comm_hook, tp_all_reduce
     model.register_comm_hook(state=None, hook=ddp_comm_hook(codec="hint8"))
@@ -21,11 +22,12 @@ except ImportError as _e:  # pragma: no cover - exercised only where torch is ab
 
 from ._common import init_process_group_from_mpi, world_communicator
 from .ddp import CompressedAllreduceHook, ddp_comm_hook
+from .gift import GIFT
 from .tensor_parallel import ColumnParallelLinear, RowParallelLinear, tp_all_reduce, tp_copy
 from .tsr_adam import TSRAdam
 
 __all__ = [
-    "ColumnParallelLinear", "CompressedAllreduceHook", "RowParallelLinear", "TSRAdam",
+    "ColumnParallelLinear", "CompressedAllreduceHook", "GIFT", "RowParallelLinear", "TSRAdam",
     "ddp_comm_hook", "init_process_group_from_mpi", "tp_all_reduce", "tp_copy",
     "world_communicator",
 ]

@@ -33,7 +33,11 @@ class CompressedAllreduceHook:
 
     def __init__(self, codec: Any = "fp8_e4m3:g128", error_feedback: bool = True,
                  comm: Optional[Communicator] = None, process_group: Any = None,
-                 algo: str = "auto", async_op: Optional[bool] = None) -> None:
+                 algo: str = "auto", async_op: Optional[bool] = None,
+                 gift: Any = None) -> None:
+        if gift is not None and autocodec.is_auto(codec):
+            raise _errors.Unsupported(f"GIFT needs a fixed codec (got {codec!r}): its "
+                                      "selection measures that codec's round trip")
         if not autocodec.is_auto(codec):
             codec = Codec.parse(codec).name  # a bad spec fails here, not inside backward
         if algo not in ALGOS:
@@ -52,6 +56,10 @@ class CompressedAllreduceHook:
         self._async = async_op
         self._ef: Dict[int, Any] = {}
         self._ef_numel: Dict[int, int] = {}
+        self._ef_layout: Dict[int, Any] = {}
+        self.gift = gift
+        if gift is not None:
+            gift.attach(self.codec)
         self._pending_state: Optional[dict] = None
         self.__name__ = self.__qualname__ = f"ccompress_{self.codec}_hook"
 
@@ -62,6 +70,8 @@ class CompressedAllreduceHook:
         _common.check_tensor(buf, "the gradient bucket")
         comm = self.comm
         kwargs: Dict[str, Any] = dict(codec=self.codec, algo=self.algo, op="avg")
+        if self.gift is not None:
+            return self._call_gift(comm, bucket, buf, kwargs)
         if self.error_feedback:
             kwargs["error_feedback"] = self._feedback(bucket.index(), buf.numel())
         if buf.is_cuda:
@@ -93,6 +103,29 @@ class CompressedAllreduceHook:
         work.add_done_callback(done)
         return fut
 
+    def _call_gift(self, comm: Communicator, bucket: dist.GradBucket, buf: torch.Tensor,
+                   kwargs: Dict[str, Any]) -> torch.futures.Future[torch.Tensor]:
+        """The bucket through GIFT: whiten the treated weights' gradients in place, the
+        compressed all-reduce (error feedback in whitened coordinates), map them back. Run
+        in the calling thread: a refresh step adds exact collectives of its own, which must
+        not overlap the bucket's."""
+        fut = torch.futures.Future(devices=[buf.device]) if buf.is_cuda else torch.futures.Future()
+        try:
+            layout = tuple((self.gift._layer_of.get(id(p), ""), tuple(p.shape))
+                           for p in bucket.parameters())
+            ef = (self._feedback(bucket.index(), buf.numel(), layout)
+                  if self.error_feedback else None)
+            if ef is not None:
+                kwargs["error_feedback"] = ef
+            treated = self.gift.to_wire(comm, bucket, ef)
+            _common.allreduce(comm, buf, out=buf, **kwargs)
+            self.gift.from_wire(bucket, treated)
+        except Exception as e:  # DDP re-raises it from the future
+            fut.set_exception(e)
+        else:
+            fut.set_result(buf)
+        return fut
+
     # ---- state ----
     @property
     def comm(self) -> "Communicator":
@@ -101,14 +134,17 @@ class CompressedAllreduceHook:
             self._comm = _common.communicator_for(self._group, self._given)
         return self._comm
 
-    def _feedback(self, index: int, numel: int) -> Any:
+    def _feedback(self, index: int, numel: int, layout: Any = None) -> Any:
         """The residual of bucket ``index``; a new one when DDP rebuilt its buckets (after
-        the first iteration) and the bucket's size changed."""
-        if self._ef_numel.get(index) != numel:
+        the first iteration) and the bucket's size changed (with GIFT: or its layout, the
+        (layer, shape) of each parameter, as the residual is in per-layer coordinates)."""
+        if self._ef_numel.get(index) != numel or self._ef_layout.get(index) != layout:
             self._ef[index] = ErrorFeedback()
             self._ef_numel[index] = numel
+            self._ef_layout[index] = layout
             saved = (self._pending_state or {}).pop(index, None)
-            if saved is not None and saved["numel"] == numel:
+            if saved is not None and saved["numel"] == numel and \
+                    _layout_of(saved) == layout:
                 self._ef[index].load_state_dict(
                     {k: v.numpy() if isinstance(v, torch.Tensor) else v
                      for k, v in saved["state"].items()})
@@ -136,7 +172,13 @@ class CompressedAllreduceHook:
                   "state": {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
                             for k, v in e.state_dict().items()}}
               for i, e in self._ef.items()}
-        return {"codec": self.codec, "algo": self.algo, "error_feedback": ef}
+        for i, entry in ef.items():
+            if self._ef_layout.get(i) is not None:
+                entry["layout"] = [[n, list(s)] for n, s in self._ef_layout[i]]
+        out = {"codec": self.codec, "algo": self.algo, "error_feedback": ef}
+        if self.gift is not None:
+            out["gift"] = self.gift.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         """Restores residuals saved by :meth:`state_dict` (applied per bucket on its next
@@ -145,14 +187,21 @@ class CompressedAllreduceHook:
             raise _errors.InvalidArgument(
                 f"this state was saved with codec {state.get('codec')!r}, but the hook uses "
                 f"{self.codec!r}; make a hook with the same codec")
+        if self.gift is not None:
+            if state.get("gift") is None:
+                raise _errors.InvalidArgument("this state was saved by a hook without GIFT; "
+                                              "this hook has one")
+            self.gift.load_state_dict(state["gift"])
         self._pending_state = dict(state.get("error_feedback", {}))
         self._ef.clear()
         self._ef_numel.clear()
+        self._ef_layout.clear()
 
 
 def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
                   comm: Optional[Communicator] = None, process_group: Any = None,
-                  algo: str = "auto", async_op: Optional[bool] = None) -> CompressedAllreduceHook:
+                  algo: str = "auto", async_op: Optional[bool] = None,
+                  gift: Any = None) -> CompressedAllreduceHook:
     """A hook for ``DistributedDataParallel.register_comm_hook(state=None, hook=...)``.
 
     Args:
@@ -167,5 +216,16 @@ def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
       algo: ccompress schedule (``auto``, ``two_shot``, ``ring``, ...).
       async_op: run host collectives on ccompress's worker thread, overlapping backward
         (default: when the transport allows it).
+      gift: a :class:`ccompress.torch.GIFT` of the model: each hooked weight's gradient
+        is whitened inside its bucket before the codec and mapped back after it, with the
+        error feedback in whitened coordinates (``ccompress/torch/gift.py``). The bucket then
+        runs in the calling thread (``async_op`` does not apply).
     """
-    return CompressedAllreduceHook(codec, error_feedback, comm, process_group, algo, async_op)
+    return CompressedAllreduceHook(codec, error_feedback, comm, process_group, algo, async_op,
+                                   gift)
+
+
+def _layout_of(saved: dict) -> Any:
+    """The (layer, shape) layout a saved residual belongs to (None: saved without GIFT)."""
+    lay = saved.get("layout")
+    return None if lay is None else tuple((n, tuple(s)) for n, s in lay)

@@ -84,9 +84,12 @@ def make_model():
     return torch.nn.Sequential(torch.nn.Linear(24, 64), torch.nn.GELU(), torch.nn.Linear(64, 40))
 
 
-def grads_of(hook):
+def grads_of(hook, make_hook=None):
+    """Two DDP steps' gradients with ``hook`` (or ``make_hook(model)``), this rank's own
+    gradients, and (input, output) of every bucket the hook saw in the last step."""
     model = make_model()
     ddp = DDP(model, bucket_cap_mb=0.004)  # ~1000 float32 per bucket: several buckets
+    hook = make_hook(model) if make_hook else hook
     seen = []
     if hook is not None:
         def recording(state, bucket):
@@ -133,17 +136,22 @@ for codec in ("none", "fp8_e4m3:g128", "hint8"):
               f"plain gloo DDP {err:.2e} of the largest gradient", flush=True)
 
 # 3. Error feedback (the default), three steps: replicas stay bit-identical.
-model = make_model()
-ddp = DDP(model, bucket_cap_mb=0.004)
+def sgd_steps(make_hook, seed, what):
+    """Three SGD steps of DDP with ``make_hook(model)``; asserts identical replicas."""
+    model = make_model()
+    ddp = DDP(model, bucket_cap_mb=0.004)
+    ddp.register_comm_hook(state=None, hook=make_hook(model))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        ddp(rank_tensor(rank, (16, 24), seed=seed + step)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    for name, p in model.named_parameters():
+        check_identical(p.detach(), f"{what} parameter {name}")
+
+
 hook = ddp_comm_hook(codec="fp8_e4m3:g128")
-ddp.register_comm_hook(state=None, hook=hook)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
-    ddp(rank_tensor(rank, (16, 24), seed=20 + step)).square().mean().backward()
-    opt.step()
-    opt.zero_grad()
-for name, p in model.named_parameters():
-    check_identical(p.detach(), f"error feedback parameter {name}")
+sgd_steps(lambda model: hook, 20, "error feedback")
 assert hook.comm.transport == "torch_gloo" and len(hook.state_dict()["error_feedback"]) >= 2
 
 # 4. Mismatches raise on every rank.
@@ -162,6 +170,39 @@ from ccompress.torch import TSRAdam  # noqa: E402
 
 opt = TSRAdam(torch.nn.Linear(8, 8).named_parameters(), None)
 assert opt.comm.size == size
+
+# 6. GIFT inside the hook, with real DDP buckets (rebuilt after the first step): with the
+# exact codec and every layer whitened, the gradients are plain DDP's within 1e-4 of the
+# largest (the round trip's bound is in tests/test_torch_gift.py); with nvfp4 and error
+# feedback, 3 SGD steps leave bit-identical replicas and GIFT state on every rank.
+from ccompress.torch import GIFT  # noqa: E402
+
+gifts = []
+
+
+def gift_hook(model):
+    gifts.append(GIFT(model, rank=8, refresh_every=1, select=False))
+    return ddp_comm_hook(codec="none", error_feedback=False, algo="two_shot", gift=gifts[-1])
+
+
+whitened, _, seen = grads_of(None, gift_hook)
+gift = gifts[0]
+assert seen and all(gift.treated.values()) and len(gift.treated) == 2, gift.treated
+for h, p in zip(whitened, plain):
+    assert float((h - p).abs().max()) <= 1e-4 * float(p.abs().max()), "GIFT none vs plain DDP"
+gifts.clear()
+
+
+def nvfp4_gift_hook(model):
+    gifts.append(GIFT(model, rank=8, refresh_every=2, sketch=8))
+    return ddp_comm_hook(codec="nvfp4", gift=gifts[-1])
+
+
+sgd_steps(nvfp4_gift_hook, 30, "GIFT")
+gift = gifts[0]
+check_identical(torch.from_numpy(np.concatenate(
+    [gift.core.second_moment[n].reshape(-1) for n in gift.layers])), "GIFT moments")
+assert gift.step == 3 and set(gift.selection) == {"0", "2"}
 
 dist.barrier()
 print(f"OK {rank}", flush=True)

@@ -1,0 +1,302 @@
+"""GIFT for PyTorch models: the geometry-informed gradient transform of :mod:`ccompress.gift`
+(its module docstring has the method) fed by hooks on the model and applied inside the DDP
+communication hook.
+
+    gift = ccompress.torch.GIFT(model, rank=32, refresh_every=50, sketch=32)
+    ddp.register_comm_hook(None, ccompress.torch.ddp_comm_hook(
+        "nvfp4", error_feedback=True, gift=gift))
+
+- **Statistics.** Forward hooks on the chosen ``nn.Linear`` layers add each layer's input
+  moment ``x^T x`` (float64, over all tokens) during the training forward of every refresh
+  step (every ``refresh_every`` steps, the first included); with ``output_side=True`` a
+  hook on the layer's output adds ``delta^T delta`` of its loss gradient as well. Nothing is
+  collected on the other steps, in eval mode or under ``torch.no_grad``.
+- **Refresh.** In the hook of a refresh step, for the layers whose weights are in the
+  bucket, the moments are all-reduced exactly through the hook's communicator (dense, or
+  a shared-seed Nystrom sketch with ``sketch=k``), folded into the EMA and factored
+  (:meth:`ccompress.gift.GIFT.observe`): every rank derives its factors from the same bits.
+- **Selection** (``select=True``, the default): at each refresh every rank measures one
+  codec round trip of its own gradient of each layer, in natural and in whitened
+  coordinates (:func:`ccompress.gift.roundtrip_errors`); the figures are averaged over the
+  ranks, and a layer is whitened only where its error falls (plain > ``min_gain`` x
+  whitened). A layer whose error would rise stays in natural coordinates, so GIFT never
+  makes a layer's measured error worse. The table is :attr:`selection`.
+- **Transform.** Inside the bucket each treated weight's gradient G is replaced by
+  ``G L^-T`` (both sides: ``L_S^-1 G L_A^-T``) before the compressed all-reduce and mapped
+  back after it; biases and untreated tensors travel as they are. The hook's error feedback
+  then lives in whitened coordinates; on a refresh the worker residual of every layer whose
+  transform changed is mapped into the new coordinates and the bucket's server residual
+  (a chunk in the old coordinates) is dropped.
+
+Embeddings are not hooked: a tied embedding (a language model's input table reused as its
+output head) gets its gradient from two products with different K-FAC factors, and one
+factor per weight does not fit it. The transforms run in float64 on the host (NumPy,
+:mod:`ccompress.gift`'s math), so CUDA gradients make a round trip to host memory.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+
+import numpy as np
+import torch
+
+from .. import _errors
+from .. import gift as _gift
+from .._flat import allreduce_many
+from ..codec import Codec
+
+LayerChoice = Union[None, Iterable[str], Callable[[str, torch.nn.Module], bool]]
+
+
+class GIFT:
+    """Geometry-informed compression of a model's weight gradients (module docstring).
+
+    Args:
+      model: the module whose ``nn.Linear`` layers are hooked (the module DDP wraps, or
+        the DDP wrapper itself: names are taken without its ``module.`` prefix).
+      rank: rank of the low-rank part of each input moment (and output moment).
+      refresh_every: steps between refreshes of the statistics and the selection (the
+        first step is one); a step is one DDP reduction (one call of the last bucket).
+      layers: which layers: None for every ``nn.Linear``, a list of module names, or a
+        predicate ``f(name, module) -> bool``.
+      sketch: 0 to all-reduce the dense moments (in x in per layer); k > 0 for a k-column
+        Nystrom sketch plus the diagonal (in x (k + 1)), far fewer bytes for wide layers.
+      output_side: also whiten the output side (both K-FAC factors, backward hooks).
+      ema: EMA weight of the old moments per refresh (see :class:`ccompress.gift.GIFT`).
+      damping: floor of the input factor's residual diagonal, relative to its mean.
+      damping_out: the same for the output factor.
+      select: whiten a layer only where one measured round trip errs less (default);
+        False whitens every hooked layer once it has statistics.
+      min_gain: with ``select``, whiten where plain error > min_gain x whitened error.
+      seed: seed of the shared sketch matrices (the same on every rank).
+    """
+
+    def __init__(self, model: torch.nn.Module, rank: int = 32, refresh_every: int = 50,
+                 layers: LayerChoice = None, sketch: int = 0, output_side: bool = False,
+                 ema: float = 0.5, damping: float = 0.3, damping_out: float = 1.0,
+                 select: bool = True, min_gain: float = 1.0, seed: int = 0) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise _errors.InvalidArgument(f"GIFT needs a torch.nn.Module, got "
+                                          f"{type(model).__name__}")
+        if int(refresh_every) < 1:
+            raise _errors.InvalidArgument(f"GIFT refresh_every {refresh_every} must be >= 1")
+        if int(rank) < 1:
+            raise _errors.InvalidArgument(f"GIFT rank {rank} must be >= 1")
+        if min_gain < 1.0:
+            raise _errors.InvalidArgument(f"GIFT min_gain {min_gain} must be >= 1 (below 1 a "
+                                          "layer whose error rises would be whitened)")
+        # The math (moments' all-reduce and EMA, factors, sketches) is ccompress.gift's.
+        self.core = _gift.GIFT(codec="none", rank=int(rank), ema=ema, damping=damping,
+                               error_feedback=False, sketch=sketch, seed=seed,
+                               damping_out=damping_out)
+        self.refresh_every, self.output_side = int(refresh_every), bool(output_side)
+        self.select_layers, self.min_gain = bool(select), float(min_gain)
+        self.codec: Optional[Codec] = None  # the hook's codec (attach)
+        self.step = 0  # completed reductions
+        self.treated: Dict[str, bool] = {}  # layer -> whitened now
+        self.selection: Dict[str, Dict[str, Any]] = {}  # layer -> the last refresh's figures
+        self._moments: Dict[str, List[Any]] = {}  # layer -> [x^T x, tokens, d^T d, tokens]
+        self._layer_of: Dict[int, str] = {}  # id(weight) -> layer name
+        self._handles: List[Any] = []
+        self._refreshed: set = set()  # layers refreshed during this step
+        for name, mod in _chosen(model, layers):
+            self._layer_of[id(mod.weight)] = name
+            self._handles.append(mod.register_forward_hook(self._forward_hook(name)))
+        if not self._layer_of:
+            raise _errors.InvalidArgument("GIFT found no nn.Linear layer to hook (check "
+                                          "`layers`)")
+
+    # ---- statistics ----
+    @property
+    def layers(self) -> List[str]:
+        """The hooked layers' names."""
+        return sorted(self._layer_of.values())
+
+    def collecting(self) -> bool:
+        """Whether this step's training forward gathers statistics (a refresh step)."""
+        return self.step % self.refresh_every == 0
+
+    def _forward_hook(self, name: str):
+        def hook(mod: torch.nn.Module, inputs: Any, output: torch.Tensor) -> None:
+            if not (mod.training and torch.is_grad_enabled() and self.collecting()):
+                return
+            x = inputs[0].detach().reshape(-1, mod.in_features).to(torch.float64)
+            slot = self._moments.setdefault(name, [0.0, 0, 0.0, 0])
+            slot[0] = slot[0] + (x.T @ x).cpu()
+            slot[1] += x.shape[0]
+            if self.output_side and output.requires_grad:
+                def grad_hook(d: torch.Tensor) -> None:
+                    d = d.detach().reshape(-1, mod.out_features).to(torch.float64)
+                    slot[2] = slot[2] + (d.T @ d).cpu()
+                    slot[3] += d.shape[0]
+                output.register_hook(grad_hook)
+        return hook
+
+    def remove_hooks(self) -> None:
+        """Detaches the forward hooks (the transform keeps its last factors)."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    # ---- called by the DDP hook ----
+    def attach(self, codec: str) -> None:
+        """Binds the codec whose round trip the selection measures (the hook's)."""
+        c = Codec.parse(codec)
+        if self.codec is not None and self.codec.name != c.name:
+            raise _errors.InvalidArgument(
+                f"this GIFT serves codec {self.codec.name!r} already; make one GIFT per hook "
+                f"(got {c.name!r})")
+        self.codec = self.core.codec = c
+
+    def views(self, bucket: Any) -> List[tuple]:
+        """(layer, gradient view into the bucket's flat buffer, offset) of the hooked weights
+        in a DDP bucket. DDP lays the bucket's parameters out back to back in
+        ``bucket.parameters()`` order; a layout that does not add up raises."""
+        buf = bucket.buffer()
+        out, at = [], 0
+        for p in bucket.parameters():
+            n = p.numel()
+            if id(p) in self._layer_of:
+                out.append((self._layer_of[id(p)], buf.narrow(0, at, n).view(p.shape), at))
+            at += n
+        if at != buf.numel():
+            raise _errors.Unsupported(
+                f"a gradient bucket of {buf.numel()} elements holds parameters of {at}: GIFT "
+                "needs DDP's dense back-to-back bucket layout")
+        return out
+
+    def to_wire(self, comm: Any, bucket: Any, feedback: Any = None) -> List[tuple]:
+        """Whitens the treated gradients of ``bucket`` in place (after a refresh of its
+        layers on a refresh step); returns what :meth:`from_wire` needs. ``feedback``: the
+        bucket's ErrorFeedback, remapped when a layer's transform changes."""
+        views = self.views(bucket)
+        if self.collecting():
+            self._refresh(comm, bucket, views, feedback)
+        out = []
+        for name, g, _ in views:
+            if self.treated.get(name):
+                w = self.core.factors[name]
+                g.copy_(torch.from_numpy(
+                    w.to_wire(_host(g)).astype(np.float32)).reshape(g.shape))
+                out.append((name, g))
+        return out
+
+    def from_wire(self, bucket: Any, treated: List[tuple]) -> None:
+        """Maps the averaged whitened gradients back (in place); ends the step after the
+        last bucket."""
+        for name, g in treated:
+            w = self.core.factors[name]
+            g.copy_(torch.from_numpy(w.from_wire(_host(g)).astype(np.float32)).reshape(g.shape))
+        if bucket.is_last():
+            if self.collecting():
+                self._moments.clear()
+            self.step += 1
+
+    def _refresh(self, comm: Any, bucket: Any, views: List[tuple], feedback: Any) -> None:
+        """Moments of this bucket's layers -> EMA -> factors -> selection -> residual remap.
+        Every rank calls it for the same bucket with the same layers (DDP's bucket order)."""
+        have = [n for n, _, _ in views if n in self._moments]
+        if not have:
+            return
+        before = {n: (self.core.factors.get(n) if self.treated.get(n) else None)
+                  for n, _, _ in views}
+        moments = {n: self._moments[n][0].numpy() / max(self._moments[n][1], 1) for n in have}
+        outs = {n: self._moments[n][2].numpy() / max(self._moments[n][3], 1)
+                for n in have if self.output_side and self._moments[n][3]}
+        self.core.observe(comm, moments, outs or None)
+        grads = {n: _host(g) for n, g, _ in views if n in have}
+        if self.select_layers and self.codec is not None:
+            errs = np.array([_gift.roundtrip_errors(self.codec, self.core.factors[n], grads[n])
+                             for n in have], np.float32).reshape(-1, 2)
+            errs = allreduce_many(comm, [errs])[0]
+            for n, (plain, white) in zip(have, errs.astype(np.float64)):
+                ok = bool(plain > self.min_gain * white)
+                self.treated[n] = ok
+                self.selection[n] = {"layer": n, "step": self.step, "err_plain": plain,
+                                     "err_gift": white, "gain": plain / max(white, 1e-30),
+                                     "selected": ok}
+        else:
+            self.treated.update({n: True for n in have})
+        after = {n: (self.core.factors.get(n) if self.treated.get(n) else None)
+                 for n, _, _ in views}
+        if feedback is not None:
+            _remap(feedback, views, before, after)
+
+    # ---- state ----
+    def state_dict(self) -> Dict[str, Any]:
+        """Step, EMA moments (the same on every rank; factors are rebuilt from them), which
+        layers are whitened, and the selection table. The hook's residuals are the hook's
+        state (:meth:`CompressedAllreduceHook.state_dict`)."""
+        return {"step": self.step, "treated": dict(self.treated),
+                "selection": {k: dict(v) for k, v in self.selection.items()},
+                "core": self.core.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` (the same layers must be hooked)."""
+        try:
+            core, step = state["core"], int(state["step"])
+            treated, selection = dict(state["treated"]), dict(state["selection"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise _errors.InvalidArgument(f"not a ccompress.torch.GIFT state_dict ({e})") from e
+        unknown = sorted(set(core.get("second_moment", {})) - set(self._layer_of.values()))
+        if unknown:
+            raise _errors.InvalidArgument(f"this state has layers {unknown} that this GIFT "
+                                          "does not hook; build it on the same model")
+        self.core.load_state_dict(core)
+        self.step, self.treated, self.selection = step, treated, selection
+        self._moments.clear()
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the statistics and factors (host), for overhead reports."""
+        total = sum(m.nbytes for m in self.core.second_moment.values())
+        total += sum(m.nbytes for m in self.core.output_moment.values())
+        for f in self.core.factors.values():
+            for w in (f.right, f.left) if isinstance(f, _gift.Kronecker) else (f,):
+                total += w.q.nbytes + w.dsqrt.nbytes + w.fwd.nbytes + w.back.nbytes
+        return int(total)
+
+
+def _chosen(model: torch.nn.Module, layers: LayerChoice):
+    """(name, module) of the hooked layers: nn.Linear, filtered by ``layers``."""
+    named = [(n[len("module."):] if n.startswith("module.") else n, m)
+             for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    if layers is None:
+        return named
+    if callable(layers):
+        return [(n, m) for n, m in named if layers(n, m)]
+    want = set(layers)
+    found = {n for n, _ in named}
+    if want - found:
+        raise _errors.InvalidArgument(f"GIFT layers {sorted(want - found)} are not nn.Linear "
+                                      f"modules of the model (it has {sorted(found)})")
+    return [(n, m) for n, m in named if n in want]
+
+
+def _host(g: torch.Tensor) -> np.ndarray:
+    """A gradient view as a float64 host matrix."""
+    return g.detach().to("cpu", torch.float64).reshape(g.shape[0], -1).numpy()
+
+
+def _remap(feedback: Any, views: List[tuple], before: Dict[str, Any],
+           after: Dict[str, Any]) -> None:
+    """Maps the worker residual of each layer whose transform changed from the old
+    coordinates into the new ones (None: natural coordinates), and drops the server
+    residual (a chunk owned in the old coordinates)."""
+    changed = [n for n, _, _ in views if before[n] is not after[n]]
+    state = feedback.state_dict()
+    if not changed or state["worker_residual"] is None:
+        return
+    res = np.asarray(state["worker_residual"], np.float32).copy()
+    for name, g, at in views:
+        if name not in changed:
+            continue
+        e = res[at:at + g.numel()].reshape(g.shape[0], -1).astype(np.float64)
+        if before[name] is not None:
+            e = before[name].from_wire(e)
+        if after[name] is not None:
+            e = after[name].to_wire(e)
+        res[at:at + g.numel()] = e.reshape(-1)
+    state["worker_residual"] = res
+    if state["server_residual"] is not None:
+        state["server_residual"] = np.zeros_like(state["server_residual"])
+    feedback.load_state_dict(state)
