@@ -207,21 +207,29 @@ class Communicator:
     def reduce_scatter(self, x: Any, *, codec: Any = "none", op: str = "sum", out: Any = None,
                        async_op: bool = False, stream: Any = None,
                        step: Optional[int] = None, nonfinite: Optional[str] = None,
-                       error_feedback: Any = None) -> Any:
+                       error_feedback: Any = None, algo: Optional[str] = None,
+                       intra_codec: Any = None) -> Any:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
         ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks.
-        ``error_feedback`` keeps its worker residual (one quantization; no server one)."""
+        ``error_feedback`` keeps its worker residual (one quantization; no server one).
+        ``algo="hier"`` sums inside each node of ``ranks_per_node`` ranks with
+        ``intra_codec`` (default none: exact), then between nodes with ``codec``; the
+        default (None) is the flat schedule."""
         return self._submit("reduce_scatter", x, codec=codec, op=op, out=out,
                             async_op=async_op, stream=stream, step=step,
-                            nonfinite=nonfinite, error_feedback=error_feedback)
+                            nonfinite=nonfinite, error_feedback=error_feedback,
+                            **_hier_args(algo, intra_codec))
 
     def allgather(self, x: Any, *, codec: Any = "none", out: Any = None, async_op: bool = False,
                   stream: Any = None, step: Optional[int] = None,
-                  nonfinite: Optional[str] = None) -> Any:
+                  nonfinite: Optional[str] = None, algo: Optional[str] = None) -> Any:
         """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
-        decode(encode(x of that rank)), the caller's own part too."""
+        decode(encode(x of that rank)), the caller's own part too. ``algo="hier"`` sends
+        each rank's encoding across the network once per node (the node forwards it); the
+        result is the same bits as the flat one (one encoding of each part)."""
         return self._submit("allgather", x, codec=codec, out=out, async_op=async_op,
-                            stream=stream, step=step, nonfinite=nonfinite)
+                            stream=stream, step=step, nonfinite=nonfinite,
+                            **_hier_args(algo, None))
 
     # ---- one path for the three ----
     def _submit(self, kind: str, x: Any, *, async_op: bool, nonfinite: Optional[str],
@@ -293,6 +301,16 @@ class Communicator:
 
     def __repr__(self) -> str:
         return f"Communicator(transport={self.transport}, rank={self.rank}, size={self.size})"
+
+
+def _hier_args(algo: Optional[str], intra_codec: Any) -> dict:
+    """The algo (None or "hier") and level arguments of reduce_scatter and allgather."""
+    if algo not in (None, "hier"):
+        raise InvalidArgument(f"reduce_scatter and allgather take algo=None (flat) or 'hier'; "
+                              f"got {algo!r}")
+    if algo is None and intra_codec is not None:
+        raise InvalidArgument("intra_codec applies to algo='hier' only")
+    return {} if algo is None else {"algo": algo, "hier": (intra_codec, None)}
 
 
 __all__ = ["ALGOS", "NONFINITE", "OPS", "Communicator", "Work", "on_threads", "run_cuda_loopback",
