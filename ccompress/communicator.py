@@ -204,11 +204,11 @@ class Communicator:
                             nonfinite=nonfinite, error_feedback=error_feedback,
                             hier=(intra_codec, inter_algo))
 
-    def reduce_scatter(self, x: Any, *, codec: Any = "none", op: str = "sum", out: Any = None,
+    def reduce_scatter(self, x: Any, *, codec: Any = "none", algo: Optional[str] = None,
+                       intra_codec: Any = None, op: str = "sum", out: Any = None,
                        async_op: bool = False, stream: Any = None,
                        step: Optional[int] = None, nonfinite: Optional[str] = None,
-                       error_feedback: Any = None, algo: Optional[str] = None,
-                       intra_codec: Any = None) -> Any:
+                       error_feedback: Any = None) -> Any:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
         ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks.
         ``error_feedback`` keeps its worker residual (one quantization; no server one).
@@ -220,9 +220,9 @@ class Communicator:
                             nonfinite=nonfinite, error_feedback=error_feedback,
                             **_hier_args(algo, intra_codec))
 
-    def allgather(self, x: Any, *, codec: Any = "none", out: Any = None, async_op: bool = False,
-                  stream: Any = None, step: Optional[int] = None,
-                  nonfinite: Optional[str] = None, algo: Optional[str] = None) -> Any:
+    def allgather(self, x: Any, *, codec: Any = "none", algo: Optional[str] = None,
+                  out: Any = None, async_op: bool = False, stream: Any = None,
+                  step: Optional[int] = None, nonfinite: Optional[str] = None) -> Any:
         """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
         decode(encode(x of that rank)), the caller's own part too. ``algo="hier"`` sends
         each rank's encoding across the network once per node (the node forwards it); the
