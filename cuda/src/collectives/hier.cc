@@ -110,6 +110,7 @@ Plan build_hier_reduce(const PlanContext& ctx, bool reduce_scatter_only) {
   const int P = ctx.size, G = ctx.ranks_per_node;
   const Nodes t{G, P / G, ctx.rank / G, ctx.rank % G};
   const int intra = b.add_codec(ctx.intra_codec);
+  const bool exact_inside = !ctx.intra_codec.lossy(ctx.dtype);
   const int result = t.nodes > 1 ? kInter : intra;  // one node: the result stays inside it
   size_t max_s = 0;
   const auto chunks = b.chunk_slices(max_s);
@@ -127,30 +128,40 @@ Plan build_hier_reduce(const PlanContext& ctx, bool reduce_scatter_only) {
       std::vector<int> node_ready(size_t(G), -1);
       if (G > 1) {
         b.use_codec(intra);
-        if (collector_local == t.local) {
-          for (int l = 0; l < G; ++l) {
-            if (l == t.local) continue;
-            node_wire[size_t(l)] = b.alloc_wire(len);
-            node_ready[size_t(l)] =
-                b.recv(t.rank(t.node, l), node_wire[size_t(l)], len, b.tag(kStepIntra, c, int64_t(s)));
-          }
-        }
-        int64_t w = b.alloc_wire(len);
-        int e = b.encode_input(lo, len, w, 1.f);
         if (collector_local != t.local) {
+          int64_t w = b.alloc_wire(len);
+          int e = b.encode_input(lo, len, w, 1.f);
           b.send(t.rank(t.node, collector_local), w, len, b.tag(kStepIntra, c, int64_t(s)), {e});
           continue;
         }
-        node_wire[size_t(t.local)] = w;
-        node_ready[size_t(t.local)] = e;
+        for (int l = 0; l < G; ++l) {
+          if (l == t.local) continue;
+          node_wire[size_t(l)] = b.alloc_wire(len);
+          node_ready[size_t(l)] =
+              b.recv(t.rank(t.node, l), node_wire[size_t(l)], len, b.tag(kStepIntra, c, int64_t(s)));
+        }
+        if (!exact_inside) {
+          node_wire[size_t(t.local)] = b.alloc_wire(len);
+          node_ready[size_t(t.local)] = b.encode_input(lo, len, node_wire[size_t(t.local)], 1.f);
+        }
       }
       // Collector of c in this node (with G == 1 every rank, its input the node's sum): the
-      // node's sum, then on to the owner.
+      // node's sum in local order, then on to the owner. A lossless intra codec's own term
+      // is the input itself (the same bits as its decoded encoding, without the copy).
       int64_t node_acc = -1;
       int node_sum = -1;
       if (G > 1) {
         node_acc = b.alloc_acc(len);
-        node_sum = b.sum_in_rank_order(node_wire, node_ready, len, node_acc);
+        for (int l = 0; l < G; ++l) {
+          std::vector<int32_t> deps;
+          if (node_sum >= 0) deps.push_back(node_sum);
+          if (node_wire[size_t(l)] < 0) {
+            node_sum = b.load_acc(lo, len, node_acc, l == 0, deps);
+          } else {
+            deps.push_back(node_ready[size_t(l)]);
+            node_sum = b.decode_acc(node_wire[size_t(l)], len, node_acc, l == 0, deps);
+          }
+        }
       }
       b.use_codec(kInter);
       std::vector<int64_t> wire(size_t(t.nodes), -1);
