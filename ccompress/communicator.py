@@ -218,7 +218,7 @@ class Communicator:
         return self._submit("reduce_scatter", x, codec=codec, op=op, out=out,
                             async_op=async_op, stream=stream, step=step,
                             nonfinite=nonfinite, error_feedback=error_feedback,
-                            **_hier_args(algo, intra_codec))
+                            **_topology.schedule_args(algo, intra_codec))
 
     def allgather(self, x: Any, *, codec: Any = "none", algo: Optional[str] = None,
                   out: Any = None, async_op: bool = False, stream: Any = None,
@@ -229,7 +229,7 @@ class Communicator:
         result is the same bits as the flat one (one encoding of each part)."""
         return self._submit("allgather", x, codec=codec, out=out, async_op=async_op,
                             stream=stream, step=step, nonfinite=nonfinite,
-                            **_hier_args(algo, None))
+                            **_topology.schedule_args(algo, None))
 
     # ---- one path for the three ----
     def _submit(self, kind: str, x: Any, *, async_op: bool, nonfinite: Optional[str],
@@ -301,16 +301,6 @@ class Communicator:
 
     def __repr__(self) -> str:
         return f"Communicator(transport={self.transport}, rank={self.rank}, size={self.size})"
-
-
-def _hier_args(algo: Optional[str], intra_codec: Any) -> dict:
-    """The algo (None or "hier") and level arguments of reduce_scatter and allgather."""
-    if algo not in (None, "hier"):
-        raise InvalidArgument(f"reduce_scatter and allgather take algo=None (flat) or 'hier'; "
-                              f"got {algo!r}")
-    if algo is None and intra_codec is not None:
-        raise InvalidArgument("intra_codec applies to algo='hier' only")
-    return {} if algo is None else {"algo": algo, "hier": (intra_codec, None)}
 
 
 __all__ = ["ALGOS", "NONFINITE", "OPS", "Communicator", "Work", "on_threads", "run_cuda_loopback",
