@@ -47,8 +47,8 @@ inline CallSpec make_call_spec(const std::string& kind, const std::optional<std:
     CC_CHECK(false, "unknown collective '" << kind
                                            << "'; use allreduce, reduce_scatter or allgather");
   }
-  CC_CHECK(!algo || kind == "allreduce",
-           kind << " has one schedule; algo applies to allreduce only");
+  CC_CHECK(!algo || kind == "allreduce" || *algo == "hier",
+           kind << " has one flat schedule; algo applies to allreduce only ('hier' to all)");
   CC_CHECK(!op || kind != "allgather", "allgather reduces nothing; op does not apply");
   if (algo) s.options.algo = parse_algo(*algo);
   if (op) s.options.op = parse_reduce_op(*op);

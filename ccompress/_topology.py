@@ -93,3 +93,14 @@ def levels(algo: Optional[str], ranks_per_node: Optional[int], intra_codec: Any,
     if intra_codec is not None:
         out["intra_codec"] = Codec.parse(intra_codec)._c
     return out
+
+
+def schedule_args(algo: Optional[str], intra_codec: Any) -> dict:
+    """The algo (None: flat, or "hier") and level arguments of reduce_scatter and allgather,
+    which have one flat schedule each."""
+    if algo not in (None, "hier"):
+        raise InvalidArgument(f"reduce_scatter and allgather take algo=None (flat) or 'hier'; "
+                              f"got {algo!r}")
+    if algo is None and intra_codec is not None:
+        raise InvalidArgument("intra_codec applies to algo='hier' only")
+    return {} if algo is None else {"algo": algo, "hier": (intra_codec, None)}

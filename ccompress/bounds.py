@@ -155,12 +155,19 @@ def allreduce_error_bound(parts: Any, codec: Any, algo: str, op: str = "sum",
     (shape (nranks, n), any real dtype) with ``codec`` and the resolved ``algo``; the
     output has dtype ``dtype``. Also valid for reduce_scatter (algo "reduce_scatter",
     then index the result's chunk) and one-rank calls."""
-    c = Codec.parse(codec)._c
     x = np.asarray(parts, dtype=np.float64)
     if x.ndim != 2:
         x = x.reshape(x.shape[0], -1)
     nranks, n = x.shape
-    q = quantizations(algo, nranks)
+    return _level_bound(x, Codec.parse(codec)._c, quantizations(algo, nranks),
+                        _chunks(n, nranks, algo), op, dtype)
+
+
+def _level_bound(x: np.ndarray, c: Any, q: int, chunks: List[Tuple[int, int]], op: str,
+                 dtype: str) -> np.ndarray:
+    """allreduce_error_bound's body: ``q`` quantizations of runs laid out from each of
+    ``chunks``' starts, over the rows (ranks) of ``x``."""
+    nranks, n = x.shape
     absx = np.where(np.isfinite(x), np.abs(x), 0.0)
     if c.kind == "raw":
         wire = dtype if c.unbound else c.raw_dtype
@@ -170,7 +177,7 @@ def allreduce_error_bound(parts: Any, codec: Any, algo: str, op: str = "sum",
         bound = q * u * (1 + u) ** q * s + q * sr * _CAST_FLOOR[wire]
     else:
         bound = np.zeros(n)
-        for lo, hi in _chunks(n, nranks, algo):
+        for lo, hi in chunks:
             bound[lo:hi] = _scaled_bound(np.where(np.isfinite(x[:, lo:hi]), x[:, lo:hi], 0.0),
                                          c, q)
     bound = bound + (nranks + 4) * 2.0 ** -23 * absx.sum(axis=0)
@@ -184,11 +191,19 @@ def allreduce_error_bound(parts: Any, codec: Any, algo: str, op: str = "sum",
 
 def hier_error_bound(parts: Any, codec: Any, inter_algo: str, ranks_per_node: int,
                      intra_codec: Any = "none", op: str = "sum",
-                     dtype: str = "float32") -> np.ndarray:
+                     dtype: str = "float32", kind: str = "allreduce") -> np.ndarray:
     """Largest |result - exact| allowed per element for ``algo="hier"`` over consecutive
-    nodes of ``ranks_per_node`` ranks, with the resolved flat ``inter_algo`` between nodes.
+    nodes of ``ranks_per_node`` ranks, with the flat ``inter_algo`` between nodes (two_shot
+    or auto: the one-plan schedule, the only one of ``kind`` reduce_scatter; index the
+    result's chunk then). For allgather, hier's result is the flat one's.
 
-    It adds the three levels' bounds: each node's reduce-scatter with ``intra_codec`` (one
+    One plan (cuda/src/collectives/hier.cc): runs are the P chunks at every level. Each
+    node's sum of a chunk is quantized once with ``intra_codec`` (G > 1), then the node sums
+    ``q`` times with ``codec`` (one contribution each when there are several nodes, and the
+    result for allreduce), the second level widened by how far the node sums may be from
+    the exact ones (see below).
+
+    Leveled (ring, tree, one_shot between nodes), it adds the three levels' bounds: each node's reduce-scatter with ``intra_codec`` (one
     quantization, laid out by the node's shards); the inter-node all-reduce of every shard
     with ``codec``, bounded on the exact node sums and widened by how far the node sums it
     really received may be from them (each quantization's error grows with its group's
@@ -207,6 +222,8 @@ def hier_error_bound(parts: Any, codec: Any, inter_algo: str, ranks_per_node: in
     node_sums = finite.reshape(nodes, g, n).sum(axis=1)
     intra = Codec.parse(intra_codec)
     level_dtype = dtype  # every level writes the user dtype
+    if kind != "allreduce" or inter_algo in ("two_shot", "auto"):
+        return _one_plan_bound(finite, Codec.parse(codec), intra, g, kind, op, dtype)
     b1 = np.zeros((nodes, n))
     if g > 1:
         for j in range(nodes):
@@ -228,6 +245,32 @@ def hier_error_bound(parts: Any, codec: Any, inter_algo: str, ranks_per_node: in
         result = node_sums.sum(axis=0) / (nodes if op == "avg" else 1)
         b3 = allreduce_error_bound(result[None, :], intra, "one_shot", "sum", level_dtype)
         total = total + b3 + _widening(intra, "one_shot", 1, mid[None, :], level_dtype)
+    return total + 1e-37
+
+
+def _one_plan_bound(x: np.ndarray, inter: Codec, intra: Codec, g: int, kind: str, op: str,
+                    dtype: str) -> np.ndarray:
+    """hier_error_bound of the one-plan schedule (finite ``x``: rows are ranks)."""
+    nranks, n = x.shape
+    nodes = nranks // g
+    chunks = [tuple(_core.chunk_range(n, nranks, c)) for c in range(nranks)]
+    node_sums = x.reshape(nodes, g, n).sum(axis=1)
+    b1 = np.zeros((nodes, n))
+    if g > 1:
+        for j in range(nodes):  # the intra-node sums stay in fp32: no division, no cast
+            b1[j] = _level_bound(x[j * g:(j + 1) * g], intra._c, 1, chunks, "sum", "float32")
+    q = (1 if nodes > 1 else 0) + (1 if kind == "allreduce" else 0)
+    total = b1.sum(axis=0)
+    if q:
+        codec = inter if nodes > 1 else intra  # one node: the result is encoded for inside it
+        level = "two_shot" if q == 2 else "one_shot"  # (_widening's count of quantizations)
+        total = (total + _level_bound(node_sums, codec._c, q, chunks, "sum", "float32")
+                 + _widening(codec, level, max(nodes, q), b1, "float32"))
+    scale = nranks if op == "avg" else 1
+    total = total / scale
+    if dtype != "float32":
+        ref = np.abs(node_sums.sum(axis=0)) / scale
+        total = total + _CAST[dtype] * (ref + total) + _CAST_FLOOR[dtype]
     return total + 1e-37
 
 

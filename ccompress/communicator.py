@@ -205,24 +205,32 @@ class Communicator:
                             nonfinite=nonfinite, error_feedback=error_feedback,
                             hier=(intra_codec, inter_algo))
 
-    def reduce_scatter(self, x: Any, *, codec: Any = "none", op: str = "sum", out: Any = None,
+    def reduce_scatter(self, x: Any, *, codec: Any = "none", algo: Optional[str] = None,
+                       intra_codec: Any = None, op: str = "sum", out: Any = None,
                        async_op: bool = False, stream: Any = None,
                        step: Optional[int] = None, nonfinite: Optional[str] = None,
                        error_feedback: Any = None) -> Any:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
         ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks.
-        ``error_feedback`` keeps its worker residual (one quantization; no server one)."""
+        ``error_feedback`` keeps its worker residual (one quantization; no server one).
+        ``algo="hier"`` sums inside each node of ``ranks_per_node`` ranks with
+        ``intra_codec`` (default none: exact), then between nodes with ``codec``; the
+        default (None) is the flat schedule."""
         return self._submit("reduce_scatter", x, codec=codec, op=op, out=out,
                             async_op=async_op, stream=stream, step=step,
-                            nonfinite=nonfinite, error_feedback=error_feedback)
+                            nonfinite=nonfinite, error_feedback=error_feedback,
+                            **_topology.schedule_args(algo, intra_codec))
 
-    def allgather(self, x: Any, *, codec: Any = "none", out: Any = None, async_op: bool = False,
-                  stream: Any = None, step: Optional[int] = None,
-                  nonfinite: Optional[str] = None) -> Any:
+    def allgather(self, x: Any, *, codec: Any = "none", algo: Optional[str] = None,
+                  out: Any = None, async_op: bool = False, stream: Any = None,
+                  step: Optional[int] = None, nonfinite: Optional[str] = None) -> Any:
         """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
-        decode(encode(x of that rank)), the caller's own part too."""
+        decode(encode(x of that rank)), the caller's own part too. ``algo="hier"`` sends
+        each rank's encoding across the network once per node (the node forwards it); the
+        result is the same bits as the flat one (one encoding of each part)."""
         return self._submit("allgather", x, codec=codec, out=out, async_op=async_op,
-                            stream=stream, step=step, nonfinite=nonfinite)
+                            stream=stream, step=step, nonfinite=nonfinite,
+                            **_topology.schedule_args(algo, None))
 
     # ---- one path for the three ----
     def _submit(self, kind: str, x: Any, *, async_op: bool, nonfinite: Optional[str],

@@ -129,20 +129,43 @@ def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, 
 
 def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
               inter_algo: str = "two_shot", intra: Optional[CodecCost] = None) -> float:
-    """Predicted seconds of ``algo="hier"`` on a two-level system: a reduce-scatter and an
-    all-gather inside each node over ``system.intra`` with the intra-node codec ``intra``
-    (together, a two_shot; default exact, its copies and sums at the engine's reduction
-    rate), then the codec's flat all-reduce of each rank's 1/g shard between nodes, the
-    node's link shared by its g ranks. The levels run one after the other."""
+    """Predicted seconds of ``algo="hier"`` on a two-level system, the node's link shared by
+    its g ranks; ``intra`` is the intra-node codec (default exact: its copies and sums at the
+    engine's reduction rate).
+
+    two_shot between nodes is one plan (cuda/src/collectives/hier.cc), its levels
+    overlapping slice by slice: per rank, (g-1)/g of the tensor goes to the node's
+    collectors with the intra codec, 2 (N-1)/P of it leaves the node with ``codec`` (the
+    collector's node sums, then the owner's result), and the owner's result, received or
+    forwarded, reaches every rank of the node (another (g-1)/g of the tensor with
+    ``codec``). Time is the largest of the inter-node transfer, the intra-node transfer and
+    the kernels, plus one slice of fill and the latency rounds. Other inter-node algos run
+    three collectives one after the other: a reduce-scatter and an all-gather inside the
+    node (together a two_shot), and the codec's flat all-reduce of the 1/g shard between."""
     g = system.ranks_per_node
     if g <= 1 or system.intra is None or system.ranks % g:
         raise ValueError(f"{system.name}: hier needs nodes of equal size > 1 and an intra link")
     exact = intra or CodecCost("none", dtype_bytes, system.reduce_rate, system.reduce_rate)
-    inside = replace(system, ranks=g, link=system.intra, ranks_per_node=1, intra=None)
-    between = replace(system, ranks=system.ranks // g, ranks_per_node=1, intra=None,
-                      link=replace(system.link, bandwidth=system.link.bandwidth / g))
-    return collective_time(inside, n, dtype_bytes, exact, "two_shot") \
-        + collective_time(between, -(-n // g), dtype_bytes, codec, inter_algo)
+    if inter_algo != "two_shot":
+        inside = replace(system, ranks=g, link=system.intra, ranks_per_node=1, intra=None)
+        between = replace(system, ranks=system.ranks // g, ranks_per_node=1, intra=None,
+                          link=replace(system.link, bandwidth=system.link.bandwidth / g))
+        return collective_time(inside, n, dtype_bytes, exact, "two_shot") \
+            + collective_time(between, -(-n // g), dtype_bytes, codec, inter_algo)
+    p, nodes = system.ranks, system.ranks // g
+    share = system.compute_share()
+    enc, dec = codec.encode * share, codec.decode * share
+    enc_i, dec_i = exact.encode * share, exact.decode * share
+    w, w_i = codec.wire_per_element, exact.wire_per_element
+    inter = g * 2 * (nodes - 1) * n / p * w / system.link.bandwidth
+    inside = (g - 1) / g * n * (w_i + w) / system.intra.bandwidth
+    kernels = n / enc_i + n / dec_i + (n / g + n / p) / enc + (n / g + n) / dec
+    slice_n = min(system.slice_elems, max(n / p, 1))
+    fill = slice_n * (1 / enc_i + 1 / enc + w / system.link.bandwidth
+                      + w_i / system.intra.bandwidth)
+    rounds = 3 * system.link.alpha + 2 * system.intra.alpha
+    messages = (4 * (g - 1) + 2 * (nodes - 1) * 2) * system.link.per_message
+    return max(inter, inside, kernels) + fill + rounds + messages
 
 
 def baseline_time(system: System, n: int, dtype_bytes: int) -> float:

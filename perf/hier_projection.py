@@ -9,7 +9,8 @@ Validation models an `emulated_net.py --ranks-per-node G` run as it was: each na
 link at the tbf rate shared by its G ranks (alpha 50 us), shared memory between the ranks of
 a node at --intra-gbs GB/s, the ranks sharing this machine's cores at the single-thread codec
 rates of codec_throughput.py (its `none` row for the exact levels inside a node, when
-measured). The projection puts 8 GPUs per node on NVLink 4 (450 GB/s each
+measured). hier rows are the one-plan schedule (two_shot between nodes, levels overlapped:
+perfmodel.hier_time). The projection puts 8 GPUs per node on NVLink 4 (450 GB/s each
 way) and one 400 Gbit/s InfiniBand NIC per node, with GPU codec rates from the H100
 datasheet (marked: no GPU has measured them yet), against NCCL's uncompressed all-reduce
 (bf16, the faster of ring and tree).

@@ -34,10 +34,12 @@ def test_everything_after_the_tensor_is_keyword_only_in_one_order(name):
 def test_algo_and_op_apply_only_where_they_mean_something():
     sig = {n: inspect.signature(getattr(cc.Communicator, n)).parameters for n in COLLECTIVES}
     assert "algo" in sig["allreduce"] and "op" in sig["allreduce"]
-    assert "algo" not in sig["reduce_scatter"] and "op" in sig["reduce_scatter"]
-    assert "algo" not in sig["allgather"] and "op" not in sig["allgather"]
+    # reduce_scatter and allgather have one flat schedule; algo is for "hier" only there.
+    assert sig["reduce_scatter"]["algo"].default is None and "op" in sig["reduce_scatter"]
+    assert sig["allgather"]["algo"].default is None and "op" not in sig["allgather"]
     with pytest.raises(cc.InvalidArgument, match="algo applies to allreduce only"):
         _core.CallSpec("reduce_scatter", algo="ring")
+    assert _core.CallSpec("allgather", algo="hier", ranks_per_node=2).algo == "hier"
     with pytest.raises(cc.InvalidArgument, match="op does not apply"):
         _core.CallSpec("allgather", op="sum")
     with pytest.raises(cc.InvalidArgument, match="unknown collective"):

@@ -1,7 +1,8 @@
-"""algo="hier": exact (or intra-codec) reduce-scatter inside nodes, a compressed flat
-all-reduce between nodes, an all-gather inside nodes; in-process ranks stand for nodes of
-`ranks_per_node` consecutive ranks. Every result is checked against the fp64 sum with the
-bound of both levels (ccompress.bounds.hier_error_bound) and for bit-identity."""
+"""algo="hier": exact (or intra-codec) sums inside nodes, compressed between nodes, the result
+shared back (all-reduce), or stopping at the owner (reduce-scatter); all-gather forwarding
+each encoding inside the nodes; in-process ranks stand for nodes of `ranks_per_node`
+consecutive ranks. Every result is checked against the fp64 sum with the bound of both
+levels (ccompress.bounds.hier_error_bound) and for bit-identity."""
 import numpy as np
 import pytest
 
@@ -145,3 +146,74 @@ def test_auto_picks_hier_where_the_cost_model_says_it_pays():
     assert {a for _, a in res} == {"hier"}
     inter = model.choose_call(4000, 4, fp8.name, 8, 4)[1]
     _check(parts, 4, [y for y, _ in res], "fp8_e4m3:g128", inter)
+
+
+def _ordered_group(P, G):
+    group = cc._core.InprocGroup(P)
+    return [cc.Communicator(group.transport(r, ordered=True), _keepalive=group,
+                            ranks_per_node=G) for r in range(P)]
+
+
+@pytest.mark.parametrize("P,G", [(8, 2), (12, 4), (16, 4), (32, 8), (40, 8), (64, 16)])
+def test_reduce_scatter_and_allgather_at_scale(P, G):
+    from ccompress._ranks import on_threads
+
+    parts = _parts(P, 4097, "float32", seed=8)
+    codec = "fp8_e4m3:g128"
+
+    def body(c):
+        rs = c.reduce_scatter(parts[c.rank], codec=codec, algo="hier")
+        rs_stats = c.last_stats
+        ag = c.allgather(parts[c.rank][:300], codec=codec, algo="hier")
+        flat = c.allgather(parts[c.rank][:300], codec=codec)
+        return rs, rs_stats, ag, flat
+
+    res = cc.run_inproc(P, body, ranks_per_node=G)
+    ref = parts.astype(np.float64).sum(axis=0)
+    bound = hier_error_bound(parts, codec, "two_shot", G, kind="reduce_scatter")
+    for r, (rs, stats, ag, flat) in enumerate(res):
+        lo, hi = cc._core.chunk_range(parts.shape[1], P, r)
+        assert np.all(np.abs(rs.astype(np.float64) - ref[lo:hi]) <= bound[lo:hi]), r
+        assert stats["algo"] == "hier" and stats["quantizations"] == 2
+        # One encoding of each part, forwarded: the flat all-gather's bits on every rank.
+        assert ag.tobytes() == res[0][2].tobytes() == flat.tobytes()
+    # Arrival order changes nothing: the ordered (NCCL-style) executor gives the same bits.
+    ordered = on_threads(_ordered_group(P, G), lambda c, r: (
+        c.reduce_scatter(parts[r], codec=codec, algo="hier"),
+        c.allreduce(parts[r], codec=codec, algo="hier")))
+    hier, _ = _run(parts, G, codec=codec)
+    for r, (rs, ar) in enumerate(ordered):
+        assert rs.tobytes() == res[r][0].tobytes() and ar.tobytes() == hier[0].tobytes()
+
+
+@pytest.mark.parametrize("P,G", [(12, 4), (24, 8), (40, 8)])
+def test_odd_node_counts_all_reduce(P, G):
+    parts = _parts(P, 1001, "float32", seed=9)
+    outs, stats = _run(parts, G, codec="hint8")
+    _check(parts, G, outs, "hint8", "two_shot")
+    assert {s["quantizations"] for s in stats} == {3}
+
+
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_reduce_scatter_dtypes_and_a_lossy_intra_codec(op):
+    for dtype in ("float32", "bfloat16"):
+        parts = _parts(8, 777, dtype, seed=10)
+        res = cc.run_inproc(8, lambda c: c.reduce_scatter(parts[c.rank], codec="hint8", op=op,
+                                                          algo="hier", intra_codec="bf16"),
+                            ranks_per_node=4)
+        ref = parts.astype(np.float64).sum(axis=0) / (8 if op == "avg" else 1)
+        bound = hier_error_bound(parts, "hint8", "two_shot", 4, "bf16", op, dtype,
+                                 kind="reduce_scatter")
+        for r, y in enumerate(res):
+            lo, hi = cc._core.chunk_range(777, 8, r)
+            assert np.all(np.abs(y.astype(np.float64) - ref[lo:hi]) <= bound[lo:hi]), (dtype, r)
+
+
+def test_reduce_scatter_and_allgather_refuse_other_algos():
+    def body(c):
+        with pytest.raises(cc.InvalidArgument, match="algo=None"):
+            c.reduce_scatter(np.ones(8, np.float32), algo="ring")
+        with pytest.raises(cc.InvalidArgument, match="algo='hier' only"):
+            c.reduce_scatter(np.ones(8, np.float32), intra_codec="bf16")
+        return True
+    assert all(cc.run_inproc(4, body, ranks_per_node=2))

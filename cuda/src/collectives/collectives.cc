@@ -2,6 +2,8 @@
 // for the chosen schedule and run it.
 #include "ccompress/collectives.h"
 
+#include <numeric>
+
 #include "ccompress/error.h"
 #include "collectives/executor.h"
 #include "collectives/header_check.h"
@@ -41,7 +43,13 @@ PlanContext make_context(Transport& t, int64_t n, DType dtype, const Codec& code
   ctx.dtype = dtype;
   ctx.codec = codec.bind(dtype);
   int64_t slice = opt.slice_elems > 0 ? opt.slice_elems : kDefaultSliceElems;
-  ctx.slice_elems = align_up(slice, ctx.codec.align());
+  int64_t align = ctx.codec.align();
+  if (opt.algo == Algo::Hier) {
+    ctx.ranks_per_node = opt.ranks_per_node;
+    ctx.intra_codec = opt.intra_codec.bind(dtype);
+    align = std::lcm(align, ctx.intra_codec.align());
+  }
+  ctx.slice_elems = align_up(slice, align);
   ctx.op = opt.op;
   ctx.inplace = inplace;
   return ctx;
@@ -58,6 +66,10 @@ Plan build_plan(CollectiveKind kind, Algo algo, const PlanContext& ctx, Algo& ra
     ran = Algo::TwoShot;
     return build_allgather_chunks(ctx);
   }
+  if (algo == Algo::Hier) {
+    ran = Algo::Hier;
+    return ctx.size == 1 ? build_single(ctx) : build_hier(kind, ctx);
+  }
   if (kind == CollectiveKind::ReduceScatter) {
     ran = Algo::TwoShot;
     return ctx.size == 1 ? build_single(ctx) : build_two_shot(ctx, true);
@@ -69,7 +81,8 @@ Plan build_plan(CollectiveKind kind, Algo algo, const PlanContext& ctx, Algo& ra
     case Algo::TwoShot: return build_two_shot(ctx, false);
     case Algo::Tree: return build_tree(ctx);
     case Algo::OneShot: return build_one_shot(ctx);
-    case Algo::Auto: break;
+    case Algo::Auto:
+    case Algo::Hier: break;  // (resolved above)
   }
   CC_CHECK(false, "no schedule for algo " << algo_name(ran));
   return Plan{};
@@ -84,17 +97,17 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   CC_CHECK(n == 0 || (in != nullptr && out != nullptr), "null buffer for " << n << " elements");
   PlanContext ctx = make_context(t, n, dtype, codec, opt, inplace);
   CallDescription call{kind, n, dtype, ctx.codec, opt.algo, opt.op, ctx.slice_elems};
-  const bool hier = kind == CollectiveKind::AllReduce && opt.algo == Algo::Hier;
+  const bool hier = opt.algo == Algo::Hier;
   if (hier) {
+    CC_CHECK(kind != CollectiveKind::AllGatherChunks, "no hierarchical all-gather of chunks");
+    check_hier(kind, t.size(), opt);
     call.ranks_per_node = opt.ranks_per_node;
     call.inter_algo = opt.inter_algo;
-  } else {
-    CC_CHECK(opt.algo != Algo::Hier, "algo 'hier' applies to allreduce only");
   }
   const uint64_t call_number = t.next_call();
   CollectiveStats stats;
   stats.header_bytes = check_same_call(t, call, opt.timeout_s);
-  if (hier) {
+  if (hier && !hier_in_one_plan(opt)) {
     const int64_t check_bytes = stats.header_bytes;
     stats = hier_allreduce(t, k, in, out, n, dtype, codec, opt, call_number);
     stats.header_bytes += check_bytes;
@@ -113,7 +126,7 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   if (kind == CollectiveKind::AllGather)
     CC_CHECK(!inplace, "allgather cannot write its output over its input");
   Algo algo = opt.algo;
-  if (kind == CollectiveKind::AllReduce) {
+  if (kind == CollectiveKind::AllReduce && !hier) {
     algo = opt.algo == Algo::Auto ? choose_algo(n, dtype, ctx.codec, ctx.size) : opt.algo;
     if (fb.any() && opt.algo == Algo::Auto && algo != Algo::OneShot)
       algo = Algo::TwoShot;  // the schedules error feedback is defined for

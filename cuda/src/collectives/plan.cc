@@ -12,10 +12,23 @@ namespace {
 constexpr int64_t kWireAlign = 64;  // keeps every wire buffer aligned for vector loads
 }
 
-PlanBuilder::PlanBuilder(const PlanContext& ctx) : ctx_(ctx) {
+PlanBuilder::PlanBuilder(const PlanContext& ctx) : ctx_(ctx), codecs_{ctx.codec} {
   CC_CHECK(ctx_.slice_elems > 0 && ctx_.slice_elems % ctx_.codec.align() == 0,
            "slice_elems " << ctx_.slice_elems << " must be a positive multiple of "
                           << ctx_.codec.align());
+}
+
+int PlanBuilder::add_codec(const Codec& codec) {
+  CC_CHECK(ctx_.slice_elems % codec.align() == 0,
+           "slice_elems " << ctx_.slice_elems << " must be a multiple of " << codec.align());
+  CC_CHECK(codecs_.size() < 255, "too many codecs in one plan");
+  codecs_.push_back(codec);
+  return int(codecs_.size()) - 1;
+}
+
+void PlanBuilder::use_codec(int slot) {
+  CC_CHECK(slot >= 0 && size_t(slot) < codecs_.size(), "no codec slot " << slot);
+  codec_slot_ = slot;
 }
 
 std::vector<std::pair<int64_t, int64_t>> PlanBuilder::slices(int64_t begin, int64_t end) const {
@@ -40,7 +53,7 @@ std::vector<std::vector<std::pair<int64_t, int64_t>>> PlanBuilder::chunk_slices(
 int PlanBuilder::sum_in_rank_order(const std::vector<int64_t>& wire,
                                    const std::vector<int>& ready, int64_t elems, int64_t acc) {
   int prev = -1;
-  for (int p = 0; p < ctx_.size; ++p) {
+  for (size_t p = 0; p < wire.size(); ++p) {
     std::vector<int32_t> deps{ready[p]};
     if (prev >= 0) deps.push_back(prev);
     prev = decode_acc(wire[p], elems, acc, p == 0, deps);
@@ -69,7 +82,7 @@ int64_t PlanBuilder::alloc_wire(int64_t elems) {
   // payload as one message while the payload keeps its alignment.
   static_assert(kWireAlign >= kMessageHeaderBytes, "the header must fit in front");
   int64_t off = plan_.wire_bytes + kWireAlign;
-  plan_.wire_bytes = off + align_up(ctx_.codec.wire_bytes(elems), kWireAlign);
+  plan_.wire_bytes = off + align_up(codecs_[size_t(codec_slot_)].wire_bytes(elems), kWireAlign);
   return off;
 }
 
@@ -82,6 +95,7 @@ int64_t PlanBuilder::alloc_acc(int64_t elems) {
 int PlanBuilder::add(Op op) {
   int id = int(plan_.ops.size());
   for (int32_t d : op.deps) CC_CHECK(d >= 0 && d < id, "plan dependency " << d << " of op " << id);
+  op.codec = uint8_t(codec_slot_);
   plan_.ops.push_back(std::move(op));
   return id;
 }
@@ -207,6 +221,7 @@ float PlanBuilder::avg_divisor() const {
 
 Plan PlanBuilder::finish(int quantizations) {
   plan_.quantizations = quantizations;
+  if (codecs_.size() > 1) plan_.codecs = codecs_;
   return std::move(plan_);
 }
 

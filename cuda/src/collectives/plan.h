@@ -49,6 +49,7 @@ struct Op {
   std::vector<int32_t> deps;  ///< ops that must complete first (always earlier indices)
   Feedback feedback = Feedback::None;  ///< Encode: v = src/divisor + residual is encoded
   int64_t residual_off = 0;            ///< element offset into that residual
+  uint8_t codec = 0;  ///< index into Plan::codecs of the codec the op's wire bytes use
 };
 
 struct Plan {
@@ -59,6 +60,9 @@ struct Plan {
   /// Acc offset of 2 * slice_elems floats of error-feedback scratch (-1: none). Compute
   /// ops run one at a time, so every feedback Encode shares it.
   int64_t feedback_scratch = -1;
+  /// The codecs ops refer to (Op::codec); empty: every op uses the call's codec. Only the
+  /// hierarchical plans (hier.cc) use two: slot 0 between nodes, slot 1 inside a node.
+  std::vector<Codec> codecs;
 };
 
 /// What a schedule needs to know about the call.
@@ -73,6 +77,10 @@ struct PlanContext {
   bool inplace = false;  ///< input and output are the same buffer
   bool worker_feedback = false;  ///< every encode of Input folds in the worker residual
   bool server_feedback = false;  ///< every encode of Acc folds in the server residual
+  /// Hierarchical plans (algo Hier): consecutive blocks of this many ranks form a node, and
+  /// intra_codec (bound to dtype) is the codec inside one; 0 for the flat schedules.
+  int ranks_per_node = 0;
+  Codec intra_codec;
 };
 
 /// Appends operations to a Plan, allocating scratch and keeping in-place calls safe: when
@@ -91,6 +99,11 @@ class PlanBuilder {
   int tag(int step, int chunk, int64_t slice) const;
   /// The slice index a tag of this context carries (tag_slice(tag(t, c, s)) == s).
   static int64_t tag_slice(const PlanContext& ctx, int tag);
+
+  /// Ops added from now on, and wire buffers allocated, use the codec of @p slot: 0 is
+  /// ctx.codec; add_codec appends another (its align() must divide ctx.slice_elems).
+  int add_codec(const Codec& codec);
+  void use_codec(int slot);
 
   int64_t alloc_wire(int64_t elems);  ///< byte offset of a new wire buffer for elems
   int64_t alloc_acc(int64_t elems);   ///< element offset of a new accumulator
@@ -111,9 +124,9 @@ class PlanBuilder {
                std::vector<int32_t> deps);
   int decode_out(int64_t wire_off, int64_t elems, int64_t out_off, std::vector<int32_t> deps);
 
-  /// acc <- the sum over ranks p = 0..size-1, in that order, of decode(wire[p]), each term
-  /// once ready[p] has run: the fixed order keeps every rank's bits equal whatever arrives
-  /// first. Returns the last op.
+  /// acc <- the sum over p = 0..wire.size()-1 (the ranks, or a hierarchical plan's nodes or
+  /// local ranks), in that order, of decode(wire[p]), each term once ready[p] has run: the
+  /// fixed order keeps every rank's bits equal whatever arrives first. Returns the last op.
   int sum_in_rank_order(const std::vector<int64_t>& wire, const std::vector<int>& ready,
                         int64_t elems, int64_t acc);
 
@@ -137,6 +150,8 @@ class PlanBuilder {
 
   PlanContext ctx_;
   Plan plan_;
+  std::vector<Codec> codecs_;
+  int codec_slot_ = 0;
   std::vector<std::pair<int64_t, int64_t>> input_read_ranges_;
   std::vector<int32_t> input_read_ops_;
 };
@@ -153,6 +168,9 @@ Plan build_one_shot(const PlanContext& ctx);
 Plan build_allgather(const PlanContext& ctx);
 /// In place over ctx.n elements: chunk chunk_range(n, size, rank) of every rank, to all.
 Plan build_allgather_chunks(const PlanContext& ctx);
+/// The hierarchical schedule of @p kind (hier.cc) for nodes of ctx.ranks_per_node ranks:
+/// intra-node and inter-node steps of every slice in one plan, so that they overlap.
+Plan build_hier(CollectiveKind kind, const PlanContext& ctx);
 /// One rank: every algorithm is out <- decode(encode(in / divisor)).
 Plan build_single(const PlanContext& ctx);
 

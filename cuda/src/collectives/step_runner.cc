@@ -34,11 +34,11 @@ void* StepRunner::ptr(const BufRef& b) const {
 }
 
 MessageHeader StepRunner::expected(const Op& op) const {
-  return make_message_header(codec_, bufs_.dtype, op.n, bufs_.call);
+  return make_message_header(codec(op), bufs_.dtype, op.n, bufs_.call);
 }
 
 int64_t StepRunner::message_bytes(const Op& op) const {
-  return codec_.wire_bytes(op.n) + kMessageHeaderBytes;
+  return codec(op).wire_bytes(op.n) + kMessageHeaderBytes;
 }
 
 const void* StepRunner::send_message(const Op& op) {
@@ -89,18 +89,18 @@ void StepRunner::compute(const Op& op) {
         encode_with_feedback(op, from_acc);
         break;
       }
-      k_.encode(ptr(op.src), from_acc ? DType::Float32 : bufs_.dtype, op.n, codec_, op.divisor,
+      k_.encode(ptr(op.src), from_acc ? DType::Float32 : bufs_.dtype, op.n, codec(op), op.divisor,
                 ctx, ptr(op.dst));
       break;
     }
     case OpKind::DecodeAcc:
-      k_.decode_accumulate(ptr(op.src), op.n, codec_, acc_dst, op.assign);
+      k_.decode_accumulate(ptr(op.src), op.n, codec(op), acc_dst, op.assign);
       break;
     case OpKind::LoadAcc:
       k_.load_accumulate(ptr(op.src), bufs_.dtype, op.n, acc_dst, op.assign);
       break;
     case OpKind::DecodeReduceEncode:
-      k_.decode_reduce_encode(ptr(op.src), ptr(op.x), bufs_.dtype, op.n, codec_, op.divisor, ctx,
+      k_.decode_reduce_encode(ptr(op.src), ptr(op.x), bufs_.dtype, op.n, codec(op), op.divisor, ctx,
                               ptr(op.dst));
       break;
     case OpKind::Finalize:
@@ -108,7 +108,7 @@ void StepRunner::compute(const Op& op) {
                   bufs_.dtype);
       break;
     case OpKind::DecodeOut:
-      k_.decode(ptr(op.src), op.n, codec_, ptr(op.dst), bufs_.dtype);
+      k_.decode(ptr(op.src), op.n, codec(op), ptr(op.dst), bufs_.dtype);
       break;
     case OpKind::Send:
     case OpKind::Recv:
@@ -140,8 +140,8 @@ void StepRunner::encode_with_feedback(const Op& op, bool from_acc) {
     if (op.divisor != 1.f) k_.finalize(v, op.n, op.divisor, v, DType::Float32);
   }
   k_.load_accumulate(e, DType::Float32, op.n, v, false);
-  k_.encode(v, DType::Float32, op.n, codec_, 1.f, ctx, ptr(op.dst));
-  k_.decode_accumulate(ptr(op.dst), op.n, codec_, decoded, true);
+  k_.encode(v, DType::Float32, op.n, codec(op), 1.f, ctx, ptr(op.dst));
+  k_.decode_accumulate(ptr(op.dst), op.n, codec(op), decoded, true);
   k_.feedback_residual(v, decoded, op.n, e, counters_ + kFeedback);
 }
 

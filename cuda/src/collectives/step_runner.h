@@ -46,6 +46,10 @@ class StepRunner {
 
  private:
   void* ptr(const BufRef& b) const;
+  /// The codec of the op's wire bytes: the call's, or the plan's slot (Plan::codecs).
+  const Codec& codec(const Op& op) const {
+    return plan_.codecs.empty() ? codec_ : plan_.codecs[op.codec];
+  }
   MessageHeader expected(const Op& op) const;
   void encode_with_feedback(const Op& op, bool from_acc);
   // The counters live in the backend's memory (its kernels add to them) at the start of
