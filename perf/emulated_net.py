@@ -27,8 +27,24 @@ from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
-SUBNET = "10.213.77"  # only ever used between the namespaces created here
 TAG = f"cc{os.getpid() % 10000}"
+
+
+def free_subnet() -> str:
+    """A /24 under 10.213 that no interface of this host uses yet, so that two runs at the
+    same time (each with its own bridge) never share addresses; only ever used between the
+    namespaces created here."""
+    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                          text=True).stdout
+    for k in range(250):
+        third = (os.getpid() + k) % 250 + 1
+        if f" 10.213.{third}." not in used:
+            return f"10.213.{third}"
+    raise RuntimeError("every 10.213.x.0/24 is in use on this host; remove stale "
+                       "emulated_net bridges (ip link show type bridge)")
+
+
+SUBNET = free_subnet()
 
 
 def sh(*cmd: str, check: bool = True) -> str:
