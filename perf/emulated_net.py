@@ -1,13 +1,14 @@
 """Emulated bandwidth-limited networks: one MPI rank per network namespace.
 
     sudo .venv/bin/python perf/emulated_net.py [--ranks 4] [--ranks-per-node 1] \
-        [--rates 0.5,1,2.5] [-- ccompress-perf options]
+        [--rates 0.5,1,2.5] [--overlap] [-- ccompress-perf options]
 
 Creates N namespaces joined by veth pairs into a bridge, each veth rate-limited with `tbf` on
 both ends (a full-duplex NIC per node), runs `ccompress-perf allreduce` under MPICH's hydra
 with one rank per namespace over TCP, reads the veth byte counters to prove the traffic
 crossed the links, and prints the speedup of every codec over `MPI_Allreduce` measured in the
-same run. Always removes what it created, and only ever addresses its own namespaces.
+same run; with --overlap, also how much of the CPU time (measured on unlimited links first)
+the executor hides behind the transfers at each rate. Always removes what it created, and only ever addresses its own namespaces.
 Needs root, iproute2 (ip, tc) and the .venv from scripts/setup.sh.
 """
 from __future__ import annotations
@@ -44,8 +45,6 @@ def free_subnet() -> str:
                        "emulated_net bridges (ip link show type bridge)")
 
 
-SUBNET = free_subnet()
-
 
 def sh(*cmd: str, check: bool = True) -> str:
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -55,8 +54,9 @@ def sh(*cmd: str, check: bool = True) -> str:
 
 
 class Network:
-    """N namespaces `<tag>n<i>`, each with `eth0` (SUBNET.<i+1>) on a veth pair whose other end
-    `<tag>v<i>` sits in bridge `<tag>br` (SUBNET.254, so hydra's proxies reach mpiexec)."""
+    """N namespaces `<tag>n<i>`, each with `eth0` (<subnet>.<i+1>, :func:`free_subnet`) on a
+    veth pair whose other end `<tag>v<i>` sits in bridge `<tag>br` (<subnet>.254, so hydra's
+    proxies reach mpiexec)."""
 
     def __init__(self, ranks: int):
         self.ranks = ranks
@@ -69,9 +69,10 @@ class Network:
             signal.signal(sig, lambda *_: sys.exit(130))
 
     def create(self) -> None:
+        subnet = free_subnet()
         sh("ip", "link", "add", self.bridge, "type", "bridge")
         self.created.append(["ip", "link", "del", self.bridge])
-        sh("ip", "addr", "add", f"{SUBNET}.254/24", "dev", self.bridge)
+        sh("ip", "addr", "add", f"{subnet}.254/24", "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
         for i, (ns, veth) in enumerate(zip(self.ns, self.veth)):
             sh("ip", "netns", "add", ns)
@@ -80,7 +81,7 @@ class Network:
             self.created.append(["ip", "link", "del", veth])
             sh("ip", "link", "set", veth, "master", self.bridge)
             sh("ip", "link", "set", veth, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{SUBNET}.{i + 1}/24", "dev", "eth0")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{subnet}.{i + 1}/24", "dev", "eth0")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
 
@@ -158,6 +159,29 @@ def speedup_table(rows: List[dict], gbit: float, burst: int) -> List[str]:
     return out
 
 
+def overlap_table(free: List[dict], limited: List[dict], gbit: float) -> List[str]:
+    """How much the executor overlaps CPU work with transfers, per compressed row: t_cpu is
+    the row's time on unlimited links (codec, copies, TCP), t_wire its bytes per rank at the
+    link rate (full duplex: wire_bytes * 8 / rate), t the measured time at that rate.
+    Serial work would take t_cpu + t_wire, perfect overlap max(t_cpu, t_wire); ``hidden`` is
+    the share of the shorter of the two that disappears behind the other,
+    (t_cpu + t_wire - t) / min(t_cpu, t_wire), clipped to [0, 1]."""
+    cpu = {(r["size"], r["codec"], r["algo"]): r["time_us"] / 1e6 for r in free}
+    out = []
+    for r in limited:
+        key = (r["size"], r["codec"], r["algo"])
+        if r["codec"] == "MPI_Allreduce" or key not in cpu:
+            continue
+        t, t_cpu = r["time_us"] / 1e6, cpu[key]
+        t_wire = r["wire_bytes"] * 8 / (gbit * 1e9)
+        hidden = min(1.0, max(0.0, (t_cpu + t_wire - t) / min(t_cpu, t_wire)))
+        out.append(f"{gbit:6.2f} {r['size']:>11} {r['codec']:>16} {r['algo']:>9} "
+                   f"{t_cpu * 1e3:10.1f} {t_wire * 1e3:10.1f} {t * 1e3:10.1f} "
+                   f"{(t_cpu + t_wire) * 1e3:10.1f} {max(t_cpu, t_wire) * 1e3:10.1f} "
+                   f"{100 * hidden:6.0f}%")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4, help="emulated nodes (network namespaces)")
@@ -166,6 +190,9 @@ def main(argv=None) -> int:
                          "rate-limited link to the others")
     ap.add_argument("--rates", default="0.5,1,2.5", help="Gbit/s per link, comma separated")
     ap.add_argument("--json", help="write every row, with rate and link counters, here")
+    ap.add_argument("--overlap", action="store_true",
+                    help="also run on unlimited links first and print, per rate, how much "
+                         "of the CPU time the executor hides behind the transfers")
     ap.add_argument("perf_args", nargs=argparse.REMAINDER,
                     help="after --: ccompress-perf options (default: 1M..64M, none, bf16, "
                          "fp8_e4m3:g128, two_shot)")
@@ -180,8 +207,20 @@ def main(argv=None) -> int:
     net.create()
     header = (f"{'Gbit/s':>6} {'size':>11} {'codec':>16} {'algo':>9} {'MPI(ms)':>10} "
               f"{'ours(ms)':>10} {'speedup':>8} {'ratio':>6} {'relerr':>9} {'#wrong':>6}")
-    lines, all_rows = [header], []
+    lines, all_rows, overlap, free = [header], [], [], None
     with tempfile.TemporaryDirectory() as tmp:
+        if args.overlap:
+            jpath = os.path.join(tmp, "free.json")
+            proc = run_perf(net, perf_args, jpath, args.ranks_per_node)
+            if proc.returncode:
+                print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
+                return proc.returncode
+            # before any limit(): the veths run at their own speed
+            print("# unlimited links (the CPU's time):\n" + proc.stdout, flush=True)
+            free = json.load(open(jpath))["rows"]
+            overlap.append(f"{'Gbit/s':>6} {'size':>11} {'codec':>16} {'algo':>9} "
+                           f"{'t_cpu(ms)':>10} {'t_wire(ms)':>10} {'t(ms)':>10} "
+                           f"{'serial':>10} {'overlap':>10} {'hidden':>7}")
         for gbit in [float(r) for r in args.rates.split(",")]:
             burst = net.limit(gbit)
             lines.append(f"# {gbit} Gbit/s: tbf burst {burst} bytes on both ends of every veth")
@@ -208,6 +247,8 @@ def main(argv=None) -> int:
                   f") in {time.monotonic() - start:.0f} s",
                   flush=True)
             lines += speedup_table(rows, gbit, burst)
+            if free is not None:
+                overlap += overlap_table(free, rows, gbit)
             for r in rows:
                 r["rate_gbit"] = gbit
             all_rows.append({"rate_gbit": gbit, "ranks": run["ranks"], "nodes": net.ranks,
@@ -217,6 +258,9 @@ def main(argv=None) -> int:
                  "or the baseline's): up to burst/wire of its traffic passed at veth speed, so "
                  "the speedup is not a link-limited figure")
     print("\n".join(lines))
+    if overlap:
+        print("\n# CPU time hidden behind transfers (--overlap; see overlap_table):\n"
+              + "\n".join(overlap))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(all_rows, f, indent=1)

@@ -85,3 +85,27 @@ def test_info_reports_a_missing_library_as_none():
     from ccompress.info import _installed_version
     assert _installed_version("ccompress_no_such_module") is None
     assert _installed_version("numpy") == build_info()["numpy"]
+
+
+def test_emulated_net_overlap_share():
+    """perf/emulated_net.py's hidden share: (t_cpu + t_wire - t) / min(t_cpu, t_wire),
+    from the unlimited-link time, the rate's wire time and the measured time."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "perf"))
+    try:
+        import emulated_net as en
+    finally:
+        sys.path.pop(0)
+    row = {"size": 64, "codec": "fp8", "algo": "two_shot"}
+    wire = 125_000_000 // 8  # 0.125 s at 1 Gbit/s
+
+    def hidden(t_cpu, t):
+        free = [dict(row, time_us=t_cpu * 1e6)]
+        limited = [dict(row, time_us=t * 1e6, wire_bytes=wire),
+                   dict(row, codec="MPI_Allreduce", time_us=1e6, wire_bytes=wire)]
+        (line,) = en.overlap_table(free, limited, 1.0)
+        return int(line.split()[-1].rstrip("%"))
+
+    assert hidden(0.25, 0.3125) == 50   # half of the 0.125 s wire time hidden
+    assert hidden(0.25, 0.375) == 0     # serial
+    assert hidden(0.25, 0.25) == 100    # all of it
+    assert hidden(0.25, 0.5) == 0       # slower than serial: clipped
