@@ -125,7 +125,8 @@ def in_burst(wire_bytes: int, burst: int) -> bool:
 
 def run_perf(net: Network, perf_args: List[str], json_path: str,
              ranks_per_node: int = 1) -> subprocess.CompletedProcess:
-    """ccompress-perf under hydra, ``ranks_per_node`` consecutive ranks in each namespace."""
+    """ccompress-perf under hydra, ``ranks_per_node`` consecutive ranks in each namespace;
+    when it fails, prints the end of its output and exits with its code."""
     env = dict(os.environ)
     env.update(MPICH_CH4_NETMOD="ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="eth0",
                PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
@@ -139,7 +140,11 @@ def run_perf(net: Network, perf_args: List[str], json_path: str,
            "-n", str(net.ranks * ranks_per_node), "-genvall", str(VENV_BIN / "ccompress-perf"),
            "allreduce", "--json", json_path] + perf_args
     print("+", " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
-    return subprocess.run(cmd, env=env, text=True, capture_output=True)
+    proc = subprocess.run(cmd, env=env, text=True, capture_output=True)
+    if proc.returncode:
+        print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
+        sys.exit(proc.returncode)
+    return proc
 
 
 def speedup_table(rows: List[dict], gbit: float, burst: int) -> List[str]:
@@ -212,9 +217,6 @@ def main(argv=None) -> int:
         if args.overlap:
             jpath = os.path.join(tmp, "free.json")
             proc = run_perf(net, perf_args, jpath, args.ranks_per_node)
-            if proc.returncode:
-                print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
-                return proc.returncode
             # before any limit(): the veths run at their own speed
             print("# unlimited links (the CPU's time):\n" + proc.stdout, flush=True)
             free = json.load(open(jpath))["rows"]
@@ -228,9 +230,6 @@ def main(argv=None) -> int:
             start = time.monotonic()
             jpath = os.path.join(tmp, f"rate{gbit}.json")
             proc = run_perf(net, perf_args, jpath, args.ranks_per_node)
-            if proc.returncode:
-                print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
-                return proc.returncode
             after = net.counters()
             run = json.load(open(jpath))
             rows = run["rows"]
