@@ -111,8 +111,7 @@ class CompressedAllreduceHook:
         not overlap the bucket's."""
         fut = torch.futures.Future(devices=[buf.device]) if buf.is_cuda else torch.futures.Future()
         try:
-            layout = tuple((self.gift._layer_of.get(id(p), ""), tuple(p.shape))
-                           for p in bucket.parameters())
+            layout = self.gift.layout(bucket)
             ef = (self._feedback(bucket.index(), buf.numel(), layout)
                   if self.error_feedback else None)
             if ef is not None:

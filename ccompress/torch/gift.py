@@ -148,6 +148,12 @@ class GIFT:
                 f"(got {c.name!r})")
         self.codec = self.core.codec = c
 
+    def layout(self, bucket: Any) -> tuple:
+        """(layer name, or "" for an unhooked tensor, shape) of each parameter of a DDP
+        bucket, in order: what a residual in this bucket's whitened coordinates belongs to."""
+        return tuple((self._layer_of.get(id(p), ""), tuple(p.shape))
+                     for p in bucket.parameters())
+
     def views(self, bucket: Any) -> List[tuple]:
         """(layer, gradient view into the bucket's flat buffer, offset) of the hooked weights
         in a DDP bucket. DDP lays the bucket's parameters out back to back in
