@@ -73,6 +73,7 @@ class Communicator:
         self._model = model
         self._step = 0
         self._keepalive = _keepalive
+        self._on_close: List[Callable[[], None]] = []  # the transport's own threads
         self._lock = threading.Lock()
         self._queue = IssueQueue(f"ccompress-r{transport.rank}")
         self.last_stats: Optional[dict] = None
@@ -295,10 +296,15 @@ class Communicator:
         return result()
 
     def close(self) -> None:
-        """Waits for pending async collectives and releases the worker thread."""
+        """Waits for pending async collectives and releases the worker thread and the
+        transport's threads; later collectives raise CCompressError."""
         self._queue.close()
+        with self._lock:
+            self._broken = self._broken or "it was closed"
         if self._nccl is not None:
             self._nccl.close()
+        for release in self._on_close:
+            release()
 
     def __repr__(self) -> str:
         return f"Communicator(transport={self.transport}, rank={self.rank}, size={self.size})"

@@ -155,6 +155,8 @@ class GlooP2P:
             raise CCompressError(f"barrier over the torch process group failed: {msg}") from None
 
     def close(self) -> None:
+        """Stops the waiter threads once their requests are done (called by
+        ``Communicator.close``)."""
         self._pool.shutdown(wait=False)
 
 
@@ -272,6 +274,7 @@ def from_torch(cls: Any, group: Any = None, *, store: Any = None, **kwargs: Any)
         ops = GlooP2P(pg, rank, kwargs.get("timeout", 300.0))
         t = _core.PyTransport(ops, rank, size, "torch_gloo")
         self = cls(t, _keepalive=(ops, pg, group), **kwargs)
+        self._on_close.append(ops.close)
         t.barrier_timeout_s = self._timeout
     if store is not None:
         # CUDA arrays go to NCCL, made at their first call through Communicator._nccl_for,

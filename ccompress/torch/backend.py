@@ -290,6 +290,26 @@ class CompressedProcessGroup(dist.ProcessGroup):
             pass
         return work
 
+    def shutdown(self) -> None:
+        """What ``torch.distributed.destroy_process_group`` calls: ccompress's communicator
+        finishes its pending collectives and stops its threads, its private gloo group and
+        the delegated backends shut down, all while the interpreter is still running (a
+        thread of theirs that outlives it aborts the process). The group refuses later
+        calls; make a new one to go on."""
+        self._release()
+        super().shutdown()
+
+    def _release(self) -> None:
+        with self._lock:
+            if self._broken is None:
+                self._broken = "it was shut down (destroy_process_group)"
+        _LIVE.discard(self)
+        comm, pg, self._comm_pg = self._comm, self._comm_pg, None
+        if comm is not None:  # kept: bytes_sent still reads it
+            comm.close()
+        if pg is not None:
+            pg.shutdown()
+
     def _watch(self, fut: torch.futures.Future) -> None:
         try:
             fut.wait()
@@ -313,15 +333,11 @@ _LIVE: "weakref.WeakSet[CompressedProcessGroup]" = weakref.WeakSet()
 
 @atexit.register
 def _close_all() -> None:
-    """Stops the ccompress communicators and their private gloo groups before the
-    interpreter exits (torch's destroy_process_group shuts down only the backends it
-    knows, and threads left running at exit abort the process)."""
+    """Releases, before the interpreter exits, the groups a script never passed to
+    destroy_process_group (see :meth:`CompressedProcessGroup.shutdown`)."""
     for pg in list(_LIVE):
         try:
-            if pg._comm is not None:
-                pg._comm.close()
-            if pg._comm_pg is not None:
-                pg._comm_pg.shutdown()
+            pg._release()
         except Exception:  # noqa: BLE001 - best effort at exit, nothing left to report to
             pass
 

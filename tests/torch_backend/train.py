@@ -7,11 +7,13 @@ checkpoint (model, optimiser, the group's state_dict) replays a step bit for bit
 import copy
 import json
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
 
 from common import digest, ok, same_on_all_ranks, start
+from ccompress import CCompressError
 from ccompress.torch import compressed_group
 
 mode, backend, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -80,3 +82,12 @@ if rank == 0:
                        residuals=len(pg.feedback.slots) if pg is not None else 0), f)
 ok(f"train {mode} {backend}")
 dist.destroy_process_group()
+if pg is not None:  # destroy_process_group stopped ccompress's threads, not the exit
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("ccompress-")]
+    assert not any(n.startswith(f"ccompress-r{rank}") for n in alive), alive
+    try:
+        pg.allreduce([torch.ones(4096)])
+    except CCompressError as e:
+        assert "shut down" in str(e), e
+    else:
+        raise AssertionError("a destroyed ccompress group accepted a collective")
