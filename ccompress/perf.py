@@ -132,7 +132,7 @@ def check(kind: str, y: np.ndarray, parts: np.ndarray, codec: str, algo: str, op
     else:
         ref = parts.astype(np.float64).sum(axis=0) / (n if op == "avg" else 1)
         if algo == "hier":  # hier = (ranks per node, inter-node algo, intra-node codec)
-            bound = hier_error_bound(parts, codec, hier[1], hier[0], hier[2], op, dtype)
+            bound = hier_error_bound(parts, codec, hier[1], hier[0], hier[2], op, dtype, kind)
         else:
             bound = allreduce_error_bound(parts, codec, algo, op, dtype)
         if kind == "reduce_scatter":
@@ -167,7 +167,10 @@ def run(args: argparse.Namespace, g: Any) -> int:
     redop = "-" if kind == "allgather" else op
     esize = 4 if dtype == "float32" else 2
     codecs = args.codec or ["none", "fp8_e4m3:g128"]
-    algos = (args.algo or ["auto"]) if kind == "allreduce" else ["-"]
+    if kind == "allreduce":
+        algos = args.algo or ["auto"]
+    else:  # their flat schedule, then the hierarchical one where asked
+        algos = ["-"] + (["hier"] if args.algo else [])
     for c in codecs:
         cc.Codec.parse(c)  # a bad spec fails here, on every rank, before anything moves
     t_start, main = time.time(), g.rank == 0
@@ -269,12 +272,14 @@ def run(args: argparse.Namespace, g: Any) -> int:
                 elif kind == "allreduce":
                     fn = lambda: g.comm.allreduce(x, codec=codec, algo=algo, op=op, out=y)  # noqa: E731
                 elif kind == "reduce_scatter":
-                    fn = lambda: g.comm.reduce_scatter(x, codec=codec, op=op, out=y)  # noqa: E731
+                    kw = dict(algo="hier", intra_codec=args.intra_codec) if algo == "hier" else {}
+                    fn = lambda: g.comm.reduce_scatter(x, codec=codec, op=op, out=y, **kw)  # noqa: E731
                 else:
-                    fn = lambda: g.comm.allgather(x, codec=codec, out=y)  # noqa: E731
+                    kw = dict(algo="hier") if algo == "hier" else {}
+                    fn = lambda: g.comm.allgather(x, codec=codec, out=y, **kw)  # noqa: E731
                 fn()  # resolves auto and fills last_stats
                 st = g.comm.last_stats
-                resolved = st["algo"] if kind == "allreduce" else kind
+                resolved = st["algo"] if kind == "allreduce" or algo == "hier" else kind
                 shown = st["algo"] if algo != "auto" else "auto:" + st["algo"]
                 measure(codec, shown if kind == "allreduce" else st["algo"], fn, y, st["payload_bytes"] + st["header_bytes"],
                         codec, resolved, dtype, dtype)
@@ -371,7 +376,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--codec", action="append",
                    help="codec spec, repeatable (default: none and fp8_e4m3:g128)")
     p.add_argument("--algo", action="append", choices=cc.ALGOS,
-                   help="all-reduce schedule, repeatable (default: auto)")
+                   help="all-reduce schedule, repeatable (default: auto); reduce_scatter and "
+                        "allgather take hier only, measured after their flat schedule")
     p.add_argument("--inter-algo", default="two_shot", choices=cc.ALGOS[1:-1],
                    help="--algo hier: the flat schedule between nodes")
     p.add_argument("--intra-codec", default="none",
@@ -392,6 +398,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     if a.minbytes <= 0 or a.maxbytes < a.minbytes or a.stepfactor <= 1 or a.iters < 1 \
             or a.warmup < 0:
         p.error("need 0 < -b <= -e, -f > 1, -n >= 1, -w >= 0")
+    if a.collective != "allreduce" and set(a.algo or []) - {"hier"}:
+        p.error(f"{a.collective} has one flat schedule; --algo takes only hier there")
     if a.inproc is not None and a.inproc < 1:
         p.error("--inproc needs N >= 1")
     return a

@@ -165,6 +165,7 @@ def test_reduce_scatter_and_allgather_at_scale(P, G):
         rs = c.reduce_scatter(parts[c.rank], codec=codec, algo="hier")
         rs_stats = c.last_stats
         ag = c.allgather(parts[c.rank][:300], codec=codec, algo="hier")
+        assert c.last_stats["algo"] == "hier"  # the hierarchical plan ran, not the flat one
         flat = c.allgather(parts[c.rank][:300], codec=codec)
         return rs, rs_stats, ag, flat
 

@@ -38,6 +38,23 @@ def test_perf_without_model_rows(capsys):
     assert "# model" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("kind", ["reduce_scatter", "allgather"])
+def test_perf_measures_hier_reduce_scatter_and_allgather(tmp_path, kind):
+    """--algo hier adds the hierarchical row after the flat one, checked against its own
+    bound (every element within it, the bits of all ranks alike for allgather)."""
+    out = tmp_path / "rows.json"
+    rc = perf.main([kind, "--inproc", "8", "--ranks-per-node", "4", "-b", "64K", "-e", "64K",
+                    "-n", "1", "-w", "0", "--codec", "hint8", "--algo", "hier",
+                    "--intra-codec", "bf16" if kind == "reduce_scatter" else "none",
+                    "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert rc == 0 and [r["algo"] for r in rows] == [
+        "two_shot" if kind == "reduce_scatter" else "one_shot", "hier"]
+    assert all(r["wrong"] == 0 and r["relerr"] < 0.02 for r in rows), rows
+    with pytest.raises(SystemExit):
+        perf.main([kind, "--inproc", "2", "--algo", "ring"])
+
+
 def test_validation_error_is_only_claimed_near_validated_rates():
     assert pm.validation_error(1.0) == pm.VALIDATION_ERROR[1.0]
     assert pm.validation_error(8.0) == pm.VALIDATION_ERROR[10.0]

@@ -58,6 +58,10 @@ PlanContext make_context(Transport& t, int64_t n, DType dtype, const Codec& code
 }  // namespace
 
 Plan build_plan(CollectiveKind kind, Algo algo, const PlanContext& ctx, Algo& ran) {
+  if (algo == Algo::Hier && kind != CollectiveKind::AllGatherChunks) {
+    ran = Algo::Hier;
+    return ctx.size == 1 ? build_single(ctx) : build_hier(kind, ctx);
+  }
   if (kind == CollectiveKind::AllGather) {
     ran = Algo::OneShot;
     return build_allgather(ctx);
@@ -65,10 +69,6 @@ Plan build_plan(CollectiveKind kind, Algo algo, const PlanContext& ctx, Algo& ra
   if (kind == CollectiveKind::AllGatherChunks) {
     ran = Algo::TwoShot;
     return build_allgather_chunks(ctx);
-  }
-  if (algo == Algo::Hier) {
-    ran = Algo::Hier;
-    return ctx.size == 1 ? build_single(ctx) : build_hier(kind, ctx);
   }
   if (kind == CollectiveKind::ReduceScatter) {
     ran = Algo::TwoShot;
