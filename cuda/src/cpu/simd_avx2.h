@@ -38,16 +38,6 @@ void group_abs_max_avx2(const float* v, int32_t len, int32_t g, int32_t* amax);
 /// u[i] = codecs::sr_uniform_at(prefix, index + i) for 0 <= i < n.
 void sr_uniforms_avx2(uint64_t prefix, int64_t index, int64_t n, float* u);
 
-/// hint8 s8 scales of k <= 8 groups of a block of exponent e: code[i] = the 7-bit code and
-/// scale[i] = s' of codecs::hint8_make_scale(8, amax[i], e).
-void hint8_s8_scales_avx2(uint32_t e, const int32_t* amax, int32_t k, uint32_t* code,
-                          float* scale);
-/// The codes of one block of len coefficients in groups of g (a multiple of 8) with scales
-/// scale[i / g]: q[i] = codecs::hint8_quantize(y[i], s), or hint8_quantize_sr(y[i], s, u[i])
-/// when u is not null; 0 for a group whose scale is not finite.
-void hint8_quantize_avx2(const float* y, int32_t len, int32_t g, const float* scale,
-                         const float* u, int8_t* q);
-
 /// codecs::taco_sum_sq(x, len) for len a multiple of 32 (its 32 lanes in four registers).
 float taco_sum_sq_avx2(const float* x, int32_t len);
 /// q[i] = codecs::fp8_from_float<F>(y[i] / s), or fp8_from_float_sr<F>(y[i] / s, u[i]) when u

@@ -16,6 +16,7 @@
 #include "codecs/nvfp4/nvfp4.h"
 #include "codecs/stochastic.h"
 #include "codecs/fourbit/e2m1_avx2.h"
+#include "cpu/host_loops.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd_avx2.h"
 
@@ -170,10 +171,12 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   std::memcpy(dst + lay.run_scale, &s, 4);
 }
 
-/// Decodes one run into n fp32 values.
+/// Decodes one run into n fp32 values, or with @p accumulate adds them to out.
 template <class Q>
-void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {
   if (n == 0) return;
+  float* const dst = out;
+  if (accumulate) out = coef_scratch(n);
   const int32_t g = c.group, sbits = c.scale_bits, sb = scale_bytes(c);
   const codecs::FourBitLayout lay = codecs::fourbit_layout(n, g, sb);
   float s;
@@ -202,6 +205,7 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
     if (len & 1) o[len - 1] = codecs::mul_rn(lut[in[len / 2] & 15u], d);
   }
   if (c.rotation > 0) rotate_run(out, n, c.rotation, c.random_signs, true);
+  if (accumulate) cpu::emit_block(out, n, dst, true);
 }
 
 }  // namespace ccompress::cpu4

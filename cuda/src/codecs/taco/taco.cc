@@ -12,6 +12,7 @@
 #include "codecs/stochastic.h"
 #include "codecs/taco/taco.h"
 #include "cpu/fast_wht.h"
+#include "cpu/host_loops.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
 #include "cpu/simd_avx2.h"
@@ -112,7 +113,8 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
 }
 
 template <class F>
-void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {
+  alignas(32) float y[kMaxGroup];  // a block's values, when they are added to out
   const uint8_t* pairs = src + codecs::rot_scales_offset(n);
   // Every FP8 value is an fp32: a table of fp8_to_float itself.
   float lut[256];
@@ -122,11 +124,12 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
     const codecs::RotBlock blk = codecs::rot_block(n, c.group, b);
     float pair[2];
     std::memcpy(pair, pairs + 8 * codecs::scale_groups_before(blk.off, c.group), 8);
-    float* v = out + blk.off;
+    float* v = accumulate ? y : out + blk.off;
     const uint8_t* q = src + blk.off;
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(lut[q[j]], pair[1]);
     cpu::wht_normalized_host(v, v, blk.len);
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::div_rn(v[j], pair[0]);
+    if (accumulate) cpu::emit_block(y, blk.len, out + blk.off, true);
   }
 }
 
@@ -139,11 +142,11 @@ void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext&
   }
 }
 
-void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {
   if (c.fp8_format == 0) {
-    decode_run<Fp8E4M3>(src, n, c, out);
+    decode_run<Fp8E4M3>(src, n, c, out, accumulate);
   } else {
-    decode_run<Fp8E5M2>(src, n, c, out);
+    decode_run<Fp8E5M2>(src, n, c, out, accumulate);
   }
 }
 
