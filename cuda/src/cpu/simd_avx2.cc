@@ -50,18 +50,31 @@ CC_AVX2 void wht_normalized_avx2(const float* src, float* v, int32_t h) {
     _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), sv));
 }
 
-CC_AVX2 void wht_normalized_blocks_avx2(float* v, int64_t len, int32_t h) {
+CC_AVX2 void wht_normalized_blocks_avx2(const float* src, float* v, int64_t len, int32_t h) {
   const float s = codecs::wht_norm(h);
   switch (h) {  // the sizes the 4-bit codecs batch, with the block loop inside
     case 16:
-      for (int64_t i = 0; i < len; i += 16) wht_regs<2>(v + i, v + i, true, s);
+      for (int64_t i = 0; i < len; i += 16) wht_regs<2>(src + i, v + i, true, s);
       return;
     case 32:
-      for (int64_t i = 0; i < len; i += 32) wht_regs<4>(v + i, v + i, true, s);
+      for (int64_t i = 0; i < len; i += 32) wht_regs<4>(src + i, v + i, true, s);
       return;
     default:
-      for (int64_t i = 0; i < len; i += h) wht_normalized_avx2(v + i, v + i, h);
+      for (int64_t i = 0; i < len; i += h) wht_normalized_avx2(src + i, v + i, h);
   }
+}
+
+CC_AVX2 int32_t finite_abs_max_avx2(const float* v, int64_t n) {
+  const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
+  __m256i m = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i a = abs_bits(_mm256_loadu_ps(v + i));
+    m = _mm256_max_epi32(m, _mm256_and_si256(a, _mm256_cmpgt_epi32(inf, a)));
+  }
+  int32_t r = hmax_epi32(m);
+  for (; i < n; ++i) r = std::max(r, codecs::finite_abs_bits(v[i]));
+  return r;
 }
 
 CC_AVX2 void group_abs_max_avx2(const float* v, int32_t len, int32_t g, int32_t* amax) {
@@ -91,28 +104,21 @@ CC_AVX2 float taco_sum_sq_avx2(const float* x, int32_t len) {
       const __m256 v = _mm256_loadu_ps(x + j + 8 * r);
       acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(v, v));
     }
-  // The pairwise fold of taco_sum_sq: lane l += lane l + off for off = 16, 8, 4, 2, 1.
-  acc[0] = _mm256_add_ps(acc[0], acc[2]);
-  acc[1] = _mm256_add_ps(acc[1], acc[3]);
-  acc[0] = _mm256_add_ps(acc[0], acc[1]);
-  __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
-  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-  return _mm_cvtss_f32(v);
+  return taco_fold32(acc);
 }
 
 namespace {
 
-template <class F>
+template <class F, bool kSr>
 CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, float s,
-                                   const float* u, uint8_t* q) {
+                                   const SrDraws* sr, uint8_t* q) {
   const __m256 sv = _mm256_set1_ps(s);
   const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
+  SrNoise8 noise(kSr ? sr->prefix : 0, kSr ? sr->index : 0);
   for (int32_t i = 0; i < n; i += 8) {
     const __m256 x = _mm256_loadu_ps(y + i);
     const __m256 t = _mm256_div_ps(x, sv);
-    __m256i k = u != nullptr ? fp8_from_float_sr8<F>(t, _mm256_loadu_ps(u + i))
-                             : fp8_from_float8<F>(t);
+    __m256i k = kSr ? fp8_from_float_sr8<F>(t, noise.next()) : fp8_from_float8<F>(t);
     if (keep_inf) {  // codecs::group_quantize: +-Inf codes as itself (E5M2) or NaN (E4M3)
       const __m256i xb = _mm256_castps_si256(x);
       const __m256i is_inf =
@@ -132,9 +138,13 @@ CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, flo
 }  // namespace
 
 CC_AVX2 void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t n, float s,
-                               const float* u, uint8_t* q) {
-  if (e5m2) return fp8_quantize8s<codecs::Fp8E5M2>(keep_inf, y, n, s, u, q);
-  fp8_quantize8s<codecs::Fp8E4M3>(keep_inf, y, n, s, u, q);
+                               const SrDraws* sr, uint8_t* q) {
+  if (e5m2) {
+    if (sr) return fp8_quantize8s<codecs::Fp8E5M2, true>(keep_inf, y, n, s, sr, q);
+    return fp8_quantize8s<codecs::Fp8E5M2, false>(keep_inf, y, n, s, sr, q);
+  }
+  if (sr) return fp8_quantize8s<codecs::Fp8E4M3, true>(keep_inf, y, n, s, sr, q);
+  fp8_quantize8s<codecs::Fp8E4M3, false>(keep_inf, y, n, s, sr, q);
 }
 
 }  // namespace ccompress::cpu

@@ -294,6 +294,27 @@ CC_AVX2_INLINE __m256 fp8_to_float8(const uint8_t* b) {
   return _mm256_castsi256_ps(_mm256_or_si256(v, sign));
 }
 
+/// Four registers of int32 lanes of byte values 0..255 (elements 0..31 in order) to 32 bytes
+/// in order.
+CC_AVX2_INLINE __m256i pack32_epu8(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i v = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
+  return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// ---- TACO ----
+
+/// The pairwise fold of codecs::taco_sum_sq over its 32 lanes (lane l in lane l % 8 of
+/// acc[l / 8]): lane l += lane l + off for off = 16, 8, 4, 2, 1.
+CC_AVX2_INLINE float taco_fold32(__m256* acc) {
+  acc[0] = _mm256_add_ps(acc[0], acc[2]);
+  acc[1] = _mm256_add_ps(acc[1], acc[3]);
+  acc[0] = _mm256_add_ps(acc[0], acc[1]);
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+
 // ---- output of decoded values ----
 
 /// out[0..8) <- v, or out[0..8) <- out + v (codecs::add_rn(out, v), the accumulate order).
