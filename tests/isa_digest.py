@@ -12,7 +12,11 @@ from ccompress import _core
 from fuzz_decoders import DTYPES, FAMILY_SPECS, _random_input
 
 SPECS = [s for specs in FAMILY_SPECS.values() for s in specs] + [
-    "fp8_e4m3:g128:sr", "bf16:sr", "taco:g128:sr", "hint8:sr", "nvfp4:sr", "hint4:sr"]
+    "fp8_e4m3:g128:sr", "bf16:sr", "taco:g128:sr", "hint8:sr", "nvfp4:sr", "hint4:sr",
+    # shapes of the AVX2 block kernels the list above leaves out: two s8 scale vectors per
+    # block, the E byte, 32- and 64-element blocks, random signs with :sr
+    "hint8:g8:h128", "hint8:g32:h32:s8:rs", "hint8:g64:h64:s16:sr:rs", "taco:g64:sr",
+    "taco_e5m2:g128:sr"]
 COLLECTIVE_CODECS = ["none", "bf16", "fp8_e4m3:g128", "fp8_e5m2:g16:sr", "taco:g128", "hint8",
                      "nvfp4", "hint4"]
 SIZES = [1, 17, 1000, 70_001]

@@ -54,10 +54,16 @@ CC_AVX2 void wht_normalized_blocks_avx2(const float* src, float* v, int64_t len,
   const float s = codecs::wht_norm(h);
   switch (h) {  // the sizes the 4-bit codecs batch, with the block loop inside
     case 16:
-      for (int64_t i = 0; i < len; i += 16) wht_regs<2>(src + i, v + i, true, s);
+      for (int64_t i = 0; i < len; i += 16) {
+        if (i % 64 == 0) prefetch(src + i + kPrefetchAhead / 4, 256);
+        wht_regs<2>(src + i, v + i, true, s);
+      }
       return;
     case 32:
-      for (int64_t i = 0; i < len; i += 32) wht_regs<4>(src + i, v + i, true, s);
+      for (int64_t i = 0; i < len; i += 32) {
+        if (i % 64 == 0) prefetch(src + i + kPrefetchAhead / 4, 256);
+        wht_regs<4>(src + i, v + i, true, s);
+      }
       return;
     default:
       for (int64_t i = 0; i < len; i += h) wht_normalized_avx2(src + i, v + i, h);
@@ -69,6 +75,7 @@ CC_AVX2 int32_t finite_abs_max_avx2(const float* v, int64_t n) {
   __m256i m = _mm256_setzero_si256();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    if (i % 16 == 0) prefetch(v + i + kPrefetchAhead / 4, 64);
     const __m256i a = abs_bits(_mm256_loadu_ps(v + i));
     m = _mm256_max_epi32(m, _mm256_and_si256(a, _mm256_cmpgt_epi32(inf, a)));
   }

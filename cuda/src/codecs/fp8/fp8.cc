@@ -85,8 +85,7 @@ float load_scale(const void* wire, int64_t n, int64_t g) {
 template <class F>
 void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t g, int64_t off,
                     const Codec& codec, const EncodeContext& ctx) {
-  int32_t amax = 0;
-  for (int64_t i = 0; i < len; ++i) amax = std::max(amax, codecs::finite_abs_bits(x[i]));
+  const int32_t amax = cpu::finite_abs_max_host(x, len);
   float s = codecs::group_scale<F>(amax);
   uint8_t* q = static_cast<uint8_t*>(wire) + off;
   const uint64_t prefix =

@@ -201,6 +201,7 @@ CC_AVX2 void encode_blocks(const Hint8Shape& sh, const float* x, int64_t nblocks
   const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
   SrNoise8 noise(prefix, index);
   for (int64_t b = 0; b < nblocks; ++b, x += kH, q += kH, sc += stride) {
+    prefetch(reinterpret_cast<const char*>(x) + kPrefetchAhead, 4 * kH);
     __m256 r[R];
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {

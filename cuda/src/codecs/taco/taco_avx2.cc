@@ -39,6 +39,7 @@ CC_AVX2 void encode_blocks(const float* x, int64_t nblocks, uint64_t prefix, int
   float a_next = nblocks > 0 ? block_prescale<R, F>(x) : 0.0f;
   for (int64_t b = 0; b < nblocks; ++b, x += kH, q += kH, pairs += 8) {
     const float a = a_next;
+    prefetch(reinterpret_cast<const char*>(x) + kPrefetchAhead, 4 * kH);
     if (b + 1 < nblocks) a_next = block_prescale<R, F>(x + kH);
     __m256 r[R];
 #pragma GCC unroll 16
