@@ -41,6 +41,20 @@ def codec_digests(rng) -> dict:
     return out
 
 
+def signed_scale_digests(rng) -> dict:
+    """Decodes of 4-bit wires whose E4M3 group-scale bytes have bit 7 (the sign) set: no
+    encoder writes them, but a decoder reads any byte, and both copies must agree."""
+    out = {}
+    for spec in ("nvfp4", "hnvfp4", "hint4"):
+        n = 1000
+        codec = cc.Codec(spec)
+        wire = codec.encode(rng.standard_normal(n).astype(np.float32)).copy()
+        first = (n + 1) // 2  # the group scales follow the packed codes
+        wire[first:first + (n + 15) // 16] |= 0x80
+        out[f"signed scales {spec}"] = digest(codec.decode(wire, n, "float32"))
+    return out
+
+
 def collective_digests(rng) -> dict:
     n = 50_003
     inputs = {dt: [_random_input(rng, n, dt) for _ in range(3)] for dt in ("float32", "bfloat16")}
@@ -74,7 +88,8 @@ def collective_digests(rng) -> dict:
 
 def main() -> None:
     rng = np.random.default_rng(20261130)
-    result = {"isa": _core.cpu_isa(), **codec_digests(rng), **collective_digests(rng)}
+    result = {"isa": _core.cpu_isa(), **codec_digests(rng), **signed_scale_digests(rng),
+              **collective_digests(rng)}
     print(json.dumps(result, sort_keys=True))
 
 

@@ -273,11 +273,10 @@ CC_AVX2_INLINE __m128i pack8_epu8(__m256i k) {
   return _mm_packus_epi16(w, w);
 }
 
-/// codecs::fp8_to_float<F> of the eight codes in bytes 0..7 of @p b.
+/// codecs::fp8_to_float<F> of eight codes (int32 lanes, 0..255).
 template <class F>
-CC_AVX2_INLINE __m256 fp8_to_float8(const uint8_t* b) {
+CC_AVX2_INLINE __m256 fp8_to_float8(__m256i q) {
   constexpr int32_t kExpMask = (1 << (7 - F::kMantBits)) - 1, kMantMask = (1 << F::kMantBits) - 1;
-  const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
   const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(0x80)), 24);
   const __m256i e = _mm256_and_si256(_mm256_srli_epi32(q, F::kMantBits),
                                      _mm256_set1_epi32(kExpMask));
@@ -303,6 +302,13 @@ CC_AVX2_INLINE __m256 fp8_to_float8(const uint8_t* b) {
                                                      m, _mm256_set1_epi32(kMantMask))));
   }
   return _mm256_castsi256_ps(_mm256_or_si256(v, sign));
+}
+
+/// codecs::fp8_to_float<F> of the eight codes in bytes 0..7 of @p b.
+template <class F>
+CC_AVX2_INLINE __m256 fp8_to_float8(const uint8_t* b) {
+  return fp8_to_float8<F>(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b))));
 }
 
 /// Four registers of int32 lanes of byte values 0..255 (elements 0..31 in order) to 32 bytes
