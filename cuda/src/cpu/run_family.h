@@ -7,7 +7,8 @@
 //   int64_t wire_bytes(const Codec& c, int64_t n);      // one piece
 //   void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
 //                    uint8_t* dst);
-//   void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out);
+//   void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out,
+//                    bool accumulate);  // out = value, or with accumulate out += value
 // then CC_CPU_RUN_FAMILY_HOST_OPS(kHostOps), which defines `const HostOps kHostOps` whose
 // entry points are compiled for AVX2 and for the baseline (cpu/isa_dispatch.h) with the
 // family's loops inlined into each copy.
@@ -32,10 +33,12 @@ inline void run_encode_pieces(const float* x, int64_t n, const Codec& c,
   });
 }
 
+// With @p accumulate, out += the decoded values (codecs::add_rn(out, value)), else out = them.
 template <class F>
-inline void run_decode_pieces(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+inline void run_decode_pieces(const uint8_t* src, int64_t n, const Codec& c, float* out,
+                              bool accumulate) {
   for_each_piece(c, n, [&](int64_t off, int64_t len) {
-    F::decode(src, len, c, out + off);
+    F::decode(src, len, c, out + off, accumulate);
     src += F::piece_bytes(c, len);
   });
 }
@@ -57,12 +60,12 @@ template <class F>
 inline void run_decode_accumulate(const void* src, int64_t n, const Codec& c, float* acc,
                                   bool assign) {
   const uint8_t* wire = static_cast<const uint8_t*>(src);
-  if (assign && disjoint(wire, c.wire_bytes(n), acc, n * 4)) {
-    run_decode_pieces<F>(wire, n, c, acc);  // straight into the accumulator
+  if (disjoint(wire, c.wire_bytes(n), acc, n * 4)) {
+    run_decode_pieces<F>(wire, n, c, acc, !assign);  // straight into the accumulator
     return;
   }
   float* run = run_scratch(n);
-  run_decode_pieces<F>(wire, n, c, run);
+  run_decode_pieces<F>(wire, n, c, run, false);
   load_accumulate_body(run, DType::Float32, n, acc, assign);
 }
 
@@ -70,11 +73,11 @@ template <class F>
 inline void run_decode(const void* src, int64_t n, const Codec& c, void* out, DType out_dtype) {
   const uint8_t* wire = static_cast<const uint8_t*>(src);
   if (out_dtype == DType::Float32 && disjoint(wire, c.wire_bytes(n), out, n * 4)) {
-    run_decode_pieces<F>(wire, n, c, static_cast<float*>(out));  // no copy for fp32 output
+    run_decode_pieces<F>(wire, n, c, static_cast<float*>(out), false);  // fp32: no copy
     return;
   }
   float* run = run_scratch(n);
-  run_decode_pieces<F>(wire, n, c, run);
+  run_decode_pieces<F>(wire, n, c, run, false);
   store_block(run, n, out, out_dtype, 0);
 }
 
@@ -83,7 +86,7 @@ inline void run_decode_reduce_encode(const void* src, const void* x, DType x_dty
                                      const Codec& c, float divisor, const EncodeContext& ctx,
                                      void* dst) {
   float* run = run_scratch(n);
-  run_decode_pieces<F>(static_cast<const uint8_t*>(src), n, c, run);
+  run_decode_pieces<F>(static_cast<const uint8_t*>(src), n, c, run, false);
   add_block(x, x_dtype, 0, n, divisor, run);
   run_encode_pieces<F>(run, n, c, ctx, static_cast<uint8_t*>(dst));
 }
@@ -97,8 +100,9 @@ inline void run_decode_reduce_encode(const void* src, const void* x, DType x_dty
                        uint8_t* dst) {                                                      \
       encode_body(x, n, c, ctx, dst);                                                       \
     }                                                                                       \
-    static void decode(const uint8_t* src, int64_t n, const Codec& c, float* out) {         \
-      decode_body(src, n, c, out);                                                          \
+    static void decode(const uint8_t* src, int64_t n, const Codec& c, float* out,           \
+                       bool accumulate) {                                                   \
+      decode_body(src, n, c, out, accumulate);                                              \
     }                                                                                       \
   };                                                                                        \
   inline void host_encode_body(const void* src, DType t, int64_t n, const Codec& c,         \

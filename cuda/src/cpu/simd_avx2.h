@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "codecs/float_convert.h"
+#include "codecs/fp8/group_codec.h"
 #include "codecs/stochastic.h"
 #include "cpu/fast_wht.h"
 #include "cpu/isa_dispatch.h"
@@ -25,37 +26,35 @@
 
 namespace ccompress::cpu {
 
+/// Where `:sr` noise comes from: element i of a call draws sr_uniform_at(prefix, index + i).
+struct SrDraws {
+  uint64_t prefix;
+  int64_t index;
+};
+
 #ifdef CC_HAVE_SIMD_AVX2
 /// v <- wht_normalized_fast(src) (fast_wht.h; src may be v) for h a power of two >= 8, bit
 /// for bit: blocks of up to 128 values pass all their short stages in sixteen registers.
 void wht_normalized_avx2(const float* src, float* v, int32_t h);
-/// wht_normalized_avx2(v + i, v + i, h) for every block of h (>= 8) in v[0, len), len a
-/// multiple of h.
-void wht_normalized_blocks_avx2(float* v, int64_t len, int32_t h);
+/// wht_normalized_avx2(src + i, v + i, h) for every block of h (>= 8) in src[0, len), len a
+/// multiple of h (src may be v).
+void wht_normalized_blocks_avx2(const float* src, float* v, int64_t len, int32_t h);
+/// The largest codecs::finite_abs_bits of v[0, n).
+int32_t finite_abs_max_avx2(const float* v, int64_t n);
 /// amax[i] = max over group i of the raw |bits| of v (NaN and Inf above every finite value),
 /// for len / g groups of g >= 8 elements (len a multiple of g).
 void group_abs_max_avx2(const float* v, int32_t len, int32_t g, int32_t* amax);
 /// u[i] = codecs::sr_uniform_at(prefix, index + i) for 0 <= i < n.
 void sr_uniforms_avx2(uint64_t prefix, int64_t index, int64_t n, float* u);
 
-/// hint8 s8 scales of k <= 8 groups of a block of exponent e: code[i] = the 7-bit code and
-/// scale[i] = s' of codecs::hint8_make_scale(8, amax[i], e).
-void hint8_s8_scales_avx2(uint32_t e, const int32_t* amax, int32_t k, uint32_t* code,
-                          float* scale);
-/// The codes of one block of len coefficients in groups of g (a multiple of 8) with scales
-/// scale[i / g]: q[i] = codecs::hint8_quantize(y[i], s), or hint8_quantize_sr(y[i], s, u[i])
-/// when u is not null; 0 for a group whose scale is not finite.
-void hint8_quantize_avx2(const float* y, int32_t len, int32_t g, const float* scale,
-                         const float* u, int8_t* q);
-
 /// codecs::taco_sum_sq(x, len) for len a multiple of 32 (its 32 lanes in four registers).
 float taco_sum_sq_avx2(const float* x, int32_t len);
-/// q[i] = codecs::fp8_from_float<F>(y[i] / s), or fp8_from_float_sr<F>(y[i] / s, u[i]) when u
-/// is not null, for 0 <= i < n (a multiple of 8); with @p keep_inf, +-Inf y[i] code as in
-/// codecs::group_quantize (so this is group_quantize / group_quantize_sr). F is
-/// codecs::Fp8E5M2 when @p e5m2, else codecs::Fp8E4M3.
+/// q[i] = codecs::fp8_from_float<F>(y[i] / s), or with @p sr fp8_from_float_sr<F>(y[i] / s,
+/// u_i) (u_i the draw of element i, made here), for 0 <= i < n (a multiple of 8); with
+/// @p keep_inf, +-Inf y[i] code as in codecs::group_quantize (so this is group_quantize /
+/// group_quantize_sr). F is codecs::Fp8E5M2 when @p e5m2, else codecs::Fp8E4M3.
 void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t n, float s,
-                       const float* u, uint8_t* q);
+                       const SrDraws* sr, uint8_t* q);
 #endif
 
 /// v <- the normalised WHT of the h (a power of two) values at src (which may be v).
@@ -78,6 +77,17 @@ inline void group_abs_max_host(const float* v, int32_t len, int32_t g, int32_t* 
       m = std::max(m, static_cast<int32_t>(codecs::f32_bits(v[j]) & codecs::kF32AbsMask));
     amax[i] = m;
   }
+}
+
+/// The largest codecs::finite_abs_bits(v[i]) of v[0, n) (0 for n = 0): |x| bits, NaN and Inf
+/// left out.
+inline int32_t finite_abs_max_host(const float* v, int64_t n) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (cpu_use_avx2()) return finite_abs_max_avx2(v, n);
+#endif
+  int32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, codecs::finite_abs_bits(v[i]));
+  return m;
 }
 
 /// The stochastic rounding draws of elements index .. index + n - 1 of a run.

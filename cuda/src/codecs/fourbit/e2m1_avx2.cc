@@ -7,6 +7,7 @@
 #include "codecs/fourbit/fourbit.h"
 #include "codecs/int4/int4.h"
 #include "codecs/nvfp4/nvfp4.h"
+#include "cpu/simd_avx2_inl.h"
 
 namespace ccompress::cpu4 {
 
@@ -111,20 +112,10 @@ __attribute__((target("avx2"))) inline __m256 dequantize8(__m128i q8, __m256 d) 
   return kInt4 ? dequantize8_int4(q8, d) : dequantize8_e2m1(q8, d);
 }
 
-// codecs::group_step(code, s, 8) of 8 E4M3 codes (int32 lanes, 0..0x7F): fp8_to_float of a
-// non-negative code (subnormal m * 2^-9, normal (e + 120) << 23 | m << 20, 0x7F NaN) times s.
+// codecs::group_step(code, s, 8) of 8 E4M3 codes (int32 lanes, 0..255: a decoder reads any
+// byte): fp8_to_float<E4M3>(code) * s.
 __attribute__((target("avx2"))) inline __m256 steps8(__m256i q, __m256 vs) {
-  const __m256i qe = _mm256_and_si256(_mm256_srli_epi32(q, 3), _mm256_set1_epi32(15));
-  const __m256i qm = _mm256_and_si256(q, _mm256_set1_epi32(7));
-  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(qm), _mm256_set1_ps(0x1p-9f));
-  const __m256i normal = _mm256_or_si256(
-      _mm256_slli_epi32(_mm256_add_epi32(qe, _mm256_set1_epi32(127 - codecs::Fp8E4M3::kBias)), 23),
-      _mm256_slli_epi32(qm, 20));
-  __m256 g = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub,
-                              _mm256_castsi256_ps(_mm256_cmpeq_epi32(qe, _mm256_setzero_si256())));
-  g = _mm256_blendv_ps(g, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
-                       _mm256_castsi256_ps(_mm256_cmpeq_epi32(q, _mm256_set1_epi32(0x7F))));
-  return _mm256_mul_ps(g, vs);
+  return _mm256_mul_ps(cpu::avx2::fp8_to_float8<codecs::Fp8E4M3>(q), vs);
 }
 
 // The E4M3 scale codes of 8 groups of largest finite |x| amax (bits) under run scale s, and

@@ -16,6 +16,7 @@
 #include "codecs/nvfp4/nvfp4.h"
 #include "codecs/stochastic.h"
 #include "codecs/fourbit/e2m1_avx2.h"
+#include "cpu/host_loops.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd_avx2.h"
 
@@ -68,15 +69,17 @@ inline void fwht_stages(float* v, int64_t len) {
   if constexpr (2 * Len < H) fwht_stages<H, 2 * Len>(v, len);
 }
 
+// Rotates (or, with @p inverse, un-rotates) the whole blocks of src[0, full) into v (which
+// may be src).
 template <int H>
-inline void rotate_full_blocks(float* v, int64_t full, bool rs, bool inverse) {
+inline void rotate_full_blocks(const float* src, float* v, int64_t full, bool rs, bool inverse) {
   constexpr int64_t kBatch = 1024;  // 4 KiB: the stages of a batch stay in L1
   float sign[H];
   for (int j = 0; j < H; ++j) sign[j] = rs ? codecs::random_sign(static_cast<uint32_t>(j)) : 1.0f;
   const float norm = codecs::wht_norm(H);
-  auto apply_signs = [&](float* b, int64_t len) {
+  auto apply_signs = [&](const float* in, float* b, int64_t len) {
     for (int64_t off = 0; off < len; off += H)
-      for (int j = 0; j < H; ++j) b[off + j] = codecs::mul_rn(b[off + j], sign[j]);
+      for (int j = 0; j < H; ++j) b[off + j] = codecs::mul_rn(in[off + j], sign[j]);
   };
 #ifdef CC_HAVE_SIMD_AVX2
   const bool avx2 = cpu_use_avx2();
@@ -84,32 +87,40 @@ inline void rotate_full_blocks(float* v, int64_t full, bool rs, bool inverse) {
   const bool avx2 = false;
 #endif
   for (int64_t off = 0; off < full; off += kBatch) {
+    const float* in = src + off;
     float* b = v + off;
     const int64_t len = std::min(kBatch, full - off);
-    if (rs && !inverse) apply_signs(b, len);
+    if (rs && !inverse) {
+      apply_signs(in, b, len);
+      in = b;
+    }
     if (avx2) {  // block by block in registers (simd_avx2.h), the same bits
 #ifdef CC_HAVE_SIMD_AVX2
-      cpu::wht_normalized_blocks_avx2(b, len, H);
+      cpu::wht_normalized_blocks_avx2(in, b, len, H);
 #endif
     } else {
+      if (in != b) std::memcpy(b, in, static_cast<size_t>(len) * sizeof(float));
       fwht_stages<H, 1>(b, len);
       for (int64_t i = 0; i < len; ++i) b[i] = codecs::mul_rn(b[i], norm);
     }
-    if (rs && inverse) apply_signs(b, len);
+    if (rs && inverse) apply_signs(b, b, len);
   }
 }
 
-// Rotates (or, with @p inverse, un-rotates) every rotation block of a run in place: the
-// common sizes through fwht_fixed, the rest (and the run's tail blocks) through hadamard.h.
-inline void rotate_run(float* v, int64_t n, int32_t h, bool rs, bool inverse) {
+// Rotates (or, with @p inverse, un-rotates) every rotation block of the run src[0, n) into v
+// (which may be src): the common sizes through rotate_full_blocks, the rest (and the run's
+// tail blocks) through hadamard.h.
+inline void rotate_run(const float* src, float* v, int64_t n, int32_t h, bool rs, bool inverse) {
   int64_t full = 0;
   switch (h) {
-    case 16: rotate_full_blocks<16>(v, full = n - n % h, rs, inverse); break;
-    case 32: rotate_full_blocks<32>(v, full = n - n % h, rs, inverse); break;
-    case 64: rotate_full_blocks<64>(v, full = n - n % h, rs, inverse); break;
-    case 128: rotate_full_blocks<128>(v, full = n - n % h, rs, inverse); break;
+    case 16: rotate_full_blocks<16>(src, v, full = n - n % h, rs, inverse); break;
+    case 32: rotate_full_blocks<32>(src, v, full = n - n % h, rs, inverse); break;
+    case 64: rotate_full_blocks<64>(src, v, full = n - n % h, rs, inverse); break;
+    case 128: rotate_full_blocks<128>(src, v, full = n - n % h, rs, inverse); break;
     default: break;
   }
+  if (src != v && full < n)
+    std::memcpy(v + full, src + full, static_cast<size_t>(n - full) * sizeof(float));
   for_each_rotation_block(n, h, [&](int64_t off, int32_t len) {
     if (off < full) return;
     if (inverse) {
@@ -130,12 +141,10 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   const float* y = x;
   if (c.rotation > 0) {
     float* buf = coef_scratch(n);
-    std::memcpy(buf, x, static_cast<size_t>(n) * sizeof(float));
-    rotate_run(buf, n, c.rotation, c.random_signs, false);
+    rotate_run(x, buf, n, c.rotation, c.random_signs, false);
     y = buf;
   }
-  int32_t amax = 0;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, codecs::finite_abs_bits(y[i]));
+  const int32_t amax = cpu::finite_abs_max_host(y, n);
   const float s = codecs::fourbit_run_scale(amax, Q::kQMax, sbits);
   const codecs::FourBitLayout lay = codecs::fourbit_layout(n, g, sb);
   uint8_t nib[1024];  // one group's nibbles (g <= 256 for these codecs)
@@ -170,10 +179,12 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   std::memcpy(dst + lay.run_scale, &s, 4);
 }
 
-/// Decodes one run into n fp32 values.
+/// Decodes one run into n fp32 values, or with @p accumulate adds them to out.
 template <class Q>
-void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {
   if (n == 0) return;
+  float* const dst = out;
+  if (accumulate) out = coef_scratch(n);
   const int32_t g = c.group, sbits = c.scale_bits, sb = scale_bytes(c);
   const codecs::FourBitLayout lay = codecs::fourbit_layout(n, g, sb);
   float s;
@@ -201,7 +212,8 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
     }
     if (len & 1) o[len - 1] = codecs::mul_rn(lut[in[len / 2] & 15u], d);
   }
-  if (c.rotation > 0) rotate_run(out, n, c.rotation, c.random_signs, true);
+  if (c.rotation > 0) rotate_run(out, out, n, c.rotation, c.random_signs, true);
+  if (accumulate) cpu::emit_block(out, n, dst, true);
 }
 
 }  // namespace ccompress::cpu4

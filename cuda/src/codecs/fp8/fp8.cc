@@ -85,22 +85,21 @@ float load_scale(const void* wire, int64_t n, int64_t g) {
 template <class F>
 void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t g, int64_t off,
                     const Codec& codec, const EncodeContext& ctx) {
-  int32_t amax = 0;
-  for (int64_t i = 0; i < len; ++i) amax = std::max(amax, codecs::finite_abs_bits(x[i]));
+  const int32_t amax = cpu::finite_abs_max_host(x, len);
   float s = codecs::group_scale<F>(amax);
   uint8_t* q = static_cast<uint8_t*>(wire) + off;
-  alignas(32) float u[cpu::kBlock];  // the group's stochastic rounding draws
-  if (codec.stochastic) {
-    cpu::sr_uniforms_host(codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank), ctx.index + off, len,
-                          u);
-  }
+  const uint64_t prefix =
+      codec.stochastic ? codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank) : uint64_t(0);
 #ifdef CC_HAVE_SIMD_AVX2
   if (len % 8 == 0 && cpu_use_avx2()) {
+    const cpu::SrDraws sr{prefix, ctx.index + off};
     cpu::fp8_quantize_avx2(std::is_same_v<F, Fp8E5M2>, true, x, static_cast<int32_t>(len), s,
-                           codec.stochastic ? u : nullptr, q);
+                           codec.stochastic ? &sr : nullptr, q);
   } else
 #endif
   if (codec.stochastic) {
+    alignas(32) float u[cpu::kBlock];  // the group's stochastic rounding draws
+    cpu::sr_uniforms_host(prefix, ctx.index + off, len, u);
     for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize_sr<F>(x[i], s, u[i]);
   } else {
     for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize<F>(x[i], s);

@@ -6,13 +6,14 @@
 #include "ccompress/error.h"
 #include "codecs/hadamard.h"
 #include "codecs/hint8/hint8.h"
+#include "codecs/hint8/hint8_avx2.h"
 #include "codecs/registry.h"
 #include "codecs/rotation_blocks.h"
 #include "codecs/stochastic.h"
 #include "cpu/fast_wht.h"
+#include "cpu/host_loops.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
-#include "cpu/simd_avx2.h"
 
 namespace ccompress {
 namespace {
@@ -104,7 +105,25 @@ void quantize_block(const float* y, int32_t len, int32_t g, const float* scale, 
   }
 }
 
-// Block by block: rotate, group amaxes, (s8) the block exponent, scales, codes.
+#ifdef CC_HAVE_SIMD_AVX2
+cpu::Hint8Shape shape(const Codec& c) {
+  return cpu::Hint8Shape{c.rotation, c.group, c.scale_bits, c.random_signs, c.stochastic};
+}
+#endif
+
+// The whole blocks at the start of a run that hint8_avx2.h's block kernels take (0 when they
+// do not apply: no AVX2, or a shape they do not cover).
+int64_t avx2_blocks(int64_t n, const Codec& c) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (cpu_use_avx2() && cpu::hint8_blocks_avx2_fit(shape(c))) return n / c.rotation;
+#endif
+  (void)n;
+  (void)c;
+  return 0;
+}
+
+// Block by block: rotate, group amaxes, (s8) the block exponent, scales, codes. The whole
+// blocks go through the AVX2 block kernel where it applies, the rest one at a time.
 void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
                  uint8_t* dst) {
   alignas(32) float y[kMaxRotation];
@@ -117,7 +136,11 @@ void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext&
   int8_t* q = reinterpret_cast<int8_t*>(dst);
   const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
   const int64_t blocks = codecs::rot_block_count(n, c.rotation);
-  for (int64_t b = 0; b < blocks; ++b) {
+  const int64_t fast = avx2_blocks(n, c);
+#ifdef CC_HAVE_SIMD_AVX2
+  if (fast > 0) cpu::hint8_encode_blocks_avx2(shape(c), x, fast, prefix, ctx.index, q, sc);
+#endif
+  for (int64_t b = fast; b < blocks; ++b) {
     const codecs::RotBlock blk = codecs::rot_block(n, c.rotation, b);
     const float* in = x + blk.off;
     if (c.random_signs) {
@@ -144,17 +167,25 @@ void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext&
   }
 }
 
-void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {
+  alignas(32) float y[kMaxRotation];  // a block's values, when they are added to out
   const uint8_t* sc = src + codecs::rot_scales_offset(n);
   const int8_t* q = reinterpret_cast<const int8_t*>(src);
   const int64_t blocks = codecs::rot_block_count(n, c.rotation);
-  for (int64_t b = 0; b < blocks; ++b) {
+  const int64_t fast = avx2_blocks(n, c);
+#ifdef CC_HAVE_SIMD_AVX2
+  if (fast > 0) {
+    cpu::hint8_decode_blocks_avx2(shape(c), q, sc, src + wire_bytes(c, n), fast, out,
+                                  accumulate);
+  }
+#endif
+  for (int64_t b = fast; b < blocks; ++b) {
     const codecs::RotBlock blk = codecs::rot_block(n, c.rotation, b);
     const int32_t gl = std::min(c.group, blk.len), k = blk.len / gl;
     const int64_t g0 = codecs::scale_groups_before(blk.off, c.group);
     const codecs::S8Layout l = codecs::s8_layout(blk, c.group, c.rotation);
     const uint32_t e = c.scale_bits == 8 ? codecs::s8_read_exp(l, sc + l.base) : 0;
-    float* v = out + blk.off;
+    float* v = accumulate ? y : out + blk.off;
     for (int32_t i = 0; i < k; ++i) {
       const float s = c.scale_bits == 8
                           ? codecs::s8_read(e, sc[l.base + (l.e_byte ? 1 : 0) + i])
@@ -165,6 +196,7 @@ void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
     cpu::wht_normalized_host(v, v, blk.len);
     if (c.random_signs)
       for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(v[j], codecs::random_sign(j));
+    if (accumulate) cpu::emit_block(y, blk.len, out + blk.off, true);
   }
 }
 

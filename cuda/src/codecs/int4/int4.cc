@@ -56,8 +56,8 @@ void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext&
   cpu4::encode_run<codecs::Int4>(x, n, c, ctx, dst);
 }
 
-void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
-  cpu4::decode_run<codecs::Int4>(src, n, c, out);
+void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {
+  cpu4::decode_run<codecs::Int4>(src, n, c, out, accumulate);
 }
 
 CC_CPU_RUN_FAMILY_HOST_OPS(kHostOps)

@@ -11,10 +11,11 @@
 #include "codecs/rotation_blocks.h"
 #include "codecs/stochastic.h"
 #include "codecs/taco/taco.h"
+#include "codecs/taco/taco_avx2.h"
 #include "cpu/fast_wht.h"
+#include "cpu/host_loops.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
-#include "cpu/simd_avx2.h"
 
 namespace ccompress {
 namespace {
@@ -60,20 +61,40 @@ float sum_sq(const float* x, int32_t len) {
   return codecs::taco_sum_sq(x, len);
 }
 
-// q[0, len) = FP8 of y / s (finite s); u: the block's stochastic rounding draws, or null.
+// q[0, len) = FP8 of y / s (finite s); with @p sr stochastic rounding, the draw of element j
+// at sr_uniform_at(sr->prefix, sr->index + j).
 template <class F>
-void quantize_block(const float* y, int32_t len, float s, const float* u, uint8_t* q) {
+void quantize_block(const float* y, int32_t len, float s, const cpu::SrDraws* sr, uint8_t* q) {
 #ifdef CC_HAVE_SIMD_AVX2
   if (len % 8 == 0 && cpu_use_avx2()) {
-    return cpu::fp8_quantize_avx2(std::is_same_v<F, Fp8E5M2>, false, y, len, s, u, q);
+    return cpu::fp8_quantize_avx2(std::is_same_v<F, Fp8E5M2>, false, y, len, s, sr, q);
   }
 #endif
-  if (u != nullptr) {
+  if (sr != nullptr) {
+    alignas(32) float u[kMaxGroup];  // the block's stochastic rounding draws
+    cpu::sr_uniforms_host(sr->prefix, sr->index, len, u);
     for (int32_t j = 0; j < len; ++j)
       q[j] = codecs::fp8_from_float_sr<F>(codecs::div_rn(y[j], s), u[j]);
   } else {
     for (int32_t j = 0; j < len; ++j) q[j] = codecs::fp8_from_float<F>(codecs::div_rn(y[j], s));
   }
+}
+
+#ifdef CC_HAVE_SIMD_AVX2
+cpu::TacoShape shape(const Codec& c) {
+  return cpu::TacoShape{c.group, c.fp8_format != 0, c.stochastic};
+}
+#endif
+
+// The whole groups at the start of a run that taco_avx2.h's block kernels take (0 when they
+// do not apply).
+int64_t avx2_blocks(int64_t n, const Codec& c) {
+#ifdef CC_HAVE_SIMD_AVX2
+  if (cpu_use_avx2() && cpu::taco_blocks_avx2_fit(shape(c))) return n / c.group;
+#endif
+  (void)c;
+  (void)n;
+  return 0;
 }
 
 template <class F>
@@ -82,10 +103,16 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   float* pairs = reinterpret_cast<float*>(dst + codecs::rot_scales_offset(n));
   for (int64_t i = n; i < codecs::rot_scales_offset(n); ++i) dst[i] = 0;
   alignas(32) float y[kMaxGroup];
-  alignas(32) float u[kMaxGroup];  // the block's stochastic rounding draws
   const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
   const int64_t blocks = codecs::rot_block_count(n, c.group);
-  for (int64_t b = 0; b < blocks; ++b) {
+  const int64_t fast = avx2_blocks(n, c);
+#ifdef CC_HAVE_SIMD_AVX2
+  if (fast > 0) {
+    cpu::taco_encode_blocks_avx2(shape(c), x, fast, prefix, ctx.index, dst,
+                                 reinterpret_cast<uint8_t*>(pairs));
+  }
+#endif
+  for (int64_t b = fast; b < blocks; ++b) {
     const codecs::RotBlock blk = codecs::rot_block(n, c.group, b);
     const int32_t len = blk.len;
     const float a = codecs::taco_prescale<F>(sum_sq(x + blk.off, len), len);
@@ -101,8 +128,8 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
       pair[0] = pair[1] = codecs::taco_nan();
     } else {
       const float s = codecs::taco_scale<F>(amax);
-      if (c.stochastic) cpu::sr_uniforms_host(prefix, ctx.index + blk.off, len, u);
-      quantize_block<F>(y, len, s, c.stochastic ? u : nullptr, q);
+      const cpu::SrDraws sr{prefix, ctx.index + blk.off};
+      quantize_block<F>(y, len, s, c.stochastic ? &sr : nullptr, q);
       pair[0] = a;
       pair[1] = s;
     }
@@ -112,21 +139,27 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
 }
 
 template <class F>
-void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {
+  alignas(32) float y[kMaxGroup];  // a block's values, when they are added to out
   const uint8_t* pairs = src + codecs::rot_scales_offset(n);
   // Every FP8 value is an fp32: a table of fp8_to_float itself.
   float lut[256];
   for (int i = 0; i < 256; ++i) lut[i] = codecs::fp8_to_float<F>(static_cast<uint8_t>(i));
   const int64_t blocks = codecs::rot_block_count(n, c.group);
-  for (int64_t b = 0; b < blocks; ++b) {
+  const int64_t fast = avx2_blocks(n, c);
+#ifdef CC_HAVE_SIMD_AVX2
+  if (fast > 0) cpu::taco_decode_blocks_avx2(shape(c), src, pairs, fast, out, accumulate);
+#endif
+  for (int64_t b = fast; b < blocks; ++b) {
     const codecs::RotBlock blk = codecs::rot_block(n, c.group, b);
     float pair[2];
     std::memcpy(pair, pairs + 8 * codecs::scale_groups_before(blk.off, c.group), 8);
-    float* v = out + blk.off;
+    float* v = accumulate ? y : out + blk.off;
     const uint8_t* q = src + blk.off;
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(lut[q[j]], pair[1]);
     cpu::wht_normalized_host(v, v, blk.len);
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::div_rn(v[j], pair[0]);
+    if (accumulate) cpu::emit_block(y, blk.len, out + blk.off, true);
   }
 }
 
@@ -139,11 +172,11 @@ void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext&
   }
 }
 
-void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out) {
+void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {
   if (c.fp8_format == 0) {
-    decode_run<Fp8E4M3>(src, n, c, out);
+    decode_run<Fp8E4M3>(src, n, c, out, accumulate);
   } else {
-    decode_run<Fp8E5M2>(src, n, c, out);
+    decode_run<Fp8E5M2>(src, n, c, out, accumulate);
   }
 }
 

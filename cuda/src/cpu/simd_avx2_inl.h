@@ -1,0 +1,343 @@
+// The AVX2 building blocks of the host codec kernels (simd_avx2.cc and the families'
+// *_avx2.cc): the normalised Walsh-Hadamard transform of a block held in registers, group
+// maxima, the counter-based stochastic rounding noise, FP8 and s8 code math, int8 packing.
+// Each computes, lane by lane, exactly what its scalar reference in cuda/src/codecs does (the
+// same IEEE fp32 adds, subtracts, multiplies and divides on the same operands in the same
+// order, the same integer hash), so the bits, NaN payloads included, do not depend on which
+// runs; tests/test_cpu_isa.py and tests/test_digests.py check it.
+//
+// Host-only and x86-64 only: include it from a .cc file compiled by the host compiler alone,
+// inside `#ifdef CC_HAVE_SIMD_AVX2` (simd_avx2.h). Every function is `target("avx2")`, so the
+// rest of the library stays baseline x86-64.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "codecs/float_convert.h"
+#include "codecs/fp8/fp8.h"
+#include "codecs/hadamard.h"
+
+#define CC_AVX2 __attribute__((target("avx2")))
+#define CC_AVX2_INLINE __attribute__((target("avx2"), always_inline)) inline
+
+namespace ccompress::cpu::avx2 {
+
+// ---- Walsh-Hadamard transform in registers ----
+
+/// Stages 1, 2 and 4 of eight values in one register. Per stage, w holds each lane's partner
+/// (lane i ^ len): the lower lane of a butterfly takes v + w = a + b, the upper one
+/// w - v = a - b (the scalar loops' a + -b, which GCC compiles to a - b).
+CC_AVX2_INLINE __m256 wht8(__m256 v) {
+  __m256 w = _mm256_permute_ps(v, 0xB1);
+  v = _mm256_blend_ps(_mm256_add_ps(v, w), _mm256_sub_ps(w, v), 0xAA);
+  w = _mm256_permute_ps(v, 0x4E);
+  v = _mm256_blend_ps(_mm256_add_ps(v, w), _mm256_sub_ps(w, v), 0xCC);
+  w = _mm256_permute2f128_ps(v, v, 0x01);
+  return _mm256_blend_ps(_mm256_add_ps(v, w), _mm256_sub_ps(w, v), 0xF0);
+}
+
+/// The unnormalised transform of the 8R values in r[0..R) (element j in lane j % 8 of
+/// register j / 8): stages 1 .. 4 within registers, the longer ones between them.
+template <int R>
+CC_AVX2_INLINE void wht_stages(__m256* r) {
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) r[i] = wht8(r[i]);
+#pragma GCC unroll 4
+  for (int len = 1; len < R; len <<= 1)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; i += 2 * len)
+#pragma GCC unroll 16
+      for (int j = i; j < i + len; ++j) {
+        const __m256 a = r[j], b = r[j + len];
+        r[j] = _mm256_add_ps(a, b);
+        r[j + len] = _mm256_sub_ps(a, b);
+      }
+}
+
+/// The normalised transform of r[0..R) in place: wht_stages, then times codecs::wht_norm(8R).
+template <int R>
+CC_AVX2_INLINE void wht_normalized_regs(__m256* r) {
+  wht_stages<R>(r);
+  const __m256 s = _mm256_set1_ps(codecs::wht_norm(8 * R));
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) r[i] = _mm256_mul_ps(r[i], s);
+}
+
+/// codecs::random_sign(j) for j = 8i .. 8i + 7, as the lanes of one register.
+CC_AVX2_INLINE __m256 random_signs8(int32_t i) {
+  alignas(32) float s[8];
+  for (int l = 0; l < 8; ++l) s[l] = codecs::random_sign(static_cast<uint32_t>(8 * i + l));
+  return _mm256_load_ps(s);
+}
+
+/// Asks for the @p bytes at p (a multiple of 64) to be brought into the cache: the encode
+/// loops read their input once, a few blocks ahead of the one they work on.
+CC_AVX2_INLINE void prefetch(const void* p, int bytes) {
+  const char* c = static_cast<const char*>(p);
+#pragma GCC unroll 16
+  for (int i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
+}
+
+/// How far ahead of the block being encoded its input is prefetched.
+constexpr int kPrefetchAhead = 2048;
+
+// ---- group maxima ----
+
+CC_AVX2_INLINE __m256i abs_bits(__m256 v) {
+  return _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF));
+}
+
+CC_AVX2_INLINE int32_t hmax_epi32(__m256i m) {
+  m = _mm256_max_epi32(m, _mm256_permute2x128_si256(m, m, 1));
+  m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0x4E));
+  m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0xB1));
+  return _mm256_cvtsi256_si32(m);
+}
+
+/// Lane i = the largest of the 8 lanes of m[i], for i < 8 (a transposing reduction: an
+/// integer max is exact and order-free).
+CC_AVX2_INLINE __m256i hmax8x8(const __m256i* m) {
+  __m256i t[4], u[2];
+  for (int i = 0; i < 4; ++i)
+    t[i] = _mm256_max_epi32(_mm256_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
+                            _mm256_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+  for (int i = 0; i < 2; ++i)
+    u[i] = _mm256_max_epi32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+                            _mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+  return _mm256_max_epi32(_mm256_permute2x128_si256(u[0], u[1], 0x20),
+                          _mm256_permute2x128_si256(u[0], u[1], 0x31));
+}
+
+/// The raw |bits| maxima of the K = R / G groups of G registers (8G elements) of r[0..R),
+/// group i in lane i % 8 of out[i / 8] (lanes past K are 0).
+template <int R, int G>
+CC_AVX2_INLINE void group_abs_max_regs(const __m256* r, __m256i* out) {
+  constexpr int K = R / G, M = K < 8 ? 8 : K;
+  __m256i m[M];
+#pragma GCC unroll 16
+  for (int i = 0; i < K; ++i) {
+    __m256i a = abs_bits(r[i * G]);
+#pragma GCC unroll 16
+    for (int j = 1; j < G; ++j) a = _mm256_max_epi32(a, abs_bits(r[i * G + j]));
+    m[i] = a;
+  }
+#pragma GCC unroll 8
+  for (int i = K; i < M; ++i) m[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+  for (int b = 0; b * 8 < K; ++b) out[b] = hmax8x8(m + 8 * b);
+}
+
+// ---- stochastic rounding noise ----
+
+/// The low 64 bits of a * k for four 64-bit lanes (AVX2 has only 32 x 32 -> 64 multiplies):
+/// lo(a) lo(k) + ((hi(a) lo(k) + lo(a) hi(k)) << 32), all mod 2^64.
+CC_AVX2_INLINE __m256i mul64(__m256i a, uint64_t k) {
+  const __m256i klo = _mm256_set1_epi64x(static_cast<int64_t>(k & 0xFFFFFFFFu));
+  const __m256i khi = _mm256_set1_epi64x(static_cast<int64_t>(k >> 32));
+  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), klo),
+                                         _mm256_mul_epu32(a, khi));
+  return _mm256_add_epi64(_mm256_mul_epu32(a, klo), _mm256_slli_epi64(cross, 32));
+}
+
+/// codecs::mix64(z) >> 40 on four lanes. The finaliser's last step z ^ (z >> 31) leaves bits
+/// 40..63 unchanged (z >> 31 has only 33 bits), so it is skipped.
+CC_AVX2_INLINE __m256i mix64_top24x4(__m256i z) {
+  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), 0xBF58476D1CE4E5B9ull);
+  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), 0x94D049BB133111EBull);
+  return _mm256_srli_epi64(z, 40);
+}
+
+/// Draws codecs::sr_uniform_at(prefix, index + i) eight at a time, for consecutive indices.
+struct SrNoise8 {
+  __m256i pre, i0, i1;
+
+  CC_AVX2_INLINE SrNoise8(uint64_t prefix, int64_t index)
+      : pre(_mm256_set1_epi64x(static_cast<int64_t>(prefix))),
+        i0(_mm256_add_epi64(_mm256_set1_epi64x(index), _mm256_setr_epi64x(0, 1, 2, 3))),
+        i1(_mm256_add_epi64(i0, _mm256_set1_epi64x(4))) {}
+
+  /// The draws of the next eight indices.
+  CC_AVX2_INLINE __m256 next() {
+    // The 24 bits sit in the low half of each 64-bit lane: gather the halves in order.
+    const __m256i h0 = mix64_top24x4(_mm256_xor_si256(pre, i0));
+    const __m256i h1 = mix64_top24x4(_mm256_xor_si256(pre, i1));
+    const __m256 lo = _mm256_shuffle_ps(_mm256_castsi256_ps(h0), _mm256_castsi256_ps(h1), 0x88);
+    const __m256i k = _mm256_permute4x64_epi64(_mm256_castps_si256(lo), 0xD8);
+    const __m256i eight = _mm256_set1_epi64x(8);
+    i0 = _mm256_add_epi64(i0, eight);
+    i1 = _mm256_add_epi64(i1, eight);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(k), _mm256_set1_ps(5.9604644775390625e-8f));  // 2^-24
+  }
+};
+
+/// The bits of 8 lanes as unsigned: u < v, as codecs::sr_step compares them.
+CC_AVX2_INLINE __m256i lt_u32(__m256i u, __m256i v) {
+  const __m256i bias = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));
+  return _mm256_cmpgt_epi32(_mm256_xor_si256(v, bias), _mm256_xor_si256(u, bias));
+}
+
+/// codecs::floor_small on 8 lanes: r = RNE(t) by +- 1.5 * 2^23, minus 1 where r - t > 0.
+CC_AVX2_INLINE __m256 floor_small8(__m256 t) {
+  const __m256 c = _mm256_set1_ps(12582912.0f);
+  const __m256 r = _mm256_sub_ps(_mm256_add_ps(t, c), c);
+  const __m256i up = _mm256_cmpgt_epi32(_mm256_castps_si256(_mm256_sub_ps(r, t)),
+                                        _mm256_setzero_si256());
+  return _mm256_add_ps(r, _mm256_and_ps(_mm256_castsi256_ps(up), _mm256_set1_ps(-1.0f)));
+}
+
+/// codecs::sr_step(u, frac) on 8 lanes: 1.0f where bits(u) < bits(frac), else +0.
+CC_AVX2_INLINE __m256 sr_step8(__m256 u, __m256 frac) {
+  return _mm256_and_ps(_mm256_castsi256_ps(lt_u32(_mm256_castps_si256(u),
+                                                  _mm256_castps_si256(frac))),
+                       _mm256_set1_ps(1.0f));
+}
+
+// ---- int8 codes ----
+
+/// Eight int32 lanes to eight bytes (low 64 bits), each saturated to -128..127.
+CC_AVX2_INLINE __m128i pack8_epi8(__m256i k) {
+  const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
+  return _mm_packs_epi16(w, w);
+}
+
+/// Four registers of int32 lanes (elements 0..31 in order) to 32 bytes in order, each
+/// saturated to -128..127.
+CC_AVX2_INLINE __m256i pack32_epi8(__m256i a, __m256i b, __m256i c, __m256i d) {
+  // packs work within 128-bit halves: [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] in bytes.
+  const __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+  return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/// Bytes 0..7 of @p b as eight floats (signed int8 values).
+CC_AVX2_INLINE __m256 load8_i8_ps(const int8_t* b) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b))));
+}
+
+// ---- FP8 codes ----
+
+/// codecs::fp8_from_float<F> on 8 lanes (int32 codes 0..255).
+template <class F>
+CC_AVX2_INLINE __m256i fp8_from_float8(__m256 x) {
+  constexpr int32_t kMinExp = 128 - F::kBias, kMaxExp = F::kMaxF32Bits >> 23;
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(int32_t(codecs::kF32InfBits)));
+  __m256i e = _mm256_srli_epi32(a, 23);
+  e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_set1_epi32(kMinExp)),
+                       _mm256_set1_epi32(kMaxExp));
+  const __m256i c =
+      _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(23 - F::kMantBits)), 23);
+  const __m256i k = _mm256_sub_epi32(
+      _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(c))), c);
+  __m256i code = _mm256_add_epi32(
+      _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(kMinExp)), F::kMantBits), k);
+  const __m256i limit = _mm256_blendv_epi8(_mm256_set1_epi32(F::kMaxCode),
+                                           _mm256_set1_epi32(codecs::kFp8NaN), nan);
+  code = _mm256_min_epu32(code, limit);
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
+  return _mm256_or_si256(code, _mm256_andnot_si256(nan, sign));
+}
+
+/// codecs::fp8_from_float_sr<F>(v, u) on 8 lanes. Its a / spacing (spacing = 2^p, a normal
+/// power of two) is computed as a * 2^-p: both are the rounding of the same real number (and
+/// NaN a gives a's NaN either way), so the bits are the same and no division is needed.
+template <class F>
+CC_AVX2_INLINE __m256i fp8_from_float_sr8(__m256 v, __m256 u) {
+  constexpr int32_t kMinExp = 128 - F::kBias, kMaxExp = F::kMaxF32Bits >> 23;
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256 max = _mm256_set1_ps(F::kMax);
+  __m256 a = _mm256_castsi256_ps(_mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF)));
+  a = _mm256_blendv_ps(a, max, _mm256_cmp_ps(a, max, _CMP_GT_OQ));  // clamp_f(a, 0, max)
+  __m256i e = _mm256_srli_epi32(_mm256_castps_si256(a), 23);
+  e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_set1_epi32(kMinExp)),
+                       _mm256_set1_epi32(kMaxExp));
+  // spacing = 2^(e - 127 - m) (bits (e - m) << 23); its inverse has bits (254 + m - e) << 23.
+  const __m256 spacing = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(F::kMantBits)), 23));
+  const __m256 inverse = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254 + F::kMantBits), e), 23));
+  const __m256 t = _mm256_mul_ps(a, inverse);
+  const __m256 k = floor_small8(t);
+  const __m256 r = _mm256_mul_ps(_mm256_add_ps(k, sr_step8(u, _mm256_sub_ps(t, k))), spacing);
+  const __m256i sign =
+      _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int32_t>(0x80000000u)));
+  return fp8_from_float8<F>(_mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(r), sign)));
+}
+
+/// Eight int32 lanes of byte values (0..255) to eight bytes (low 64 bits).
+CC_AVX2_INLINE __m128i pack8_epu8(__m256i k) {
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
+  return _mm_packus_epi16(w, w);
+}
+
+/// codecs::fp8_to_float<F> of eight codes (int32 lanes, 0..255).
+template <class F>
+CC_AVX2_INLINE __m256 fp8_to_float8(__m256i q) {
+  constexpr int32_t kExpMask = (1 << (7 - F::kMantBits)) - 1, kMantMask = (1 << F::kMantBits) - 1;
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(q, _mm256_set1_epi32(0x80)), 24);
+  const __m256i e = _mm256_and_si256(_mm256_srli_epi32(q, F::kMantBits),
+                                     _mm256_set1_epi32(kExpMask));
+  const __m256i m = _mm256_and_si256(q, _mm256_set1_epi32(kMantMask));
+  const __m256i mbits = _mm256_slli_epi32(m, 23 - F::kMantBits);
+  // Normal: (e + 127 - bias) << 23 | m << (23 - mant bits).
+  __m256i v = _mm256_or_si256(
+      _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127 - F::kBias)), 23), mbits);
+  // Subnormal (e = 0): m * 2^(1 - bias - mant bits), exact.
+  const __m256 sub = _mm256_mul_ps(
+      _mm256_cvtepi32_ps(m),
+      _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(128 - F::kBias - F::kMantBits) << 23)));
+  v = _mm256_blendv_epi8(v, _mm256_castps_si256(sub),
+                         _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+  const __m256i top = _mm256_cmpeq_epi32(e, _mm256_set1_epi32(kExpMask));
+  if (F::kHasInf) {  // Inf (m = 0) or NaN: the Inf exponent with m kept
+    v = _mm256_blendv_epi8(v, _mm256_or_si256(_mm256_set1_epi32(int32_t(codecs::kF32InfBits)),
+                                              mbits),
+                           top);
+  } else {  // only e = max, m = max is NaN
+    v = _mm256_blendv_epi8(v, _mm256_set1_epi32(0x7FC00000),
+                           _mm256_and_si256(top, _mm256_cmpeq_epi32(
+                                                     m, _mm256_set1_epi32(kMantMask))));
+  }
+  return _mm256_castsi256_ps(_mm256_or_si256(v, sign));
+}
+
+/// codecs::fp8_to_float<F> of the eight codes in bytes 0..7 of @p b.
+template <class F>
+CC_AVX2_INLINE __m256 fp8_to_float8(const uint8_t* b) {
+  return fp8_to_float8<F>(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b))));
+}
+
+/// Four registers of int32 lanes of byte values 0..255 (elements 0..31 in order) to 32 bytes
+/// in order.
+CC_AVX2_INLINE __m256i pack32_epu8(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i v = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
+  return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// ---- TACO ----
+
+/// The pairwise fold of codecs::taco_sum_sq over its 32 lanes (lane l in lane l % 8 of
+/// acc[l / 8]): lane l += lane l + off for off = 16, 8, 4, 2, 1.
+CC_AVX2_INLINE float taco_fold32(__m256* acc) {
+  acc[0] = _mm256_add_ps(acc[0], acc[2]);
+  acc[1] = _mm256_add_ps(acc[1], acc[3]);
+  acc[0] = _mm256_add_ps(acc[0], acc[1]);
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+
+// ---- output of decoded values ----
+
+/// out[0..8) <- v, or out[0..8) <- out + v (codecs::add_rn(out, v), the accumulate order).
+CC_AVX2_INLINE void emit8(float* out, __m256 v, bool accumulate) {
+  if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(out), v);
+  _mm256_storeu_ps(out, v);
+}
+
+}  // namespace ccompress::cpu::avx2
