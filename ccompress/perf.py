@@ -53,10 +53,9 @@ def busbw_factor(kind: str, n: int) -> float:
 
 # ---- the group of ranks: MPI processes, or threads of this process ----
 class MpiGroup:
-    def __init__(self, ranks_per_node: Optional[int] = None) -> None:
+    def __init__(self, **kw: Any) -> None:
         from mpi4py import MPI
         self.MPI, self.mpi = MPI, MPI.COMM_WORLD
-        kw = {} if ranks_per_node is None else {"ranks_per_node": ranks_per_node}
         self.comm = cc.Communicator.from_mpi(self.mpi, **kw)
         self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
         self.transport = "mpi, " + " ".join(MPI.Get_library_version().split()[:3])
@@ -180,6 +179,8 @@ def run(args: argparse.Namespace, g: Any) -> int:
     say(f"# ccompress-perf {kind}: {' '.join(shlex.quote(a) for a in sys.argv)}")
     say(f"# date {datetime.datetime.now().isoformat(timespec='seconds')}  host {socket.gethostname()}"
         f" ({os.cpu_count()} cpus)  ranks {P}  transport {g.transport}  ccompress {cc.__version__}")
+    slice_elems = g.comm.slice_elems
+    say(f"# slice_elems {slice_elems}{'' if args.slice_elems else ' (the transport default)'}")
     say(f"# inputs: rank r holds default_rng([{args.seed}, r]).standard_normal(count) as {dtype}; "
         f"ref = fp64 {op} over ranks; check {'on' if args.check else 'off'}")
     say(f"# time: median over {args.iters} iterations (after {args.warmup} warm-ups) of the "
@@ -292,7 +293,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
                        "cpus": os.cpu_count(), "version": cc.__version__,
                        "date": datetime.datetime.now().isoformat(timespec="seconds"),
                        "dtype": dtype, "op": op, "iters": args.iters, "warmup": args.warmup,
-                       "seed": args.seed, "rows": rows, "model_rows": model_rows}, f, indent=1)
+                       "seed": args.seed, "slice_elems": slice_elems, "rows": rows, "model_rows": model_rows}, f, indent=1)
     return 1 if args.check and nwrong else 0
 
 
@@ -379,6 +380,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--ranks-per-node", type=int, metavar="G",
                    help="consecutive ranks per node for --algo hier (default: found from MPI's "
                         "shared-memory groups; with --inproc, 1)")
+    p.add_argument("--slice-elems", type=int, metavar="N",
+                   help="elements per pipelined slice (default: the transport's, 262144 over "
+                        "MPI and 65536 in-process)")
     p.add_argument("--seed", type=int, default=1234, help="seed of every rank's input")
     p.add_argument("--json", metavar="PATH", help="write every row to PATH")
     p.add_argument("--inproc", type=int, metavar="N",
@@ -392,9 +396,17 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     if a.minbytes <= 0 or a.maxbytes < a.minbytes or a.stepfactor <= 1 or a.iters < 1 \
             or a.warmup < 0:
         p.error("need 0 < -b <= -e, -f > 1, -n >= 1, -w >= 0")
+    if a.slice_elems is not None and a.slice_elems < 1:
+        p.error("--slice-elems needs N >= 1")
     if a.inproc is not None and a.inproc < 1:
         p.error("--inproc needs N >= 1")
     return a
+
+
+def comm_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The Communicator options the command line sets (the others keep their defaults)."""
+    kw = {"ranks_per_node": args.ranks_per_node, "slice_elems": args.slice_elems}
+    return {k: v for k, v in kw.items() if v is not None}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -410,9 +422,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     shared["barrier"].abort()
                     raise
 
-            kw = {} if args.ranks_per_node is None else {"ranks_per_node": args.ranks_per_node}
-            return cc.run_inproc(args.inproc, body, **kw)[0]
-        group = MpiGroup(args.ranks_per_node)
+            return cc.run_inproc(args.inproc, body, **comm_options(args))[0]
+        group = MpiGroup(**comm_options(args))
         if group.size == 1:
             print("ccompress-perf: ERROR: this is a 1-rank MPI world, so there is nothing to "
                   "communicate. Launch it under MPI (mpiexec -n 4 ccompress-perf ...), or pass "

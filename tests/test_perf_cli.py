@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import ccompress as cc
 from ccompress import perf, perfmodel as pm
 from ccompress.info import build_info
 
@@ -109,3 +110,23 @@ def test_emulated_net_overlap_share():
     assert hidden(0.25, 0.375) == 0     # serial
     assert hidden(0.25, 0.25) == 100    # all of it
     assert hidden(0.25, 0.5) == 0       # slower than serial: clipped
+
+
+def test_perf_slice_elems_option(tmp_path, capsys):
+    """--slice-elems reaches the communicator: the run reports it, and a shorter slice means
+    more messages, hence more header bytes on the wire, for the same result."""
+    wire = {}
+    for s in (None, 4096):
+        out = tmp_path / f"rows{s}.json"
+        extra = [] if s is None else ["--slice-elems", str(s)]
+        rc = perf.main(["allreduce", "--inproc", "2", "-b", "256K", "-e", "256K", "-n", "1",
+                        "-w", "0", "--codec", "fp8_e4m3:g128", "--algo", "two_shot",
+                        "--link-gbps", "none", "--json", str(out)] + extra)
+        assert rc == 0
+        data = json.loads(out.read_text())
+        assert data["slice_elems"] == (s or cc._core.DEFAULT_SLICE_ELEMS)
+        assert f"# slice_elems {data['slice_elems']}" in capsys.readouterr().out
+        (row,) = data["rows"]
+        assert row["wrong"] == 0
+        wire[s] = row["wire_bytes"]
+    assert wire[4096] > wire[None], wire
