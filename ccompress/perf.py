@@ -21,7 +21,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -61,6 +61,8 @@ class MpiGroup:
         self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
         self.transport = "mpi, " + " ".join(MPI.Get_library_version().split()[:3])
 
+    cpu_clock = staticmethod(time.process_time)  # one process per rank
+
     def barrier(self) -> None:
         self.mpi.Barrier()
 
@@ -97,6 +99,8 @@ class ThreadGroup:
         self.transport = f"inproc ({self.size} threads)"
         self._bar: threading.Barrier = shared["barrier"]
         self._slots: List[Any] = shared["slots"]
+
+    cpu_clock = staticmethod(time.thread_time)  # one thread per rank
 
     def barrier(self) -> None:
         self._bar.wait()
@@ -144,18 +148,20 @@ def check(kind: str, y: np.ndarray, parts: np.ndarray, codec: str, algo: str, op
     return np.array([np.sum(err * err), np.sum(ref * ref), wrong, err.max(initial=0.0)])
 
 
-def timed(g: Any, fn: Callable[[], Any], warmup: int, iters: int) -> List[float]:
-    """Per-iteration seconds of the slowest rank (warm-ups first, barrier around each)."""
+def timed(g: Any, fn: Callable[[], Any], warmup: int, iters: int) -> Tuple[List[float], List[float]]:
+    """Per-iteration seconds of the slowest rank (warm-ups first, barrier around each), and
+    per iteration the CPU seconds of a rank (g.cpu_clock), averaged over the ranks."""
     for _ in range(warmup):
         fn()
-    local = []
+    local, cpu = [], []
     for _ in range(iters):
         g.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), g.cpu_clock()
         fn()
         local.append(time.perf_counter() - t0)
+        cpu.append(g.cpu_clock() - c0)
     g.barrier()
-    return list(g.reduce(np.array(local), "max"))
+    return list(g.reduce(np.array(local), "max")), list(g.reduce(np.array(cpu), "sum") / g.size)
 
 
 def fmt_row(values: List[Any]) -> str:
@@ -232,7 +238,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
                     wrong_identity = sum(d != digests[0] for d in digests)
             tot = g.reduce(stats[:3].copy(), "sum")
             mx = g.reduce(np.array([stats[3], wire]), "max")
-            times = timed(g, fn, args.warmup, args.iters)
+            times, cpu = timed(g, fn, args.warmup, args.iters)
             t = statistics.median(times)
             relerr = float(np.sqrt(tot[0] / tot[1])) if tot[1] > 0 else float(np.sqrt(tot[0]))
             wrong = int(tot[2]) + wrong_identity
@@ -246,7 +252,8 @@ def run(args: argparse.Namespace, g: Any) -> int:
                    "maxerr": float(mx[0]) if args.check else None,
                    "wrong": wrong if args.check else None,
                    "wrong_identity": wrong_identity if args.check else None,
-                   "times_us": [v * 1e6 for v in times]}
+                   "times_us": [v * 1e6 for v in times],
+                   "cpu_us": statistics.median(cpu) * 1e6}
             rows.append(row)
             na = "N/A"
             say(fmt_row([S, count, typ, redop, codec, algo, f"{t * 1e6:.1f}", f"{algbw:.3f}",

@@ -125,7 +125,7 @@ def test_perf_slice_elems_option(tmp_path, capsys):
         data = json.loads(out.read_text())
         shown = ", ".join(map(str, data["slice_elems"]))
         assert f"# slice_elems {shown}" in capsys.readouterr().out
-        assert all(r["wrong"] == 0 for r in data["rows"])
+        assert all(r["wrong"] == 0 and r["cpu_us"] > 0 for r in data["rows"])
         return data
 
     (default,) = rows([])["rows"]
@@ -136,3 +136,21 @@ def test_perf_slice_elems_option(tmp_path, capsys):
     short, long = data["rows"]
     assert (short["codec"], short["slice_elems"]) == ("fp8_e4m3:g128/s4096", 4096)
     assert long["wire_bytes"] == default["wire_bytes"] < short["wire_bytes"]
+
+
+def test_emulated_net_speedup_row_with_and_without_checks():
+    """perf/emulated_net.py's speedup line: MPI's time over ours, and a rank's CPU time of
+    both; a run without checks (-c 0) shows '-' for relerr and #wrong."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "perf"))
+    try:
+        import emulated_net as en
+    finally:
+        sys.path.pop(0)
+    base = {"size": 64, "codec": "MPI_Allreduce", "algo": "-", "time_us": 3e5, "cpu_us": 1e5,
+            "wire_bytes": 10 ** 9, "ratio": 1.0, "relerr": None, "wrong": None}
+    ours = dict(base, codec="fp8", algo="two_shot", time_us=1e5, cpu_us=5e4,
+                wire_bytes=2.5 * 10 ** 8, ratio=3.88)
+    (line,) = en.speedup_table([base, ours], 1.0, 1000)
+    assert line.split()[-6:] == ["3.00x", "3.88", "-", "-", "50.0", "100.0"], line
+    (line,) = en.speedup_table([base, dict(ours, relerr=0.0364, wrong=0)], 1.0, 1000)
+    assert line.split()[-6:] == ["3.00x", "3.88", "3.64e-02", "0", "50.0", "100.0"], line
