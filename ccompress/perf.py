@@ -271,6 +271,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
         if base is not None:
             measure(BASELINE[kind], "-", base, yb, int(ring_bytes) * 4 // esize, "none",
                     "ring" if kind == "allreduce" else "reduce_scatter", "float32", "float32")
+
         def measure_codec(comm: cc.Communicator, label: str, codec: str, algo: str) -> None:
             """The row of one codec, algo and communicator (hence slice size)."""
             y = np.empty(shape, dtype=x.dtype)

@@ -88,14 +88,20 @@ def test_info_reports_a_missing_library_as_none():
     assert _installed_version("numpy") == build_info()["numpy"]
 
 
-def test_emulated_net_overlap_share():
-    """perf/emulated_net.py's hidden share: (t_cpu + t_wire - t) / min(t_cpu, t_wire),
-    from the unlimited-link time, the rate's wire time and the measured time."""
+def emulated_net():
+    """perf/emulated_net.py as a module (its table functions; nothing is run)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "perf"))
     try:
         import emulated_net as en
     finally:
         sys.path.pop(0)
+    return en
+
+
+def test_emulated_net_overlap_share():
+    """perf/emulated_net.py's hidden share: (t_cpu + t_wire - t) / min(t_cpu, t_wire),
+    from the unlimited-link time, the rate's wire time and the measured time."""
+    en = emulated_net()
     row = {"size": 64, "codec": "fp8", "algo": "two_shot"}
     wire = 125_000_000 // 8  # 0.125 s at 1 Gbit/s
 
@@ -141,11 +147,7 @@ def test_perf_slice_elems_option(tmp_path, capsys):
 def test_emulated_net_speedup_row_with_and_without_checks():
     """perf/emulated_net.py's speedup line: MPI's time over ours, and a rank's CPU time of
     both; a run without checks (-c 0) shows '-' for relerr and #wrong."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "perf"))
-    try:
-        import emulated_net as en
-    finally:
-        sys.path.pop(0)
+    en = emulated_net()
     base = {"size": 64, "codec": "MPI_Allreduce", "algo": "-", "time_us": 3e5, "cpu_us": 1e5,
             "wire_bytes": 10 ** 9, "ratio": 1.0, "relerr": None, "wrong": None}
     ours = dict(base, codec="fp8", algo="two_shot", time_us=1e5, cpu_us=5e4,
