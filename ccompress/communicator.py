@@ -34,8 +34,10 @@ class Communicator:
     Args:
       timeout: seconds a collective waits for a silent peer before raising
         :class:`CollectiveTimeout`.
-      slice_elems: elements per pipelined slice (default ``_core.DEFAULT_SLICE_ELEMS``,
-        rounded up to the codec's scale group).
+      slice_elems: elements per pipelined slice (default: the transport's
+        ``default_slice_elems``, i.e. 262144 over MPI and ``_core.DEFAULT_SLICE_ELEMS`` =
+        65536 otherwise; rounded up to the codec's scale group). It changes how many
+        messages carry a result, never its bits.
       seed: seed of stochastic rounding (codecs with ``:sr``); the noise of an element is a
         hash of (seed, step, rank, element index), where step counts this communicator's
         collectives unless a call passes its own ``step``.
@@ -156,6 +158,13 @@ class Communicator:
     def bytes_sent(self) -> int:
         """Bytes this rank has put on the wire through this communicator (headers included)."""
         return self._t.bytes_sent
+
+    @property
+    def slice_elems(self) -> int:
+        """Elements per pipelined slice of this communicator's calls (before rounding up to
+        a codec's scale group): the ``slice_elems`` it was made with, else its transport's
+        default (262144 over MPI, ``_core.DEFAULT_SLICE_ELEMS`` otherwise)."""
+        return self._slice or self._t.default_slice_elems
 
     @property
     def usable(self) -> bool:

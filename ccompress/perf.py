@@ -21,7 +21,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -53,13 +53,15 @@ def busbw_factor(kind: str, n: int) -> float:
 
 # ---- the group of ranks: MPI processes, or threads of this process ----
 class MpiGroup:
-    def __init__(self, ranks_per_node: Optional[int] = None) -> None:
+    def __init__(self, slices: List[Optional[int]], **kw: Any) -> None:
         from mpi4py import MPI
         self.MPI, self.mpi = MPI, MPI.COMM_WORLD
-        kw = {} if ranks_per_node is None else {"ranks_per_node": ranks_per_node}
-        self.comm = cc.Communicator.from_mpi(self.mpi, **kw)
+        self.comms = [cc.Communicator.from_mpi(self.mpi, slice_elems=s, **kw) for s in slices]
+        self.comm = self.comms[0]
         self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
         self.transport = "mpi, " + " ".join(MPI.Get_library_version().split()[:3])
+
+    cpu_clock = staticmethod(time.process_time)  # one process per rank
 
     def barrier(self) -> None:
         self.mpi.Barrier()
@@ -91,11 +93,14 @@ class ThreadGroup:
     """One rank of ``--inproc N``: collectives over the in-process transport; the small
     reductions of this tool through a barrier and shared slots."""
 
-    def __init__(self, comm: cc.Communicator, shared: Dict[str, Any]) -> None:
-        self.comm, self.rank, self.size = comm, comm.rank, comm.size
+    def __init__(self, comms: List[cc.Communicator], shared: Dict[str, Any]) -> None:
+        self.comms, self.comm = comms, comms[0]
+        self.rank, self.size = self.comm.rank, self.comm.size
         self.transport = f"inproc ({self.size} threads)"
         self._bar: threading.Barrier = shared["barrier"]
         self._slots: List[Any] = shared["slots"]
+
+    cpu_clock = staticmethod(time.thread_time)  # one thread per rank
 
     def barrier(self) -> None:
         self._bar.wait()
@@ -143,18 +148,20 @@ def check(kind: str, y: np.ndarray, parts: np.ndarray, codec: str, algo: str, op
     return np.array([np.sum(err * err), np.sum(ref * ref), wrong, err.max(initial=0.0)])
 
 
-def timed(g: Any, fn: Callable[[], Any], warmup: int, iters: int) -> List[float]:
-    """Per-iteration seconds of the slowest rank (warm-ups first, barrier around each)."""
+def timed(g: Any, fn: Callable[[], Any], warmup: int, iters: int) -> Tuple[List[float], List[float]]:
+    """Per-iteration seconds of the slowest rank (warm-ups first, barrier around each), and
+    per iteration the CPU seconds of a rank (g.cpu_clock), averaged over the ranks."""
     for _ in range(warmup):
         fn()
-    local = []
+    local, cpu = [], []
     for _ in range(iters):
         g.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), g.cpu_clock()
         fn()
         local.append(time.perf_counter() - t0)
+        cpu.append(g.cpu_clock() - c0)
     g.barrier()
-    return list(g.reduce(np.array(local), "max"))
+    return list(g.reduce(np.array(local), "max")), list(g.reduce(np.array(cpu), "sum") / g.size)
 
 
 def fmt_row(values: List[Any]) -> str:
@@ -183,6 +190,10 @@ def run(args: argparse.Namespace, g: Any) -> int:
     say(f"# ccompress-perf {kind}: {' '.join(shlex.quote(a) for a in sys.argv)}")
     say(f"# date {datetime.datetime.now().isoformat(timespec='seconds')}  host {socket.gethostname()}"
         f" ({os.cpu_count()} cpus)  ranks {P}  transport {g.transport}  ccompress {cc.__version__}")
+    slice_elems = [c.slice_elems for c in g.comms]
+    say(f"# slice_elems {', '.join(map(str, slice_elems))}"
+        f"{'' if args.slice_elems else ' (the transport default)'}"
+        f"{'; a row per codec, algo and slice size (codec/sN)' if len(g.comms) > 1 else ''}")
     say(f"# inputs: rank r holds default_rng([{args.seed}, r]).standard_normal(count) as {dtype}; "
         f"ref = fp64 {op} over ranks; check {'on' if args.check else 'off'}")
     say(f"# time: median over {args.iters} iterations (after {args.warmup} warm-ups) of the "
@@ -230,7 +241,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
                     wrong_identity = sum(d != digests[0] for d in digests)
             tot = g.reduce(stats[:3].copy(), "sum")
             mx = g.reduce(np.array([stats[3], wire]), "max")
-            times = timed(g, fn, args.warmup, args.iters)
+            times, cpu = timed(g, fn, args.warmup, args.iters)
             t = statistics.median(times)
             relerr = float(np.sqrt(tot[0] / tot[1])) if tot[1] > 0 else float(np.sqrt(tot[0]))
             wrong = int(tot[2]) + wrong_identity
@@ -244,7 +255,8 @@ def run(args: argparse.Namespace, g: Any) -> int:
                    "maxerr": float(mx[0]) if args.check else None,
                    "wrong": wrong if args.check else None,
                    "wrong_identity": wrong_identity if args.check else None,
-                   "times_us": [v * 1e6 for v in times]}
+                   "times_us": [v * 1e6 for v in times],
+                   "cpu_us": statistics.median(cpu) * 1e6}
             rows.append(row)
             na = "N/A"
             say(fmt_row([S, count, typ, redop, codec, algo, f"{t * 1e6:.1f}", f"{algbw:.3f}",
@@ -262,28 +274,36 @@ def run(args: argparse.Namespace, g: Any) -> int:
         if base is not None:
             measure(BASELINE[kind], "-", base, yb, int(ring_bytes) * 4 // esize, "none",
                     "ring" if kind == "allreduce" else "reduce_scatter", "float32", "float32")
+
+        def measure_codec(comm: cc.Communicator, label: str, codec: str, algo: str) -> None:
+            """The row of one codec, algo and communicator (hence slice size)."""
+            y = np.empty(shape, dtype=x.dtype)
+            if kind == "allreduce" and algo == "hier":
+                fn = lambda: comm.allreduce(  # noqa: E731
+                    x, codec=codec, algo=algo, op=op, out=y, intra_codec=args.intra_codec,
+                    inter_algo=args.inter_algo)
+            elif kind == "allreduce":
+                fn = lambda: comm.allreduce(x, codec=codec, algo=algo, op=op, out=y)  # noqa: E731
+            elif kind == "reduce_scatter":
+                kw = dict(algo="hier", intra_codec=args.intra_codec) if algo == "hier" else {}
+                fn = lambda: comm.reduce_scatter(x, codec=codec, op=op, out=y, **kw)  # noqa: E731
+            else:
+                kw = dict(algo="hier") if algo == "hier" else {}
+                fn = lambda: comm.allgather(x, codec=codec, out=y, **kw)  # noqa: E731
+            fn()  # resolves auto and fills last_stats
+            st = comm.last_stats
+            resolved = st["algo"] if kind == "allreduce" or algo == "hier" else kind
+            shown = st["algo"] if algo != "auto" else "auto:" + st["algo"]
+            measure(label, shown if kind == "allreduce" else st["algo"], fn, y,
+                    st["payload_bytes"] + st["header_bytes"], codec, resolved, dtype, dtype)
+            rows[-1]["algo_requested"] = algo
+            rows[-1]["slice_elems"] = comm.slice_elems
+
         for codec in codecs:
             for algo in algos:
-                y = np.empty(shape, dtype=x.dtype)
-                if kind == "allreduce" and algo == "hier":
-                    fn = lambda: g.comm.allreduce(  # noqa: E731
-                        x, codec=codec, algo=algo, op=op, out=y, intra_codec=args.intra_codec,
-                        inter_algo=args.inter_algo)
-                elif kind == "allreduce":
-                    fn = lambda: g.comm.allreduce(x, codec=codec, algo=algo, op=op, out=y)  # noqa: E731
-                elif kind == "reduce_scatter":
-                    kw = dict(algo="hier", intra_codec=args.intra_codec) if algo == "hier" else {}
-                    fn = lambda: g.comm.reduce_scatter(x, codec=codec, op=op, out=y, **kw)  # noqa: E731
-                else:
-                    kw = dict(algo="hier") if algo == "hier" else {}
-                    fn = lambda: g.comm.allgather(x, codec=codec, out=y, **kw)  # noqa: E731
-                fn()  # resolves auto and fills last_stats
-                st = g.comm.last_stats
-                resolved = st["algo"] if kind == "allreduce" or algo == "hier" else kind
-                shown = st["algo"] if algo != "auto" else "auto:" + st["algo"]
-                measure(codec, shown if kind == "allreduce" else st["algo"], fn, y, st["payload_bytes"] + st["header_bytes"],
-                        codec, resolved, dtype, dtype)
-                rows[-1]["algo_requested"] = algo
+                for comm in g.comms:
+                    label = codec if len(g.comms) == 1 else f"{codec}/s{comm.slice_elems}"
+                    measure_codec(comm, label, codec, algo)
         parts = None  # free before the next size
     nwrong = sum(r["wrong"] or 0 for r in rows)
     model_rows: List[Dict[str, Any]] = []
@@ -297,7 +317,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
                        "cpus": os.cpu_count(), "version": cc.__version__,
                        "date": datetime.datetime.now().isoformat(timespec="seconds"),
                        "dtype": dtype, "op": op, "iters": args.iters, "warmup": args.warmup,
-                       "seed": args.seed, "rows": rows, "model_rows": model_rows}, f, indent=1)
+                       "seed": args.seed, "slice_elems": slice_elems, "rows": rows, "model_rows": model_rows}, f, indent=1)
     return 1 if args.check and nwrong else 0
 
 
@@ -385,6 +405,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--ranks-per-node", type=int, metavar="G",
                    help="consecutive ranks per node for --algo hier (default: found from MPI's "
                         "shared-memory groups; with --inproc, 1)")
+    p.add_argument("--slice-elems", type=int, action="append", metavar="N",
+                   help="elements per pipelined slice (default: the transport's, 262144 over "
+                        "MPI and 65536 in-process); repeatable: every codec row is measured "
+                        "at each, one after the other, labelled codec/sN")
     p.add_argument("--seed", type=int, default=1234, help="seed of every rank's input")
     p.add_argument("--json", metavar="PATH", help="write every row to PATH")
     p.add_argument("--inproc", type=int, metavar="N",
@@ -400,9 +424,21 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         p.error("need 0 < -b <= -e, -f > 1, -n >= 1, -w >= 0")
     if a.collective != "allreduce" and set(a.algo or []) - {"hier"}:
         p.error(f"{a.collective} has one flat schedule; --algo takes only hier there")
+    if a.slice_elems is not None and min(a.slice_elems) < 1:
+        p.error("--slice-elems needs N >= 1")
     if a.inproc is not None and a.inproc < 1:
         p.error("--inproc needs N >= 1")
     return a
+
+
+def comm_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The Communicator options the command line sets, but the slice size (see slices)."""
+    return {} if args.ranks_per_node is None else {"ranks_per_node": args.ranks_per_node}
+
+
+def slices(args: argparse.Namespace) -> List[Optional[int]]:
+    """The slice size of each communicator a run measures with (None: the transport's)."""
+    return args.slice_elems or [None]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -410,17 +446,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.inproc:
             shared = {"barrier": threading.Barrier(args.inproc), "slots": [None] * args.inproc}
+            first, *more = slices(args)
+            others = [cc.Communicator.inproc(args.inproc, slice_elems=s, **comm_options(args))
+                      for s in more]  # one in-process group per further slice size
 
             def body(comm: cc.Communicator) -> int:
                 try:
-                    return run(args, ThreadGroup(comm, shared))
+                    return run(args, ThreadGroup([comm] + [o[comm.rank] for o in others], shared))
                 except BaseException:
                     shared["barrier"].abort()
                     raise
 
-            kw = {} if args.ranks_per_node is None else {"ranks_per_node": args.ranks_per_node}
-            return cc.run_inproc(args.inproc, body, **kw)[0]
-        group = MpiGroup(args.ranks_per_node)
+            return cc.run_inproc(args.inproc, body, slice_elems=first, **comm_options(args))[0]
+        group = MpiGroup(slices(args), **comm_options(args))
         if group.size == 1:
             print("ccompress-perf: ERROR: this is a 1-rank MPI world, so there is nothing to "
                   "communicate. Launch it under MPI (mpiexec -n 4 ccompress-perf ...), or pass "

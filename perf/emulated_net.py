@@ -149,7 +149,9 @@ def run_perf(net: Network, perf_args: List[str], json_path: str,
 
 def speedup_table(rows: List[dict], gbit: float, burst: int) -> List[str]:
     """One line per compressed row; '*' marks a row where this rank's or the baseline's
-    traffic per call is under BURST_MULTIPLE bursts (the cap was partly not enforced)."""
+    traffic per call is under BURST_MULTIPLE bursts (the cap was partly not enforced).
+    cpu: a rank's CPU time in the call (ccompress-perf's cpu_us), ours and MPI's; relerr
+    and #wrong are '-' in a run without checks (-c 0)."""
     base = {r["size"]: r for r in rows if r["codec"] == "MPI_Allreduce"}
     out = []
     for r in rows:
@@ -160,7 +162,9 @@ def speedup_table(rows: List[dict], gbit: float, burst: int) -> List[str]:
         out.append(f"{gbit:6.2f} {r['size']:>11} {r['codec']:>16} {r['algo']:>9} "
                    f"{b['time_us'] / 1e3:10.1f} {r['time_us'] / 1e3:10.1f} "
                    f"{b['time_us'] / r['time_us']:7.2f}x{'*' if r['in_burst'] else ' '} "
-                   f"{r['ratio']:6.2f} {r['relerr']:9.2e} {r['wrong']:>6}")
+                   f"{r['ratio']:6.2f} {'-' if r['relerr'] is None else format(r['relerr'], '.2e'):>9} "
+                   f"{'-' if r['wrong'] is None else r['wrong']:>6} "
+                   f"{r['cpu_us'] / 1e3:8.1f} {b['cpu_us'] / 1e3:8.1f}")
     return out
 
 
@@ -211,7 +215,8 @@ def main(argv=None) -> int:
     net = Network(args.ranks)
     net.create()
     header = (f"{'Gbit/s':>6} {'size':>11} {'codec':>16} {'algo':>9} {'MPI(ms)':>10} "
-              f"{'ours(ms)':>10} {'speedup':>8} {'ratio':>6} {'relerr':>9} {'#wrong':>6}")
+              f"{'ours(ms)':>10} {'speedup':>8} {'ratio':>6} {'relerr':>9} {'#wrong':>6} "
+              f"{'cpu(ms)':>8} {'MPIcpu':>8}")
     lines, all_rows, overlap, free = [header], [], [], None
     with tempfile.TemporaryDirectory() as tmp:
         if args.overlap:

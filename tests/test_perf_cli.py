@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import ccompress as cc
 from ccompress import perf, perfmodel as pm
 from ccompress.info import build_info
 
@@ -104,14 +105,20 @@ def test_info_reports_a_missing_library_as_none():
     assert _installed_version("numpy") == build_info()["numpy"]
 
 
-def test_emulated_net_overlap_share():
-    """perf/emulated_net.py's hidden share: (t_cpu + t_wire - t) / min(t_cpu, t_wire),
-    from the unlimited-link time, the rate's wire time and the measured time."""
+def emulated_net():
+    """perf/emulated_net.py as a module (its table functions; nothing is run)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "perf"))
     try:
         import emulated_net as en
     finally:
         sys.path.pop(0)
+    return en
+
+
+def test_emulated_net_overlap_share():
+    """perf/emulated_net.py's hidden share: (t_cpu + t_wire - t) / min(t_cpu, t_wire),
+    from the unlimited-link time, the rate's wire time and the measured time."""
+    en = emulated_net()
     row = {"size": 64, "codec": "fp8", "algo": "two_shot"}
     wire = 125_000_000 // 8  # 0.125 s at 1 Gbit/s
 
@@ -126,3 +133,43 @@ def test_emulated_net_overlap_share():
     assert hidden(0.25, 0.375) == 0     # serial
     assert hidden(0.25, 0.25) == 100    # all of it
     assert hidden(0.25, 0.5) == 0       # slower than serial: clipped
+
+
+def test_perf_slice_elems_option(tmp_path, capsys):
+    """--slice-elems reaches the communicator: the run reports it, and a shorter slice means
+    more messages, hence more header bytes on the wire, for the same (checked) result;
+    repeated, it measures each codec at each slice size."""
+    def rows(extra):
+        out = tmp_path / "rows.json"
+        rc = perf.main(["allreduce", "--inproc", "2", "-b", "256K", "-e", "256K", "-n", "1",
+                        "-w", "0", "--codec", "fp8_e4m3:g128", "--algo", "two_shot",
+                        "--link-gbps", "none", "--json", str(out)] + extra)
+        assert rc == 0
+        data = json.loads(out.read_text())
+        shown = ", ".join(map(str, data["slice_elems"]))
+        assert f"# slice_elems {shown}" in capsys.readouterr().out
+        assert all(r["wrong"] == 0 and r["cpu_us"] > 0 for r in data["rows"])
+        return data
+
+    (default,) = rows([])["rows"]
+    assert default["slice_elems"] == cc._core.DEFAULT_SLICE_ELEMS
+    assert default["codec"] == "fp8_e4m3:g128"
+    data = rows(["--slice-elems", "4096", "--slice-elems", str(cc._core.DEFAULT_SLICE_ELEMS)])
+    assert data["slice_elems"] == [4096, cc._core.DEFAULT_SLICE_ELEMS]
+    short, long = data["rows"]
+    assert (short["codec"], short["slice_elems"]) == ("fp8_e4m3:g128/s4096", 4096)
+    assert long["wire_bytes"] == default["wire_bytes"] < short["wire_bytes"]
+
+
+def test_emulated_net_speedup_row_with_and_without_checks():
+    """perf/emulated_net.py's speedup line: MPI's time over ours, and a rank's CPU time of
+    both; a run without checks (-c 0) shows '-' for relerr and #wrong."""
+    en = emulated_net()
+    base = {"size": 64, "codec": "MPI_Allreduce", "algo": "-", "time_us": 3e5, "cpu_us": 1e5,
+            "wire_bytes": 10 ** 9, "ratio": 1.0, "relerr": None, "wrong": None}
+    ours = dict(base, codec="fp8", algo="two_shot", time_us=1e5, cpu_us=5e4,
+                wire_bytes=2.5 * 10 ** 8, ratio=3.88)
+    (line,) = en.speedup_table([base, ours], 1.0, 1000)
+    assert line.split()[-6:] == ["3.00x", "3.88", "-", "-", "50.0", "100.0"], line
+    (line,) = en.speedup_table([base, dict(ours, relerr=0.0364, wrong=0)], 1.0, 1000)
+    assert line.split()[-6:] == ["3.00x", "3.88", "3.64e-02", "0", "50.0", "100.0"], line

@@ -138,3 +138,30 @@ def test_derived_communicator(world):
     assert rev.rank == size - 1 - rank and rev.size == size
     got = rev.allgather(np.array([rev.rank], np.float32))
     assert got.reshape(-1).tolist() == list(range(size)), got
+
+
+def test_mpi_default_slice_means_fewer_messages_same_bits(world, comm):
+    """A call without slice_elems is cut by the MPI transport's longer default slice
+    (MpiTransport::kSliceElems, 4x DEFAULT_SLICE_ELEMS): the same message headers as with that
+    slice_elems given, fewer than with DEFAULT_SLICE_ELEMS, and the same bits as either,
+    within the fp64 bound and identical on every rank."""
+    slice_elems = comm.slice_elems
+    assert slice_elems == 4 * cc._core.DEFAULT_SLICE_ELEMS
+    short = cc.Communicator.from_mpi(world, timeout=60, slice_elems=cc._core.DEFAULT_SLICE_ELEMS)
+    given = cc.Communicator.from_mpi(world, timeout=60, slice_elems=slice_elems)
+    n = world.size * slice_elems + 4099  # two slices per chunk, or five of the short ones
+    parts = parts_for(world.size, n, seed=11)
+    codec = "fp8_e4m3:g128"
+    runs = {}
+    for name, c in (("default", comm), ("given", given), ("short", short)):
+        y = c.allreduce(parts[world.rank], codec=codec, algo="two_shot")
+        runs[name] = (y, c.last_stats["header_bytes"])
+    y = runs["default"][0]
+    check_identical(world, y, codec)
+    if world.rank == 0:  # the ranks hold the same bits: one bound check covers them all
+        ref = parts.astype(np.float64).sum(axis=0)
+        bound = allreduce_error_bound(parts, codec, "two_shot")
+        assert np.all(np.abs(y.astype(np.float64) - ref) <= bound)
+    for name in ("given", "short"):
+        assert np.array_equal(runs[name][0].view(np.uint32), y.view(np.uint32)), name
+    assert runs["default"][1] == runs["given"][1] < runs["short"][1], runs
