@@ -13,6 +13,8 @@ elements go through a ccompress communicator made from a second inner group when
 codec is not ``"none"``; every other call, and those with codec ``"none"``, is the inner
 group's own (exact, bit for bit what a gloo/NCCL group computes). After a compressed or
 delegated collective failed (a peer stopped, a timeout) the group refuses further calls.
+``compressed_group().use_gift(ccompress.torch.GIFT(model))`` whitens FSDP2's gradient
+reduce-scatters (:meth:`CompressedProcessGroup.use_gift`).
 """
 from __future__ import annotations
 

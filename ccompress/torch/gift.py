@@ -1,10 +1,17 @@
 """GIFT for PyTorch models: the geometry-informed gradient transform of :mod:`ccompress.gift`
 (its module docstring has the method) fed by hooks on the model and applied inside the DDP
-communication hook.
+communication hook, or on FSDP2's reduce-scatters through the ``ccompress`` backend.
 
     gift = ccompress.torch.GIFT(model, rank=32, refresh_every=50, sketch=32)
     ddp.register_comm_hook(None, ccompress.torch.ddp_comm_hook(
         "nvfp4", error_feedback=True, gift=gift))
+    # or, after fully_shard on the ccompress backend (input side only):
+    ccompress.torch.compressed_group().use_gift(gift)
+
+Both paths whiten the rows of a weight's gradient where they lie in a flat buffer
+(:class:`Place`): a DDP bucket holds each weight whole, FSDP2's reduce-scatter input holds
+it as dim-0 row shards (``ccompress/torch/_gift_fsdp.py``); the text below says "bucket"
+for either.
 
 - **Statistics.** Forward hooks on the chosen ``nn.Linear`` layers add each layer's input
   moment ``x^T x`` (float64, over all tokens) during the training forward of every refresh
