@@ -88,8 +88,11 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = tinylm.build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
     hook, pg, gift = None, None, None
-    make_gift = lambda: cct.GIFT(model, rank=args.gift, refresh_every=args.gift_refresh,  # noqa: E731
-                                 sketch=args.gift_sketch, output_side=args.gift_output)
+
+    def make_gift():
+        return cct.GIFT(model, rank=args.gift, refresh_every=args.gift_refresh,
+                        sketch=args.gift_sketch, output_side=args.gift_output)
+
     if args.mode == "fsdp":
         from torch.distributed.fsdp import fully_shard
 

@@ -153,7 +153,8 @@ for m in range(3):
     err_b = np.abs(got[2 * m + 1] - ref_b)
     assert np.all(err_b <= mine[per * cols:][:hi - lo] + EPS32 * np.abs(ref_b).max())
 assert 0 < worst <= 1, worst
-assert same_on_all_ranks([p.grad.full_tensor() for p in net.parameters()], ref), "gathered gradients differ"
+assert same_on_all_ranks([p.grad.full_tensor() for p in net.parameters()], ref), \
+    "gathered gradients differ"
 print(f"worst error {worst:.2f} of the bound", flush=True)
 ok("gift fsdp bound")
 
