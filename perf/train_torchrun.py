@@ -160,7 +160,7 @@ def main() -> None:
 
     extra = {"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if gift is not None:
-        extra = dict(gift_selection=list(gift.selection.values()),
+        extra.update(gift_selection=list(gift.selection.values()),
                      gift_memory_bytes=gift.memory_bytes())
         tc.say(world, f"GIFT whitens {sum(gift.treated.values())} of {len(gift.layers)} "
                f"layers; {gift.memory_bytes() / 2**20:.2f} MiB of statistics and factors")
