@@ -10,6 +10,7 @@ three ways ccompress reaches an unmodified PyTorch script:
     $T perf/train_torchrun.py --mode fsdp --backend gloo                       # exact FSDP2
     $T perf/train_torchrun.py --mode tsr --tsr-rank 96 ...                     # TSR-Adam
     $T perf/train_torchrun.py --mode ddp_hook --codec nvfp4 --gift 32          # (a) + GIFT
+    CCOMPRESS_CODEC=nvfp4 CCOMPRESS_ERROR_FEEDBACK=1 $T perf/train_torchrun.py --mode fsdp --backend ccompress --gift 32   # (c) + GIFT
 
 (b) and (c) take their codec from the environment, as an unmodified script would. The
 options, learning-rate schedule, held-out loss and results file are examples/train_common's
@@ -57,8 +58,8 @@ def main() -> None:
     ap.add_argument("--backend", choices=("gloo", "ccompress"), default="gloo")
     add_tsr_options(ap)
     ap.add_argument("--gift", type=int, default=0, metavar="RANK",
-                    help="--mode ddp_hook: whiten the gradients with ccompress.torch.GIFT of "
-                         "this rank (0: off)")
+                    help="--mode ddp_hook, or fsdp on --backend ccompress (use_gift): whiten "
+                         "the gradients with ccompress.torch.GIFT of this rank (0: off)")
     ap.add_argument("--gift-refresh", type=int, default=50, help="GIFT refresh_every")
     ap.add_argument("--gift-sketch", type=int, default=32, help="GIFT sketch (0: dense)")
     ap.add_argument("--gift-output", action="store_true", help="GIFT output_side")
@@ -71,8 +72,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.mode in ("ddp_hook", "tsr") and args.backend != "gloo":
         raise SystemExit(f"--mode {args.mode} runs on --backend gloo")
-    if args.gift and args.mode != "ddp_hook":
-        raise SystemExit("--gift needs --mode ddp_hook")
+    if args.gift and not (args.mode == "ddp_hook" or (args.mode, args.backend) == ("fsdp",
+                                                                                    "ccompress")):
+        raise SystemExit("--gift needs --mode ddp_hook, or --mode fsdp --backend ccompress")
     dist.init_process_group(args.backend)
     side = dist.new_group(backend="gloo")
     world = World(dist, side)
@@ -86,20 +88,27 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = tinylm.build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
     hook, pg, gift = None, None, None
+
+    def make_gift():
+        return cct.GIFT(model, rank=args.gift, refresh_every=args.gift_refresh,
+                        sketch=args.gift_sketch, output_side=args.gift_output)
+
     if args.mode == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
         for blk in model.h:
             fully_shard(blk)
         net = fully_shard(model)
+        if args.gift:
+            gift = make_gift()
+            cct.compressed_group().use_gift(gift)
     elif args.mode == "tsr":  # TSR-Adam communicates the gradients itself
         net = model
     else:
         net = torch.nn.parallel.DistributedDataParallel(model)
         if args.mode == "ddp_hook":
             if args.gift:
-                gift = cct.GIFT(model, rank=args.gift, refresh_every=args.gift_refresh,
-                                sketch=args.gift_sketch, output_side=args.gift_output)
+                gift = make_gift()
             hook = cct.ddp_comm_hook(codec=args.codec, error_feedback=True, gift=gift)
             net.register_comm_hook(state=None, hook=hook)
     if args.backend == "ccompress":
@@ -147,9 +156,11 @@ def main() -> None:
     full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in net.parameters()]
     same = tc.identical_on_all_ranks(world, full)
     tc.say(world, f"replicas bit-identical on all {size} ranks: {'yes' if same else 'NO'}")
-    extra = {}
+    import resource
+
+    extra = {"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if gift is not None:
-        extra = dict(gift_selection=list(gift.selection.values()),
+        extra.update(gift_selection=list(gift.selection.values()),
                      gift_memory_bytes=gift.memory_bytes())
         tc.say(world, f"GIFT whitens {sum(gift.treated.values())} of {len(gift.layers)} "
                f"layers; {gift.memory_bytes() / 2**20:.2f} MiB of statistics and factors")

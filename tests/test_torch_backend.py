@@ -1,7 +1,7 @@
 """The ``ccompress`` torch.distributed backend under torchrun (CPU, gloo inside, 2-4
 processes): every op (tests/torch_backend/ops.py), DDP gradient parity with and without the
 hook (parity.py), unmodified DDP and FSDP2 training configured from the environment
-(train.py), and a stopped peer (peer_loss.py)."""
+(train.py), GIFT on FSDP2 (gift_fsdp.py), and a stopped peer (peer_loss.py)."""
 import json
 import os
 import subprocess
@@ -76,6 +76,17 @@ def test_unmodified_training(tmp_path, mode, nproc):
     assert lossy["full"] != gloo["full"], "the lossy run computed exactly what gloo did"
     for a, b in zip(lossy["losses"], gloo["losses"]):
         assert abs(a - b) <= 0.01 * abs(b), (lossy["losses"], gloo["losses"])
+
+
+def test_gift_on_fsdp2():
+    """compressed_group().use_gift(GIFT(model)) on FSDP2, 2 ranks, one launch (the bounds
+    are stated in tests/torch_backend/gift_fsdp.py): nvfp4 shards within the codec's bound
+    mapped through L^T of the fp64 average; codec "none" within fp32 rounding of it and of
+    FSDP2 without GIFT; identical GIFT state on every rank; a checkpoint replaying two steps
+    bit for bit; misuses raising typed errors on every rank."""
+    out = torchrun("gift_fsdp.py", 2)
+    for what in ("errors", "bound", "parity", "state", "checkpoint errors"):
+        assert out.count(f"OK gift fsdp {what} rank") == 2, out[-4000:]
 
 
 @pytest.mark.parametrize("kind", ["compressed", "delegated"])

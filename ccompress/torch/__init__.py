@@ -3,7 +3,8 @@
 scripts with compressed all_reduce / reduce_scatter_tensor / all_gather_into_tensor), a
 DistributedDataParallel communication hook and Megatron-style tensor-parallel layers over
 compressed ccompress all-reduces, GIFT (:mod:`ccompress.torch.gift`: whitened gradients
-inside that hook), and TSR-Adam (:mod:`ccompress.torch.tsr_adam`).
+inside that hook, or in FSDP2's reduce-scatters on the backend:
+``compressed_group().use_gift(gift)``), and TSR-Adam (:mod:`ccompress.torch.tsr_adam`).
 
     from ccompress.torch import ddp_comm_hook, tp_all_reduce
     model.register_comm_hook(state=None, hook=ddp_comm_hook(codec="hint8"))

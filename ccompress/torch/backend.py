@@ -13,6 +13,8 @@ elements go through a ccompress communicator made from a second inner group when
 codec is not ``"none"``; every other call, and those with codec ``"none"``, is the inner
 group's own (exact, bit for bit what a gloo/NCCL group computes). After a compressed or
 delegated collective failed (a peer stopped, a timeout) the group refuses further calls.
+``compressed_group().use_gift(ccompress.torch.GIFT(model))`` whitens FSDP2's gradient
+reduce-scatters (:meth:`CompressedProcessGroup.use_gift`).
 """
 from __future__ import annotations
 
@@ -93,6 +95,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self._lock = threading.Lock()
         self._broken: Optional[str] = None
         self.feedback = BackwardFeedback()
+        self.gift: Any = None  # use_gift
 
     # ---- identity ----
     def getBackendName(self) -> str:
@@ -104,18 +107,55 @@ class CompressedProcessGroup(dist.ProcessGroup):
         return 0 if self._comm is None else self._comm.bytes_sent
 
     def state_dict(self) -> dict:
-        """Codecs and the error-feedback residuals (CPU tensors; ``torch.save`` them)."""
+        """Codecs and the error-feedback residuals (CPU tensors; ``torch.save`` them); with
+        :meth:`use_gift`, GIFT's state too (the residuals are in its coordinates)."""
         o = self.options
-        return {"codecs": [o.all_reduce, o.reduce_scatter, o.all_gather],
-                "error_feedback": self.feedback.state_dict()}
+        out = {"codecs": [o.all_reduce, o.reduce_scatter, o.all_gather],
+               "error_feedback": self.feedback.state_dict()}
+        if self.gift is not None:
+            out["gift"] = self.gift.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores :meth:`state_dict` output (saved with the same codecs)."""
+        """Restores :meth:`state_dict` output (saved with the same codecs, and with GIFT
+        where this group uses it)."""
         o = self.options
         if list(state.get("codecs", [])) != [o.all_reduce, o.reduce_scatter, o.all_gather]:
             raise InvalidArgument(f"this state was saved with codecs {state.get('codecs')}, "
                                  f"the group uses {[o.all_reduce, o.reduce_scatter, o.all_gather]}")
+        if (state.get("gift") is None) != (self.gift is None):
+            raise InvalidArgument("this state was saved by a group " + (
+                "without GIFT; this group uses one" if self.gift is not None else
+                "with GIFT; call use_gift(GIFT(model, ...)) before loading it"))
+        if self.gift is not None:
+            self.gift.load_state_dict(state["gift"])
         self.feedback.load_state_dict(state.get("error_feedback", {}))
+
+    def use_gift(self, gift: Any) -> None:
+        """Whitens FSDP2's gradient reduce-scatters with ``gift``, a
+        :class:`ccompress.torch.GIFT` of a model sharded with ``fully_shard`` over this
+        group (call it after fully_shard, on every rank)::
+
+            gift = ccompress.torch.GIFT(model, rank=32, refresh_every=50, sketch=32)
+            ccompress.torch.compressed_group().use_gift(gift)
+
+        Each ``fully_shard`` module whose param group holds a hooked weight gets a
+        reduce-scatter that whitens every row of the rank's gradient of that weight, runs
+        this group's reduce-scatter (its codec; error feedback, when on, in whitened
+        coordinates) and maps the rank's own shard back (``ccompress/torch/_gift_fsdp.py``).
+        The refresh's statistics and selection travel exactly through this group's
+        communicator, so every rank holds the same factors; the selection measures
+        ``options.reduce_scatter``. :meth:`state_dict` then holds GIFT's state. Raises
+        :class:`InvalidArgument` for a model with a hooked layer outside every fully_shard
+        module (DDP: pass ``gift=`` to ``ddp_comm_hook``; the backend's all-reduce sees
+        buckets without their parameters) or sharded over another group, and
+        :class:`Unsupported` for ``output_side=True`` (it mixes rows across shards)."""
+        from ._gift_fsdp import install
+
+        if self.gift is not None:
+            raise InvalidArgument("this group uses a GIFT already (one per group)")
+        install(self, gift)
+        self.gift = gift
 
     # ---- the compressed collectives ----
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
@@ -133,6 +173,12 @@ class CompressedProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any = None) -> dist._Work:
+        return self._reduce_scatter(output, input, opts)
+
+    def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, opts: Any,
+                        before: Optional[Callable[[Any], None]] = None) -> dist._Work:
+        """reduce_scatter_single; ``before(error_feedback or None)`` runs first, once the
+        call's residual is known (GIFT whitens the input there, see use_gift)."""
         op = self._op(opts)
         size, n = self.size(), input.numel()
         even = (n == size * output.numel() and output.dtype == input.dtype
@@ -140,12 +186,16 @@ class CompressedProcessGroup(dist.ProcessGroup):
                 and _core.chunk_range(n, size, self.rank()) == (self.rank() * n // size,
                                                                 (self.rank() + 1) * n // size))
         if op is None or not even or not self._compressible(input, self.options.reduce_scatter):
+            if before is not None:
+                before(None)
             return self._delegate(lambda: self._inner.reduce_scatter_single(
                 output, input, opts or dist.ReduceScatterOptions()))
         kw = dict(codec=self.options.reduce_scatter, op=op)
         ef = self._feedback("reduce_scatter", input)
         if ef is not None:
             kw["error_feedback"] = ef
+        if before is not None:
+            before(ef)
         x, y = input.detach(), output.detach().view(-1)
         return self._run(lambda c: c.reduce_scatter(x, out=y, **self._stream(x, kw)), [output])
 

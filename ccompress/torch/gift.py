@@ -1,10 +1,17 @@
 """GIFT for PyTorch models: the geometry-informed gradient transform of :mod:`ccompress.gift`
 (its module docstring has the method) fed by hooks on the model and applied inside the DDP
-communication hook.
+communication hook, or on FSDP2's reduce-scatters through the ``ccompress`` backend.
 
     gift = ccompress.torch.GIFT(model, rank=32, refresh_every=50, sketch=32)
     ddp.register_comm_hook(None, ccompress.torch.ddp_comm_hook(
         "nvfp4", error_feedback=True, gift=gift))
+    # or, after fully_shard on the ccompress backend (input side only):
+    ccompress.torch.compressed_group().use_gift(gift)
+
+Both paths whiten the rows of a weight's gradient where they lie in a flat buffer
+(:class:`Place`): a DDP bucket holds each weight whole, FSDP2's reduce-scatter input holds
+it as dim-0 row shards (``ccompress/torch/_gift_fsdp.py``); the text below says "bucket"
+for either.
 
 - **Statistics.** Forward hooks on the chosen ``nn.Linear`` layers add each layer's input
   moment ``x^T x`` (float64, over all tokens) during the training forward of every refresh
@@ -35,7 +42,7 @@ factor per weight does not fit it. The transforms run in float64 on the host (Nu
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -97,10 +104,14 @@ class GIFT:
         self.selection: Dict[str, Dict[str, Any]] = {}  # layer -> the last refresh's figures
         self._moments: Dict[str, List[Any]] = {}  # layer -> [x^T x, tokens, d^T d, tokens]
         self._layer_of: Dict[int, str] = {}  # id(weight) -> layer name
+        self._module_of: Dict[int, str] = {}  # id(nn.Linear) -> layer name (FSDP2 swaps weights)
+        self.model = model
+        self._task = -1  # the backward pass whose end ends the step (FSDP2)
         self._handles: List[Any] = []
         self._refreshed: set = set()  # layers refreshed during this step
         for name, mod in _chosen(model, layers):
             self._layer_of[id(mod.weight)] = name
+            self._module_of[id(mod)] = name
             self._handles.append(mod.register_forward_hook(self._forward_hook(name)))
         if not self._layer_of:
             raise _errors.InvalidArgument("GIFT found no nn.Linear layer to hook (check "
@@ -140,12 +151,13 @@ class GIFT:
 
     # ---- called by the DDP hook ----
     def attach(self, codec: str) -> None:
-        """Binds the codec whose round trip the selection measures (the hook's)."""
+        """Binds the codec whose round trip the selection measures (the hook's, or the
+        backend's reduce-scatter codec)."""
         c = Codec.parse(codec)
         if self.codec is not None and self.codec.name != c.name:
             raise _errors.InvalidArgument(
                 f"this GIFT serves codec {self.codec.name!r} already; make one GIFT per hook "
-                f"(got {c.name!r})")
+                f"or group (got {c.name!r})")
         self.codec = self.core.codec = c
 
     def layout(self, bucket: Any) -> tuple:
@@ -154,16 +166,18 @@ class GIFT:
         return tuple((self._layer_of.get(id(p), ""), tuple(p.shape))
                      for p in bucket.parameters())
 
-    def views(self, bucket: Any) -> List[tuple]:
-        """(layer, gradient view into the bucket's flat buffer, offset) of the hooked weights
-        in a DDP bucket. DDP lays the bucket's parameters out back to back in
-        ``bucket.parameters()`` order; a layout that does not add up raises."""
+    def places(self, bucket: Any) -> List["Place"]:
+        """Where the hooked weights' gradients lie in a DDP bucket's flat buffer. DDP lays
+        the bucket's parameters out back to back in ``bucket.parameters()`` order; a layout
+        that does not add up raises."""
         buf = bucket.buffer()
         out, at = [], 0
         for p in bucket.parameters():
             n = p.numel()
             if id(p) in self._layer_of:
-                out.append((self._layer_of[id(p)], buf.narrow(0, at, n).view(p.shape), at))
+                cols = p.shape[-1]
+                out.append(Place(self._layer_of[id(p)], (n // cols, cols), (cols, 1), at,
+                                 n // cols))
             at += n
         if at != buf.numel():
             raise _errors.Unsupported(
@@ -171,62 +185,88 @@ class GIFT:
                 "needs DDP's dense back-to-back bucket layout")
         return out
 
-    def to_wire(self, comm: Any, bucket: Any, feedback: Any = None) -> List[tuple]:
-        """Whitens the treated gradients of ``bucket`` in place (after a refresh of its
-        layers on a refresh step); returns what :meth:`from_wire` needs. ``feedback``: the
-        bucket's ErrorFeedback, remapped when a layer's transform changes."""
-        views = self.views(bucket)
+    def to_wire(self, comm: Any, bucket: Any, feedback: Any = None) -> List["Place"]:
+        """Whitens the treated gradients of a DDP bucket in place (:meth:`whiten`);
+        returns what :meth:`from_wire` needs."""
+        return self.whiten(comm, bucket.buffer(), self.places(bucket), feedback)
+
+    def from_wire(self, bucket: Any, treated: List["Place"]) -> None:
+        """Maps a DDP bucket's averaged whitened gradients back (in place); ends the step
+        after the last bucket."""
+        self.unwhiten(bucket.buffer(), treated)
+        if bucket.is_last():
+            self.end_step()
+
+    # ---- on any flat gradient buffer (DDP bucket, FSDP2 reduce-scatter input) ----
+    def whiten(self, comm: Any, flat: torch.Tensor, places: List["Place"],
+               feedback: Any = None) -> List["Place"]:
+        """On a refresh step first refreshes the statistics, factors and selection of the
+        layers at ``places`` (collectives on ``comm``: every rank must call this for the
+        same places in the same order); then replaces each treated layer's rows G by
+        G L^-T in ``flat``. ``feedback``: the buffer's ErrorFeedback (in whitened
+        coordinates), remapped where a layer's transform changed. Returns the treated
+        places."""
         if self.collecting():
-            self._refresh(comm, bucket, views, feedback)
-        out = []
-        for name, g, _ in views:
-            if self.treated.get(name):
-                w = self.core.factors[name]
-                g.copy_(torch.from_numpy(
-                    w.to_wire(_host(g)).astype(np.float32)).reshape(g.shape))
-                out.append((name, g))
+            self._refresh(comm, flat, places, feedback)
+        out = [p for p in places if self.treated.get(p.layer)]
+        for p in out:
+            _transform(p.view(flat), self.core.factors[p.layer].to_wire)
         return out
 
-    def from_wire(self, bucket: Any, treated: List[tuple]) -> None:
-        """Maps the averaged whitened gradients back (in place); ends the step after the
-        last bucket."""
-        for name, g in treated:
-            w = self.core.factors[name]
-            g.copy_(torch.from_numpy(w.from_wire(_host(g)).astype(np.float32)).reshape(g.shape))
-        if bucket.is_last():
-            if self.collecting():
-                self._moments.clear()
-            self.step += 1
+    def unwhiten(self, flat: torch.Tensor, places: List["Place"]) -> None:
+        """Maps the rows at ``places`` of a reduced buffer back: H -> H L^T (in place)."""
+        for p in places:
+            _transform(p.view(flat), self.core.factors[p.layer].from_wire)
 
-    def _refresh(self, comm: Any, bucket: Any, views: List[tuple], feedback: Any) -> None:
-        """Moments of this bucket's layers -> EMA -> factors -> selection -> residual remap.
-        Every rank calls it for the same bucket with the same layers (DDP's bucket order)."""
-        have = [n for n, _, _ in views if n in self._moments]
+    def end_step(self) -> None:
+        """Ends a step (one gradient reduction of the model): drops a refresh step's
+        moments and advances :attr:`step`."""
+        if self.collecting():
+            self._moments.clear()
+        self.step += 1
+
+    def end_step_after_backward(self) -> None:
+        """Ends the step when the backward pass now running finishes (FSDP2 reduce-scatters
+        once per param group inside it: the pass is the step); outside a backward pass, at
+        once."""
+        task = torch._C._current_graph_task_id()
+        if task < 0:
+            self.end_step()
+        elif task != self._task:
+            self._task = task
+            torch.autograd.Variable._execution_engine.queue_callback(self.end_step)
+
+    def _refresh(self, comm: Any, flat: torch.Tensor, places: List["Place"],
+                 feedback: Any) -> None:
+        """Moments of these layers -> EMA -> factors -> selection -> residual remap."""
+        have = [p for p in places if p.layer in self._moments]
         if not have:
             return
-        before = {n: (self.core.factors.get(n) if self.treated.get(n) else None)
-                  for n, _, _ in views}
-        moments = {n: self._moments[n][0].numpy() / max(self._moments[n][1], 1) for n in have}
-        outs = {n: self._moments[n][2].numpy() / max(self._moments[n][3], 1)
-                for n in have if self.output_side and self._moments[n][3]}
+        before = {p.layer: self._current(p.layer) for p in places}
+        moments = {p.layer: self._moments[p.layer][0].numpy() / max(self._moments[p.layer][1], 1)
+                   for p in have}
+        outs = {p.layer: self._moments[p.layer][2].numpy() / max(self._moments[p.layer][3], 1)
+                for p in have if self.output_side and self._moments[p.layer][3]}
         self.core.observe(comm, moments, outs or None)
-        grads = {n: _host(g) for n, g, _ in views if n in have}
         if self.select_layers and self.codec is not None:
-            errs = np.array([_gift.roundtrip_errors(self.codec, self.core.factors[n], grads[n])
-                             for n in have], np.float32).reshape(-1, 2)
+            errs = np.array([_gift.roundtrip_errors(self.codec, self.core.factors[p.layer],
+                                                    _host(p.view(flat))[:p.rows])
+                             for p in have], np.float32).reshape(-1, 2)
             errs = allreduce_many(comm, [errs])[0]
-            for n, (plain, white) in zip(have, errs.astype(np.float64)):
+            for p, (plain, white) in zip(have, errs.astype(np.float64)):
                 ok = bool(plain > self.min_gain * white)
-                self.treated[n] = ok
-                self.selection[n] = {"layer": n, "step": self.step, "err_plain": plain,
-                                     "err_gift": white, "gain": plain / max(white, 1e-30),
-                                     "selected": ok}
+                self.treated[p.layer] = ok
+                self.selection[p.layer] = {"layer": p.layer, "step": self.step,
+                                           "err_plain": plain, "err_gift": white,
+                                           "gain": plain / max(white, 1e-30), "selected": ok}
         else:
-            self.treated.update({n: True for n in have})
-        after = {n: (self.core.factors.get(n) if self.treated.get(n) else None)
-                 for n, _, _ in views}
+            self.treated.update({p.layer: True for p in have})
         if feedback is not None:
-            _remap(feedback, views, before, after)
+            _remap(feedback, places, before, {p.layer: self._current(p.layer) for p in places})
+
+    def _current(self, layer: str) -> Any:
+        """The factor the layer's gradient travels through now (None: natural coordinates)."""
+        return self.core.factors.get(layer) if self.treated.get(layer) else None
 
     # ---- state ----
     def state_dict(self) -> Dict[str, Any]:
@@ -278,31 +318,52 @@ def _chosen(model: torch.nn.Module, layers: LayerChoice):
     return [(n, m) for n, m in named if n in want]
 
 
+class Place(NamedTuple):
+    """Where one hooked weight's gradient lies in a flat buffer: the view
+    ``flat.as_strided(size, stride, offset)`` (offset from the buffer's start), whose last
+    dimension is the weight's input dimension. Read as a matrix of rows, its first ``rows``
+    rows are the weight's (FSDP2 pads dim 0 with zero rows). The transforms act on each row
+    by itself, so any set of whole rows can be whitened alone: a DDP bucket holds the
+    weight whole, FSDP2's reduce-scatter input holds it as ``size[0]`` row shards."""
+
+    layer: str
+    size: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    offset: int
+    rows: int
+
+    def view(self, flat: torch.Tensor) -> torch.Tensor:
+        if flat.dim() != 1 or not flat.is_contiguous():
+            raise _errors.InvalidArgument("GIFT places index a contiguous 1-D buffer")
+        return flat.as_strided(self.size, self.stride, flat.storage_offset() + self.offset)
+
+
 def _host(g: torch.Tensor) -> np.ndarray:
-    """A gradient view as a float64 host matrix."""
-    return g.detach().to("cpu", torch.float64).reshape(g.shape[0], -1).numpy()
+    """A gradient view as a float64 host matrix (rows by its last dimension)."""
+    return g.detach().to("cpu", torch.float64).reshape(-1, g.shape[-1]).numpy()
 
 
-def _remap(feedback: Any, views: List[tuple], before: Dict[str, Any],
+def _transform(view: torch.Tensor, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    """``view <- fn(view as a float64 matrix)``, in place, through float32."""
+    view.copy_(torch.from_numpy(fn(_host(view)).astype(np.float32)).reshape(view.shape))
+
+
+def _remap(feedback: Any, places: List[Place], before: Dict[str, Any],
            after: Dict[str, Any]) -> None:
     """Maps the worker residual of each layer whose transform changed from the old
     coordinates into the new ones (None: natural coordinates), and drops the server
     residual (a chunk owned in the old coordinates)."""
-    changed = [n for n, _, _ in views if before[n] is not after[n]]
+    changed = [p for p in places if before[p.layer] is not after[p.layer]]
     state = feedback.state_dict()
     if not changed or state["worker_residual"] is None:
         return
-    res = np.asarray(state["worker_residual"], np.float32).copy()
-    for name, g, at in views:
-        if name not in changed:
-            continue
-        e = res[at:at + g.numel()].reshape(g.shape[0], -1).astype(np.float64)
-        if before[name] is not None:
-            e = before[name].from_wire(e)
-        if after[name] is not None:
-            e = after[name].to_wire(e)
-        res[at:at + g.numel()] = e.reshape(-1)
-    state["worker_residual"] = res
+    res = torch.from_numpy(np.asarray(state["worker_residual"], np.float32).copy())
+    for p in changed:
+        def move(e: np.ndarray, old: Any = before[p.layer], new: Any = after[p.layer]):
+            e = old.from_wire(e) if old is not None else e
+            return new.to_wire(e) if new is not None else e
+        _transform(p.view(res), move)
+    state["worker_residual"] = res.numpy()
     if state["server_residual"] is not None:
         state["server_residual"] = np.zeros_like(state["server_residual"])
     feedback.load_state_dict(state)
