@@ -62,6 +62,8 @@ def main() -> None:
     ap.add_argument("--gift-refresh", type=int, default=50, help="GIFT refresh_every")
     ap.add_argument("--gift-sketch", type=int, default=32, help="GIFT sketch (0: dense)")
     ap.add_argument("--gift-output", action="store_true", help="GIFT output_side")
+    ap.add_argument("--ef", choices=("both", "worker", "server"), default="both",
+                    help="--mode ddp_hook: the error-feedback residuals the hook keeps")
     args = ap.parse_args()
     import torch
     import torch.distributed as dist
@@ -100,7 +102,8 @@ def main() -> None:
             if args.gift:
                 gift = cct.GIFT(model, rank=args.gift, refresh_every=args.gift_refresh,
                                 sketch=args.gift_sketch, output_side=args.gift_output)
-            hook = cct.ddp_comm_hook(codec=args.codec, error_feedback=True, gift=gift)
+            hook = cct.ddp_comm_hook(codec=args.codec, gift=gift,
+                                     error_feedback=True if args.ef == "both" else args.ef)
             net.register_comm_hook(state=None, hook=hook)
     if args.backend == "ccompress":
         pg = cct.compressed_group()
@@ -154,11 +157,23 @@ def main() -> None:
         tc.say(world, f"GIFT whitens {sum(gift.treated.values())} of {len(gift.layers)} "
                f"layers; {gift.memory_bytes() / 2**20:.2f} MiB of statistics and factors")
     tc.finish(world, args, dict(result, mode=args.mode, backend=args.backend, ranks=size,
-                                codec=codec + (f"+gift{args.gift}" if gift else ""),
+                                codec=codec + _variant(args),
                                 error_feedback=ef, replicas_identical=same,
                                 parameters=nparams, text=info, **extra,
                                 **({"tsr": tsr_report(args)} if args.mode == "tsr" else {})))
     dist.destroy_process_group()
+
+
+def _variant(args) -> str:
+    """What a run adds to its codec's name in the tables: GIFT's rank and its options
+    that differ from the defaults, and the error-feedback residuals unless both."""
+    out = ""
+    if args.gift:
+        out += f"+gift{args.gift}" + "".join(
+            f"{tag}{val}" for tag, val, default in (
+                ("_refresh", args.gift_refresh, 50), ("_sketch", args.gift_sketch, 32))
+            if val != default) + ("_output" if args.gift_output else "")
+    return out + ("" if args.ef == "both" else f"+ef_{args.ef}")
 
 
 def report(paths) -> None:

@@ -10,7 +10,7 @@ and expects a ``torch.futures.Future`` that completes with the bucket averaged o
 ranks. The all-reduce runs in place on the bucket (float32, bfloat16 or float16), so every
 rank ends with bit-identical gradients.
 """
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ class CompressedAllreduceHook:
     :meth:`load_state_dict` checkpoint the residuals.
     """
 
-    def __init__(self, codec: Any = "fp8_e4m3:g128", error_feedback: bool = True,
+    def __init__(self, codec: Any = "fp8_e4m3:g128", error_feedback: Union[bool, str] = True,
                  comm: Optional[Communicator] = None, process_group: Any = None,
                  algo: str = "auto", async_op: Optional[bool] = None,
                  gift: Any = None) -> None:
@@ -44,7 +44,8 @@ class CompressedAllreduceHook:
             raise _errors.InvalidArgument(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
         self.codec: str = codec
         self.algo = algo
-        self.error_feedback = bool(error_feedback) and codec != "none"
+        self.ef_parts = _ef_parts(error_feedback)
+        self.error_feedback = bool(self.ef_parts) and codec != "none"
         if self.error_feedback and (autocodec.is_auto(codec) or algo in ("ring", "tree")):
             raise _errors.Unsupported(
                 f"error feedback needs a fixed codec and the two_shot, one_shot or auto "
@@ -138,7 +139,8 @@ class CompressedAllreduceHook:
         the first iteration) and the bucket's size changed (with GIFT: or its layout, the
         (layer, shape) of each parameter, as the residual is in per-layer coordinates)."""
         if self._ef_numel.get(index) != numel or self._ef_layout.get(index) != layout:
-            self._ef[index] = ErrorFeedback()
+            self._ef[index] = ErrorFeedback(worker="worker" in self.ef_parts,
+                                            server="server" in self.ef_parts)
             self._ef_numel[index] = numel
             self._ef_layout[index] = layout
             saved = (self._pending_state or {}).pop(index, None)
@@ -197,7 +199,7 @@ class CompressedAllreduceHook:
         self._ef_layout.clear()
 
 
-def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
+def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: Union[bool, str] = True, *,
                   comm: Optional[Communicator] = None, process_group: Any = None,
                   algo: str = "auto", async_op: Optional[bool] = None,
                   gift: Any = None) -> CompressedAllreduceHook:
@@ -206,7 +208,10 @@ def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
     Args:
       codec: ccompress codec spec of the gradients on the wire (``"none"`` is exact).
       error_feedback: keep each bucket's compression error and add it to the next step's
-        gradients (one ``ccompress.ErrorFeedback`` per bucket; ignored for ``"none"``).
+        gradients (one ``ccompress.ErrorFeedback`` per bucket; ignored for ``"none"``):
+        ``True`` (both residuals), ``"worker"`` (only the residual of each rank's own
+        quantization), ``"server"`` (only that of the owner's re-quantization of the sum
+        in two_shot) or ``False``.
       comm: the ccompress communicator; by default derived from ``process_group`` on
         first use (torchrun: the group's gloo point-to-point; mpiexec: MPI; see
         ``ccompress.torch._common.communicator_for``). Its rank and size must match the
@@ -222,6 +227,18 @@ def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
     """
     return CompressedAllreduceHook(codec, error_feedback, comm, process_group, algo, async_op,
                                    gift)
+
+
+def _ef_parts(error_feedback: Any) -> tuple:
+    """The residuals an ``error_feedback`` argument keeps: () for off, ("worker",
+    "server") for ``True``, or the one it names."""
+    if isinstance(error_feedback, str):
+        parts = {"worker": ("worker",), "server": ("server",)}.get(error_feedback)
+        if parts is None:
+            raise _errors.InvalidArgument(
+                f"error_feedback={error_feedback!r}: use True, False, 'worker' or 'server'")
+        return parts
+    return ("worker", "server") if error_feedback else ()
 
 
 def _layout_of(saved: dict) -> Any:
