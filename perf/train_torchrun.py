@@ -64,6 +64,12 @@ def main() -> None:
     ap.add_argument("--gift-output", action="store_true", help="GIFT output_side")
     ap.add_argument("--ef", choices=("both", "worker", "server"), default="both",
                     help="--mode ddp_hook: the error-feedback residuals the hook keeps")
+    ap.add_argument("--algo", default="auto",
+                    help="--mode ddp_hook: the hook's schedule (auto picks one_shot for small "
+                         "buckets, which sends n-1 copies; two_shot sends the fewest bytes)")
+    ap.add_argument("--small-codec", default=None,
+                    help="--mode ddp_hook: codec of the biases' and norm gains' gradients "
+                         "(default: --codec)")
     args = ap.parse_args()
     import torch
     import torch.distributed as dist
@@ -102,7 +108,8 @@ def main() -> None:
             if args.gift:
                 gift = cct.GIFT(model, rank=args.gift, refresh_every=args.gift_refresh,
                                 sketch=args.gift_sketch, output_side=args.gift_output)
-            hook = cct.ddp_comm_hook(codec=args.codec, gift=gift,
+            hook = cct.ddp_comm_hook(codec=args.codec, gift=gift, small_codec=args.small_codec,
+                                     algo=args.algo,
                                      error_feedback=True if args.ef == "both" else args.ef)
             net.register_comm_hook(state=None, hook=hook)
     if args.backend == "ccompress":
@@ -166,14 +173,17 @@ def main() -> None:
 
 def _variant(args) -> str:
     """What a run adds to its codec's name in the tables: GIFT's rank and its options
-    that differ from the defaults, and the error-feedback residuals unless both."""
+    that differ from the defaults, the error-feedback residuals unless both, the codec of
+    the 1-D parameters when it is another, and the schedule unless auto."""
     out = ""
     if args.gift:
         out += f"+gift{args.gift}" + "".join(
             f"{tag}{val}" for tag, val, default in (
                 ("_refresh", args.gift_refresh, 50), ("_sketch", args.gift_sketch, 32))
             if val != default) + ("_output" if args.gift_output else "")
-    return out + ("" if args.ef == "both" else f"+ef_{args.ef}")
+    out += "" if args.ef == "both" else f"+ef_{args.ef}"
+    out += f"+small_{args.small_codec}" if args.small_codec else ""
+    return out + ("" if args.algo == "auto" else f"@{args.algo}")
 
 
 def report(paths) -> None:

@@ -110,6 +110,61 @@ def test_hook_error_feedback(dtype, parts):
     assert err_ef < err_plain * factor, (float(err_ef), float(err_plain))
 
 
+def test_hook_small_codec():
+    """small_codec: the bucket's 1-D parameters (biases, gains) go in an all-reduce of their
+    own with that codec, the matrices with the main codec, each exactly what allreduce
+    with its own ErrorFeedback gives on the packed gradients, within its codec's bound of
+    the fp64 average on the first call, bit-identical on all ranks; the state round-trips
+    and names the small codec."""
+    shapes = [(40, 50), (50,), (30, 20), (20,), (7,)]
+    params = [torch.zeros(s) for s in shapes]
+    n = sum(p.numel() for p in params)
+    big = [i for i, s in enumerate(shapes) if len(s) == 2]
+    small = [i for i, s in enumerate(shapes) if len(s) == 1]
+    codec, small_codec, steps = "nvfp4", "bf16", 3
+    x = [[rank_tensor(r, (n,), seed=10 + k) for r in range(N)] for k in range(steps)]
+
+    def pieces(flat, which):
+        parts = flat.split([p.numel() for p in params])
+        return torch.cat([parts[i] for i in which])
+
+    def body(comm):
+        hook = ddp_comm_hook(codec=codec, comm=comm, algo="two_shot", small_codec=small_codec)
+        ef = [cc.ErrorFeedback(), cc.ErrorFeedback()]
+        got, direct = [], []
+        for k in range(steps):
+            got.append(hook(None, Bucket(x[k][comm.rank].clone(), 0, params)).wait())
+            direct.append(torch.cat([
+                comm.allreduce(pieces(x[k][comm.rank], which), codec=c, algo="two_shot",
+                               op="avg", error_feedback=e)
+                for which, c, e in ((big, codec, ef[0]), (small, small_codec, ef[1]))]))
+        state = hook.state_dict()
+        with pytest.raises(cc.InvalidArgument, match="small_codec"):
+            ddp_comm_hook(codec=codec, comm=comm).load_state_dict(state)
+        again = ddp_comm_hook(codec=codec, comm=comm, algo="two_shot", small_codec=small_codec)
+        again.load_state_dict(state)
+        y = again(None, Bucket(x[0][comm.rank].clone(), 0, params)).wait()
+        z = hook(None, Bucket(x[0][comm.rank].clone(), 0, params)).wait()
+        return got, direct, state, torch.equal(y, z)
+
+    res = cc.run_inproc(N, body)
+    for got, direct, state, resumed in res:
+        assert all(torch.equal(torch.cat([pieces(g, big), pieces(g, small)]), d)
+                   for g, d in zip(got, direct)), "hook != two allreduces with EF"
+        assert set(state["error_feedback"]) == {0, (0, "small")}
+        assert state["small_codec"] == small_codec and resumed
+    for k in range(steps):
+        assert same_bits([r[0][k] for r in res])
+    first = res[0][0][0]
+    for which, c in ((big, codec), (small, small_codec)):
+        check_reduced(pieces(first, which), [pieces(p, which) for p in x[0]], c, "two_shot",
+                      op="avg", what=f"the {c} part")
+    with pytest.raises(cc.Unsupported, match="small_codec"):
+        ddp_comm_hook(codec="auto4", error_feedback=False, small_codec="bf16")
+    with pytest.raises(cc.InvalidArgument):
+        ddp_comm_hook(codec="nvfp4", small_codec="fp8_e4m3:g7")
+
+
 def test_hook_state_dict_round_trip():
     """A hook restored from state_dict continues bit-identically; a bucket whose size
     changed (DDP rebuilds buckets after the first step) gets a fresh residual."""
