@@ -10,6 +10,8 @@ three ways ccompress reaches an unmodified PyTorch script:
     $T perf/train_torchrun.py --mode fsdp --backend gloo                       # exact FSDP2
     $T perf/train_torchrun.py --mode tsr --tsr-rank 96 ...                     # TSR-Adam
     $T perf/train_torchrun.py --mode ddp_hook --codec nvfp4 --gift 32          # (a) + GIFT
+    $T perf/train_torchrun.py --mode ddp_hook --codec nvfp4 --ef worker        # (a), one residual
+    $T perf/train_torchrun.py --mode ddp_hook --codec nvfp4 --small-codec fp8_e4m3:g128 --algo two_shot
 
 (b) and (c) take their codec from the environment, as an unmodified script would. The
 options, learning-rate schedule, held-out loss and results file are examples/train_common's
