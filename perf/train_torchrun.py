@@ -11,6 +11,8 @@ three ways ccompress reaches an unmodified PyTorch script:
     $T perf/train_torchrun.py --mode tsr --tsr-rank 96 ...                     # TSR-Adam
     $T perf/train_torchrun.py --mode ddp_hook --codec nvfp4 --gift 32          # (a) + GIFT
     CCOMPRESS_CODEC=nvfp4 CCOMPRESS_ERROR_FEEDBACK=1 $T perf/train_torchrun.py --mode fsdp --backend ccompress --gift 32   # (c) + GIFT
+    $T perf/train_torchrun.py --mode ddp_hook --codec nvfp4 --ef worker        # (a), one residual
+    $T perf/train_torchrun.py --mode ddp_hook --codec nvfp4 --small-codec fp8_e4m3:g128 --algo two_shot
 
 (b) and (c) take their codec from the environment, as an unmodified script would. The
 options, learning-rate schedule, held-out loss and results file are examples/train_common's
@@ -63,6 +65,14 @@ def main() -> None:
     ap.add_argument("--gift-refresh", type=int, default=50, help="GIFT refresh_every")
     ap.add_argument("--gift-sketch", type=int, default=32, help="GIFT sketch (0: dense)")
     ap.add_argument("--gift-output", action="store_true", help="GIFT output_side")
+    ap.add_argument("--ef", choices=("both", "worker", "server"), default="both",
+                    help="--mode ddp_hook: the error-feedback residuals the hook keeps")
+    ap.add_argument("--algo", default="auto",
+                    help="--mode ddp_hook: the hook's schedule (auto picks one_shot for small "
+                         "buckets, which sends n-1 copies; two_shot sends the fewest bytes)")
+    ap.add_argument("--small-codec", default=None,
+                    help="--mode ddp_hook: codec of the biases' and norm gains' gradients "
+                         "(default: --codec)")
     args = ap.parse_args()
     import torch
     import torch.distributed as dist
@@ -109,7 +119,9 @@ def main() -> None:
         if args.mode == "ddp_hook":
             if args.gift:
                 gift = make_gift()
-            hook = cct.ddp_comm_hook(codec=args.codec, error_feedback=True, gift=gift)
+            hook = cct.ddp_comm_hook(codec=args.codec, gift=gift, small_codec=args.small_codec,
+                                     algo=args.algo,
+                                     error_feedback=True if args.ef == "both" else args.ef)
             net.register_comm_hook(state=None, hook=hook)
     if args.backend == "ccompress":
         pg = cct.compressed_group()
@@ -165,11 +177,26 @@ def main() -> None:
         tc.say(world, f"GIFT whitens {sum(gift.treated.values())} of {len(gift.layers)} "
                f"layers; {gift.memory_bytes() / 2**20:.2f} MiB of statistics and factors")
     tc.finish(world, args, dict(result, mode=args.mode, backend=args.backend, ranks=size,
-                                codec=codec + (f"+gift{args.gift}" if gift else ""),
+                                codec=codec + _variant(args),
                                 error_feedback=ef, replicas_identical=same,
                                 parameters=nparams, text=info, **extra,
                                 **({"tsr": tsr_report(args)} if args.mode == "tsr" else {})))
     dist.destroy_process_group()
+
+
+def _variant(args) -> str:
+    """What a run adds to its codec's name in the tables: GIFT's rank and its options
+    that differ from the defaults, the error-feedback residuals unless both, the codec of
+    the 1-D parameters when it is another, and the schedule unless auto."""
+    out = ""
+    if args.gift:
+        out += f"+gift{args.gift}" + "".join(
+            f"{tag}{val}" for tag, val, default in (
+                ("_refresh", args.gift_refresh, 50), ("_sketch", args.gift_sketch, 32))
+            if val != default) + ("_output" if args.gift_output else "")
+    out += "" if args.ef == "both" else f"+ef_{args.ef}"
+    out += f"+small_{args.small_codec}" if args.small_codec else ""
+    return out + ("" if args.algo == "auto" else f"@{args.algo}")
 
 
 def report(paths) -> None:

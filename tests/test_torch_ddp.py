@@ -42,6 +42,8 @@ def test_hook_averages_buckets(codec, dtype, async_op):
 def test_hook_errors():
     with pytest.raises(cc.InvalidArgument):
         ddp_comm_hook(codec="fp8_e4m3:g7")
+    with pytest.raises(cc.InvalidArgument, match="'worker' or 'server'"):
+        ddp_comm_hook(codec="hint8", error_feedback="both")
     with pytest.raises(cc.InvalidArgument, match="unknown algo"):
         ddp_comm_hook(codec="none", algo="butterfly")
     for codec, algo in (("auto8", "auto"), ("hint8", "ring"), ("hint8", "tree")):
@@ -62,18 +64,22 @@ def test_hook_errors():
     assert cc.run_inproc(2, body) == [True, True]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_hook_error_feedback(dtype):
+@pytest.mark.parametrize("dtype,parts", [(torch.float32, True), (torch.bfloat16, True),
+                                         (torch.float32, "worker"), (torch.float32, "server")])
+def test_hook_error_feedback(dtype, parts):
     """With error feedback the hook gives exactly what allreduce(error_feedback=ef) gives,
-    one ErrorFeedback per bucket; repeating a gradient, the mean of K results approaches
-    the exact average like 1/K (without feedback the same error repeats every step)."""
+    one ErrorFeedback per bucket, keeping the residuals ``parts`` names (True: both); the
+    first call (residuals zero) is within the codec's bound of the fp64 average; repeating
+    a gradient, the mean of K results approaches the exact average like 1/K with both
+    residuals (without feedback the same error repeats every step)."""
     codec, k, n = "fp8_e4m3:g128", 8, 3000
     x = [rank_tensor(r, (n,), dtype, seed=4) for r in range(N)]
+    keep = dict(worker=parts in (True, "worker"), server=parts in (True, "server"))
 
     def body(comm):
-        hook = ddp_comm_hook(codec=codec, comm=comm, algo="two_shot")
+        hook = ddp_comm_hook(codec=codec, comm=comm, algo="two_shot", error_feedback=parts)
         plain = ddp_comm_hook(codec=codec, comm=comm, algo="two_shot", error_feedback=False)
-        ef = [cc.ErrorFeedback(), cc.ErrorFeedback()]
+        ef = [cc.ErrorFeedback(**keep), cc.ErrorFeedback(**keep)]
         got, direct, without = [], [], []
         for _ in range(k):
             for i in range(2):  # two buckets, each with its own residual
@@ -88,15 +94,77 @@ def test_hook_error_feedback(dtype):
     for got, direct, _, saved in res:
         assert all(torch.equal(a, b) for a, b in zip(got, direct)), "hook != allreduce+EF"
         assert sorted(saved["error_feedback"]) == [0, 1]
+        kept = saved["error_feedback"][0]["state"]
+        assert (kept["worker"], kept["server"]) == (keep["worker"], keep["server"])
     for i in range(len(res[0][0])):
         assert same_bits([r[0][i] for r in res])
     ref = torch.stack(x).double().mean(0)
     check_reduced(res[0][2][0], x, codec, "two_shot", op="avg", what="without feedback")
+    check_reduced(res[0][0][0], x, codec, "two_shot", op="avg", what="first call with feedback")
     mean_ef = torch.stack(res[0][0][0::2]).double().mean(0)
     mean_plain = torch.stack(res[0][2]).double().mean(0)
     err_ef = (mean_ef - ref).norm() / ref.norm()
     err_plain = (mean_plain - ref).norm() / ref.norm()
-    assert err_ef < err_plain / 3, (float(err_ef), float(err_plain))
+    # Measured: both 0.13x, worker 0.32x, server 0.72x the error without feedback.
+    factor = {True: 1 / 3, "worker": 1 / 2, "server": 0.9}[parts]
+    assert err_ef < err_plain * factor, (float(err_ef), float(err_plain))
+
+
+def test_hook_small_codec():
+    """small_codec: the bucket's 1-D parameters (biases, gains) go in an all-reduce of their
+    own with that codec, the matrices with the main codec, each exactly what allreduce
+    with its own ErrorFeedback gives on the packed gradients, within its codec's bound of
+    the fp64 average on the first call, bit-identical on all ranks; the state round-trips
+    and names the small codec."""
+    shapes = [(40, 50), (50,), (30, 20), (20,), (7,)]
+    params = [torch.zeros(s) for s in shapes]
+    n = sum(p.numel() for p in params)
+    big = [i for i, s in enumerate(shapes) if len(s) == 2]
+    small = [i for i, s in enumerate(shapes) if len(s) == 1]
+    codec, small_codec, steps = "nvfp4", "bf16", 3
+    x = [[rank_tensor(r, (n,), seed=10 + k) for r in range(N)] for k in range(steps)]
+
+    def pieces(flat, which):
+        parts = flat.split([p.numel() for p in params])
+        return torch.cat([parts[i] for i in which])
+
+    def body(comm):
+        hook = ddp_comm_hook(codec=codec, comm=comm, algo="two_shot", small_codec=small_codec)
+        ef = [cc.ErrorFeedback(), cc.ErrorFeedback()]
+        got, direct = [], []
+        for k in range(steps):
+            got.append(hook(None, Bucket(x[k][comm.rank].clone(), 0, params)).wait())
+            direct.append(torch.cat([
+                comm.allreduce(pieces(x[k][comm.rank], which), codec=c, algo="two_shot",
+                               op="avg", error_feedback=e)
+                for which, c, e in ((big, codec, ef[0]), (small, small_codec, ef[1]))]))
+        state = hook.state_dict()
+        with pytest.raises(cc.InvalidArgument, match="small_codec"):
+            ddp_comm_hook(codec=codec, comm=comm).load_state_dict(state)
+        again = ddp_comm_hook(codec=codec, comm=comm, algo="two_shot", small_codec=small_codec)
+        buf = io.BytesIO()  # a checkpoint: the (index, "small") keys survive weights_only
+        torch.save(state, buf)
+        again.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
+        y = again(None, Bucket(x[0][comm.rank].clone(), 0, params)).wait()
+        z = hook(None, Bucket(x[0][comm.rank].clone(), 0, params)).wait()
+        return got, direct, state, torch.equal(y, z)
+
+    res = cc.run_inproc(N, body)
+    for got, direct, state, resumed in res:
+        assert all(torch.equal(torch.cat([pieces(g, big), pieces(g, small)]), d)
+                   for g, d in zip(got, direct)), "hook != two allreduces with EF"
+        assert set(state["error_feedback"]) == {0, (0, "small")}
+        assert state["small_codec"] == small_codec and resumed
+    for k in range(steps):
+        assert same_bits([r[0][k] for r in res])
+    first = res[0][0][0]
+    for which, c in ((big, codec), (small, small_codec)):
+        check_reduced(pieces(first, which), [pieces(p, which) for p in x[0]], c, "two_shot",
+                      op="avg", what=f"the {c} part")
+    with pytest.raises(cc.Unsupported, match="small_codec"):
+        ddp_comm_hook(codec="auto4", error_feedback=False, small_codec="bf16")
+    with pytest.raises(cc.InvalidArgument):
+        ddp_comm_hook(codec="nvfp4", small_codec="fp8_e4m3:g7")
 
 
 def test_hook_state_dict_round_trip():

@@ -47,10 +47,14 @@ def rank_tensor(rank, shape, dtype=torch.float32, seed=0):
 
 
 class Bucket:
-    """What DDP hands a hook: a flat gradient buffer and the bucket's index."""
+    """What DDP hands a hook: a flat gradient buffer, the bucket's index and (optional) the
+    parameters laid out back to back in the buffer."""
 
-    def __init__(self, buffer, index):
-        self._buffer, self._index = buffer, index
+    def __init__(self, buffer, index, params=()):
+        self._buffer, self._index, self._params = buffer, index, list(params)
+
+    def parameters(self):
+        return self._params
 
     def buffer(self):
         return self._buffer

@@ -10,7 +10,7 @@ and expects a ``torch.futures.Future`` that completes with the bucket averaged o
 ranks. The all-reduce runs in place on the bucket (float32, bfloat16 or float16), so every
 rank ends with bit-identical gradients.
 """
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 import torch
@@ -31,10 +31,10 @@ class CompressedAllreduceHook:
     :meth:`load_state_dict` checkpoint the residuals.
     """
 
-    def __init__(self, codec: Any = "fp8_e4m3:g128", error_feedback: bool = True,
+    def __init__(self, codec: Any = "fp8_e4m3:g128", error_feedback: Union[bool, str] = True,
                  comm: Optional[Communicator] = None, process_group: Any = None,
                  algo: str = "auto", async_op: Optional[bool] = None,
-                 gift: Any = None) -> None:
+                 gift: Any = None, small_codec: Optional[str] = None) -> None:
         if gift is not None and autocodec.is_auto(codec):
             raise _errors.Unsupported(f"GIFT needs a fixed codec (got {codec!r}): its "
                                       "selection measures that codec's round trip")
@@ -44,7 +44,15 @@ class CompressedAllreduceHook:
             raise _errors.InvalidArgument(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
         self.codec: str = codec
         self.algo = algo
-        self.error_feedback = bool(error_feedback) and codec != "none"
+        if small_codec is not None:
+            if gift is not None or autocodec.is_auto(codec):
+                raise _errors.Unsupported(
+                    "small_codec needs a fixed codec and no GIFT (got codec "
+                    f"{codec!r}{', gift' if gift is not None else ''})")
+            small_codec = Codec.parse(small_codec).name
+        self.small_codec: Optional[str] = small_codec
+        self.ef_parts = _ef_parts(error_feedback)
+        self.error_feedback = bool(self.ef_parts) and codec != "none"
         if self.error_feedback and (autocodec.is_auto(codec) or algo in ("ring", "tree")):
             raise _errors.Unsupported(
                 f"error feedback needs a fixed codec and the two_shot, one_shot or auto "
@@ -54,9 +62,10 @@ class CompressedAllreduceHook:
         self._comm: Optional[Communicator] = None
         self._group = process_group
         self._async = async_op
-        self._ef: Dict[int, Any] = {}
-        self._ef_numel: Dict[int, int] = {}
-        self._ef_layout: Dict[int, Any] = {}
+        # keyed by bucket index; (index, "small") for a small_codec part
+        self._ef: Dict[Any, Any] = {}
+        self._ef_numel: Dict[Any, int] = {}
+        self._ef_layout: Dict[Any, Any] = {}
         self.gift = gift
         if gift is not None:
             gift.attach(self.codec)
@@ -72,6 +81,8 @@ class CompressedAllreduceHook:
         kwargs: Dict[str, Any] = dict(codec=self.codec, algo=self.algo, op="avg")
         if self.gift is not None:
             return self._call_gift(comm, bucket, buf, kwargs)
+        if self.small_codec is not None:
+            return self._call_split(comm, bucket, buf)
         if self.error_feedback:
             kwargs["error_feedback"] = self._feedback(bucket.index(), buf.numel())
         if buf.is_cuda:
@@ -125,6 +136,41 @@ class CompressedAllreduceHook:
             fut.set_result(buf)
         return fut
 
+    def _call_split(self, comm: Communicator, bucket: dist.GradBucket,
+                     buf: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        """The bucket as two all-reduces: the gradients of its matrices (parameters of 2 or
+        more dimensions) with ``codec``, those of its biases and norm gains (fewer) with
+        ``small_codec``, each packed back to back, with a residual of its own (bucket
+        index, "small" for the second). Run in the calling thread."""
+        fut = torch.futures.Future(devices=[buf.device]) if buf.is_cuda else torch.futures.Future()
+        parts: Dict[bool, list] = {False: [], True: []}
+        at = 0
+        for p in bucket.parameters():
+            parts[p.dim() < 2].append(buf.narrow(0, at, p.numel()))
+            at += p.numel()
+        try:
+            if at != buf.numel():
+                raise _errors.Unsupported(
+                    f"a gradient bucket of {buf.numel()} elements holds parameters of {at}: "
+                    "small_codec needs DDP's dense back-to-back bucket layout")
+            for small, views in parts.items():
+                if not views:
+                    continue
+                codec = self.small_codec if small else self.codec
+                flat = torch.cat(views)
+                kwargs: Dict[str, Any] = dict(codec=codec, algo=self.algo, op="avg")
+                if self.error_feedback and codec != "none":
+                    key = (bucket.index(), "small") if small else bucket.index()
+                    kwargs["error_feedback"] = self._feedback(key, flat.numel())
+                _common.allreduce(comm, flat, out=flat, **kwargs)
+                for v, part in zip(views, flat.split([v.numel() for v in views])):
+                    v.copy_(part)
+        except Exception as e:  # DDP re-raises it from the future
+            fut.set_exception(e)
+        else:
+            fut.set_result(buf)
+        return fut
+
     # ---- state ----
     @property
     def comm(self) -> "Communicator":
@@ -133,12 +179,13 @@ class CompressedAllreduceHook:
             self._comm = _common.communicator_for(self._group, self._given)
         return self._comm
 
-    def _feedback(self, index: int, numel: int, layout: Any = None) -> Any:
+    def _feedback(self, index: Any, numel: int, layout: Any = None) -> Any:
         """The residual of bucket ``index``; a new one when DDP rebuilt its buckets (after
         the first iteration) and the bucket's size changed (with GIFT: or its layout, the
         (layer, shape) of each parameter, as the residual is in per-layer coordinates)."""
         if self._ef_numel.get(index) != numel or self._ef_layout.get(index) != layout:
-            self._ef[index] = ErrorFeedback()
+            self._ef[index] = ErrorFeedback(worker="worker" in self.ef_parts,
+                                            server="server" in self.ef_parts)
             self._ef_numel[index] = numel
             self._ef_layout[index] = layout
             saved = (self._pending_state or {}).pop(index, None)
@@ -175,6 +222,8 @@ class CompressedAllreduceHook:
             if self._ef_layout.get(i) is not None:
                 entry["layout"] = [[n, list(s)] for n, s in self._ef_layout[i]]
         out = {"codec": self.codec, "algo": self.algo, "error_feedback": ef}
+        if self.small_codec is not None:
+            out["small_codec"] = self.small_codec
         if self.gift is not None:
             out["gift"] = self.gift.state_dict()
         return out
@@ -186,6 +235,10 @@ class CompressedAllreduceHook:
             raise _errors.InvalidArgument(
                 f"this state was saved with codec {state.get('codec')!r}, but the hook uses "
                 f"{self.codec!r}; make a hook with the same codec")
+        if state.get("small_codec") != self.small_codec:
+            raise _errors.InvalidArgument(
+                f"this state was saved with small_codec {state.get('small_codec')!r}, but "
+                f"the hook uses {self.small_codec!r}; make a hook with the same one")
         if self.gift is not None:
             if state.get("gift") is None:
                 raise _errors.InvalidArgument("this state was saved by a hook without GIFT; "
@@ -197,16 +250,19 @@ class CompressedAllreduceHook:
         self._ef_layout.clear()
 
 
-def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
+def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: Union[bool, str] = True, *,
                   comm: Optional[Communicator] = None, process_group: Any = None,
                   algo: str = "auto", async_op: Optional[bool] = None,
-                  gift: Any = None) -> CompressedAllreduceHook:
+                  gift: Any = None, small_codec: Optional[str] = None) -> CompressedAllreduceHook:
     """A hook for ``DistributedDataParallel.register_comm_hook(state=None, hook=...)``.
 
     Args:
       codec: ccompress codec spec of the gradients on the wire (``"none"`` is exact).
       error_feedback: keep each bucket's compression error and add it to the next step's
-        gradients (one ``ccompress.ErrorFeedback`` per bucket; ignored for ``"none"``).
+        gradients (one ``ccompress.ErrorFeedback`` per bucket; ignored for ``"none"``):
+        ``True`` (both residuals), ``"worker"`` (only the residual of each rank's own
+        quantization), ``"server"`` (only that of the owner's re-quantization of the sum
+        in two_shot) or ``False``.
       comm: the ccompress communicator; by default derived from ``process_group`` on
         first use (torchrun: the group's gloo point-to-point; mpiexec: MPI; see
         ``ccompress.torch._common.communicator_for``). Its rank and size must match the
@@ -219,9 +275,25 @@ def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: bool = True, *,
         is whitened inside its bucket before the codec and mapped back after it, with the
         error feedback in whitened coordinates (``ccompress/torch/gift.py``). The bucket then
         runs in the calling thread (``async_op`` does not apply).
+      small_codec: the codec of the gradients of parameters with fewer than 2 dimensions
+        (biases, norm gains; ``"none"``: exact), sent in an all-reduce of their own next
+        to the matrices' (``codec``), each with its residual; None (default): one codec for
+        the whole bucket. Not with GIFT; the bucket runs in the calling thread.
     """
     return CompressedAllreduceHook(codec, error_feedback, comm, process_group, algo, async_op,
-                                   gift)
+                                   gift, small_codec)
+
+
+def _ef_parts(error_feedback: Any) -> tuple:
+    """The residuals an ``error_feedback`` argument keeps: () for off, ("worker",
+    "server") for ``True``, or the one it names."""
+    if isinstance(error_feedback, str):
+        parts = {"worker": ("worker",), "server": ("server",)}.get(error_feedback)
+        if parts is None:
+            raise _errors.InvalidArgument(
+                f"error_feedback={error_feedback!r}: use True, False, 'worker' or 'server'")
+        return parts
+    return ("worker", "server") if error_feedback else ()
 
 
 def _layout_of(saved: dict) -> Any:
