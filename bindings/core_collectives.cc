@@ -40,12 +40,9 @@ void bind_collectives(py::module_& m) {
       .def_property_readonly("name", &Transport::name)
       .def_property_readonly("bytes_sent", &Transport::bytes_sent)
       .def_property_readonly(
-          "default_slice_elems",
-          [](const Transport& t) {
-            return t.default_slice_elems() > 0 ? t.default_slice_elems() : kDefaultSliceElems;
-          },
+          "default_slice_elems", &Transport::default_slice_elems,
           "Elements per slice of a call that sets no slice_elems (before rounding up to the "
-          "codec's scale group): the transport's choice, else DEFAULT_SLICE_ELEMS.")
+          "codec's scale group): the transport's choice, DEFAULT_SLICE_ELEMS unless it says.")
       .def("barrier", &Transport::barrier, py::call_guard<py::gil_scoped_release>())
       .def(
           "_skip_calls",

@@ -51,8 +51,6 @@ struct CollectiveOptions {
   Codec intra_codec;
 };
 
-constexpr int64_t kDefaultSliceElems = 1 << 16;
-
 /// What a collective did, for reporting.
 struct CollectiveStats {
   Algo algo = Algo::Auto;    ///< the schedule that ran (never Auto)

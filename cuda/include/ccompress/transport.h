@@ -14,6 +14,9 @@
 
 namespace ccompress {
 
+/// Elements per pipelined slice when neither the call nor its transport chooses.
+constexpr int64_t kDefaultSliceElems = 1 << 16;
+
 using Request = int64_t;
 
 /// One transfer of a group posted to an OrderedTransport: a whole message to or from @p peer.
@@ -67,10 +70,10 @@ class CC_API Transport {
   /// Synchronises all ranks of the group.
   virtual void barrier() = 0;
   /// Elements per pipelined slice when a call does not choose (CollectiveOptions::slice_elems
-  /// == 0); 0: kDefaultSliceElems. A transport whose every message costs much CPU (MPI over
-  /// TCP) asks for longer slices, hence fewer messages. Every rank of a group must return the
-  /// same. The slice size never changes a result's bits, only how many messages carry it.
-  virtual int64_t default_slice_elems() const { return 0; }
+  /// == 0). A transport whose every message costs much CPU (MPI over TCP) asks for longer
+  /// slices, hence fewer messages. Every rank of a group must return the same. The slice
+  /// size never changes a result's bits, only how many messages carry it.
+  virtual int64_t default_slice_elems() const { return kDefaultSliceElems; }
   /// This transport's ordered interface for payload transfers, or nullptr when its
   /// transfers complete under host polling (isend/irecv/wait_some), as MPI and inproc do.
   /// Ordered transports still serve isend/irecv for the small host messages of the call

@@ -43,7 +43,6 @@ PlanContext make_context(Transport& t, int64_t n, DType dtype, const Codec& code
   ctx.dtype = dtype;
   ctx.codec = codec.bind(dtype);
   int64_t slice = opt.slice_elems > 0 ? opt.slice_elems : t.default_slice_elems();
-  if (slice <= 0) slice = kDefaultSliceElems;
   int64_t align = ctx.codec.align();
   if (opt.algo == Algo::Hier) {
     ctx.ranks_per_node = opt.ranks_per_node;
