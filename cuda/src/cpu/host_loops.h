@@ -76,16 +76,6 @@ inline void load_accumulate_body(const void* src, DType src_dtype, int64_t n, fl
   }
 }
 
-/// out[0, len) <- v, or with @p accumulate out += v (codecs::add_rn(out, v), the order of
-/// load_accumulate_body): how a family's decode emits a block it decoded into a buffer.
-inline void emit_block(const float* v, int64_t len, float* out, bool accumulate) {
-  if (!accumulate) {
-    if (len > 0) std::memcpy(out, v, static_cast<size_t>(len) * 4);
-    return;
-  }
-  for (int64_t i = 0; i < len; ++i) out[i] = codecs::add_rn(out[i], v[i]);
-}
-
 /// Walks n elements in groups: fn(group index, first element, length).
 template <class Fn>
 inline void for_each_group(int64_t n, int64_t group, Fn fn) {

@@ -159,8 +159,7 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   for (int64_t off = k * g; off < n; ++k, off += g) {
     const int64_t len = std::min<int64_t>(g, n - off);
     const float* v = y + off;
-    int32_t ga = 0;
-    for (int64_t i = 0; i < len; ++i) ga = std::max(ga, codecs::finite_abs_bits(v[i]));
+    const int32_t ga = cpu::finite_abs_max_host(v, len);
     uint32_t code = codecs::encode_group_scale(ga, Q::kQMax, s, sbits, sr);
     const float d = codecs::group_step(code, s, sbits);
     for (int64_t i = 0; i < sb; ++i) dst[lay.scales + k * sb + i] = uint8_t(code >> (8 * i));
@@ -213,7 +212,7 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool 
     if (len & 1) o[len - 1] = codecs::mul_rn(lut[in[len / 2] & 15u], d);
   }
   if (c.rotation > 0) rotate_run(out, out, n, c.rotation, c.random_signs, true);
-  if (accumulate) cpu::emit_block(out, n, dst, true);
+  if (accumulate) cpu::load_accumulate_body(out, DType::Float32, n, dst, false);
 }
 
 }  // namespace ccompress::cpu4

@@ -196,7 +196,7 @@ void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out, bool
     cpu::wht_normalized_host(v, v, blk.len);
     if (c.random_signs)
       for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(v[j], codecs::random_sign(j));
-    if (accumulate) cpu::emit_block(y, blk.len, out + blk.off, true);
+    if (accumulate) cpu::load_accumulate_body(y, DType::Float32, blk.len, out + blk.off, false);
   }
 }
 

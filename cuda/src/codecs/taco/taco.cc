@@ -159,7 +159,7 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool 
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::mul_rn(lut[q[j]], pair[1]);
     cpu::wht_normalized_host(v, v, blk.len);
     for (int32_t j = 0; j < blk.len; ++j) v[j] = codecs::div_rn(v[j], pair[0]);
-    if (accumulate) cpu::emit_block(y, blk.len, out + blk.off, true);
+    if (accumulate) cpu::load_accumulate_body(y, DType::Float32, blk.len, out + blk.off, false);
   }
 }
 
