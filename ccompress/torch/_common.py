@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -199,6 +199,34 @@ def check_tensor(x: Any, what: str) -> None:
     if x.dtype not in FLOAT_DTYPES:
         raise InvalidArgument(f"{what} has dtype {x.dtype}; ccompress reduces float32, "
                               "bfloat16 and float16 — cast first")
+
+
+def bucket_offsets(bucket: Any, what: str) -> List[Tuple[torch.Tensor, int]]:
+    """(parameter, offset of its gradient in the flat buffer) of each parameter of a DDP
+    bucket: DDP lays them out back to back in ``bucket.parameters()`` order. A layout that
+    does not add up raises Unsupported (``what`` names the feature that needs it)."""
+    out, at = [], 0
+    for p in bucket.parameters():
+        out.append((p, at))
+        at += p.numel()
+    n = bucket.buffer().numel()
+    if at != n:
+        raise Unsupported(f"a gradient bucket of {n} elements holds parameters of {at}: "
+                          f"{what} needs DDP's dense back-to-back bucket layout")
+    return out
+
+
+def run_now(buf: torch.Tensor, body: Any) -> "torch.futures.Future[torch.Tensor]":
+    """``body()`` now, in the calling thread, for a DDP hook: a Future completed with
+    ``buf`` (on ``buf``'s device for CUDA), or with ``body``'s error, which DDP re-raises."""
+    fut = torch.futures.Future(devices=[buf.device]) if buf.is_cuda else torch.futures.Future()
+    try:
+        body()
+    except Exception as e:  # DDP re-raises it from the future
+        fut.set_exception(e)
+    else:
+        fut.set_result(buf)
+    return fut
 
 
 def allreduce(comm: Communicator, x: torch.Tensor, out: Optional[torch.Tensor] = None,

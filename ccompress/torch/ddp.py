@@ -92,15 +92,9 @@ class CompressedAllreduceHook:
             fut = torch.futures.Future(devices=[buf.device])
             fut.set_result(buf)
             return fut
-        fut = torch.futures.Future()
         if not self._run_async(comm):
-            try:
-                _common.allreduce(comm, buf, out=buf, **kwargs)
-            except Exception as e:  # DDP re-raises it from the future
-                fut.set_exception(e)
-            else:
-                fut.set_result(buf)
-            return fut
+            return _common.run_now(buf, lambda: _common.allreduce(comm, buf, out=buf, **kwargs))
+        fut = torch.futures.Future()
         work = _common.allreduce(comm, buf, out=buf, async_op=True, **kwargs)
 
         def done(w) -> None:
@@ -120,8 +114,7 @@ class CompressedAllreduceHook:
         compressed all-reduce (error feedback in whitened coordinates), map them back. Run
         in the calling thread: a refresh step adds exact collectives of its own, which must
         not overlap the bucket's."""
-        fut = torch.futures.Future(devices=[buf.device]) if buf.is_cuda else torch.futures.Future()
-        try:
+        def body() -> None:
             layout = self.gift.layout(bucket)
             ef = (self._feedback(bucket.index(), buf.numel(), layout)
                   if self.error_feedback else None)
@@ -130,11 +123,8 @@ class CompressedAllreduceHook:
             treated = self.gift.to_wire(comm, bucket, ef)
             _common.allreduce(comm, buf, out=buf, **kwargs)
             self.gift.from_wire(bucket, treated)
-        except Exception as e:  # DDP re-raises it from the future
-            fut.set_exception(e)
-        else:
-            fut.set_result(buf)
-        return fut
+
+        return _common.run_now(buf, body)
 
     def _call_split(self, comm: Communicator, bucket: dist.GradBucket,
                      buf: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
@@ -142,17 +132,10 @@ class CompressedAllreduceHook:
         more dimensions) with ``codec``, those of its biases and norm gains (fewer) with
         ``small_codec``, each packed back to back, with a residual of its own (bucket
         index, "small" for the second). Run in the calling thread."""
-        fut = torch.futures.Future(devices=[buf.device]) if buf.is_cuda else torch.futures.Future()
-        parts: Dict[bool, list] = {False: [], True: []}
-        at = 0
-        for p in bucket.parameters():
-            parts[p.dim() < 2].append(buf.narrow(0, at, p.numel()))
-            at += p.numel()
-        try:
-            if at != buf.numel():
-                raise _errors.Unsupported(
-                    f"a gradient bucket of {buf.numel()} elements holds parameters of {at}: "
-                    "small_codec needs DDP's dense back-to-back bucket layout")
+        def body() -> None:
+            parts: Dict[bool, list] = {False: [], True: []}
+            for p, at in _common.bucket_offsets(bucket, "small_codec"):
+                parts[p.dim() < 2].append(buf.narrow(0, at, p.numel()))
             for small, views in parts.items():
                 if not views:
                     continue
@@ -165,11 +148,8 @@ class CompressedAllreduceHook:
                 _common.allreduce(comm, flat, out=flat, **kwargs)
                 for v, part in zip(views, flat.split([v.numel() for v in views])):
                     v.copy_(part)
-        except Exception as e:  # DDP re-raises it from the future
-            fut.set_exception(e)
-        else:
-            fut.set_result(buf)
-        return fut
+
+        return _common.run_now(buf, body)
 
     # ---- state ----
     @property

@@ -51,6 +51,7 @@ from .. import _errors
 from .. import gift as _gift
 from .._flat import allreduce_many
 from ..codec import Codec
+from ._common import bucket_offsets
 
 LayerChoice = Union[None, Iterable[str], Callable[[str, torch.nn.Module], bool]]
 
@@ -170,19 +171,12 @@ class GIFT:
         """Where the hooked weights' gradients lie in a DDP bucket's flat buffer. DDP lays
         the bucket's parameters out back to back in ``bucket.parameters()`` order; a layout
         that does not add up raises."""
-        buf = bucket.buffer()
-        out, at = [], 0
-        for p in bucket.parameters():
-            n = p.numel()
+        out = []
+        for p, at in bucket_offsets(bucket, "GIFT"):
             if id(p) in self._layer_of:
                 cols = p.shape[-1]
-                out.append(Place(self._layer_of[id(p)], (n // cols, cols), (cols, 1), at,
-                                 n // cols))
-            at += n
-        if at != buf.numel():
-            raise _errors.Unsupported(
-                f"a gradient bucket of {buf.numel()} elements holds parameters of {at}: GIFT "
-                "needs DDP's dense back-to-back bucket layout")
+                rows = p.numel() // cols
+                out.append(Place(self._layer_of[id(p)], (rows, cols), (cols, 1), at, rows))
         return out
 
     def to_wire(self, comm: Any, bucket: Any, feedback: Any = None) -> List["Place"]:
