@@ -278,17 +278,15 @@ def run(args: argparse.Namespace, g: Any) -> int:
         def measure_codec(comm: cc.Communicator, label: str, codec: str, algo: str) -> None:
             """The row of one codec, algo and communicator (hence slice size)."""
             y = np.empty(shape, dtype=x.dtype)
-            if kind == "allreduce" and algo == "hier":
-                fn = lambda: comm.allreduce(  # noqa: E731
-                    x, codec=codec, algo=algo, op=op, out=y, intra_codec=args.intra_codec,
-                    inter_algo=args.inter_algo)
-            elif kind == "allreduce":
-                fn = lambda: comm.allreduce(x, codec=codec, algo=algo, op=op, out=y)  # noqa: E731
+            hier = algo == "hier"  # the level options go with algo="hier" only
+            if kind == "allreduce":
+                kw = dict(intra_codec=args.intra_codec, inter_algo=args.inter_algo) if hier else {}
+                fn = lambda: comm.allreduce(x, codec=codec, algo=algo, op=op, out=y, **kw)  # noqa: E731
             elif kind == "reduce_scatter":
-                kw = dict(algo="hier", intra_codec=args.intra_codec) if algo == "hier" else {}
+                kw = dict(algo="hier", intra_codec=args.intra_codec) if hier else {}
                 fn = lambda: comm.reduce_scatter(x, codec=codec, op=op, out=y, **kw)  # noqa: E731
             else:
-                kw = dict(algo="hier") if algo == "hier" else {}
+                kw = dict(algo="hier") if hier else {}
                 fn = lambda: comm.allgather(x, codec=codec, out=y, **kw)  # noqa: E731
             fn()  # resolves auto and fills last_stats
             st = comm.last_stats

@@ -8,7 +8,8 @@ both ends (a full-duplex NIC per node), runs `ccompress-perf allreduce` under MP
 with one rank per namespace over TCP, reads the veth byte counters to prove the traffic
 crossed the links, and prints the speedup of every codec over `MPI_Allreduce` measured in the
 same run; with --overlap, also how much of the CPU time (measured on unlimited links first)
-the executor hides behind the transfers at each rate. Always removes what it created, and only ever addresses its own namespaces.
+the executor hides behind the transfers at each rate. Always removes what it created, and
+only ever addresses its own namespaces.
 Needs root, iproute2 (ip, tc) and the .venv from scripts/setup.sh.
 """
 from __future__ import annotations
@@ -43,7 +44,6 @@ def free_subnet() -> str:
             return f"10.213.{third}"
     raise RuntimeError("every 10.213.x.0/24 is in use on this host; remove stale "
                        "emulated_net bridges (ip link show type bridge)")
-
 
 
 def sh(*cmd: str, check: bool = True) -> str:
