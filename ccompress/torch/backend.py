@@ -94,6 +94,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         _LIVE.add(self)
         self._lock = threading.Lock()
         self._broken: Optional[str] = None
+        self._pending: List[torch.futures.Future] = []  # delegated, not yet seen complete
         self.feedback = BackwardFeedback()
         self.gift: Any = None  # use_gift
 
@@ -282,6 +283,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         return kw
 
     def _check_usable(self) -> None:
+        self._reap()
         if self._broken is not None:
             raise CCompressError(f"this ccompress process group is unusable: {self._broken}; "
                                  "destroy it and create a new one (all ranks)")
@@ -335,10 +337,28 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self._check_usable()
         work = call()
         try:
-            work.get_future().add_done_callback(self._watch)
+            fut = work.get_future()
         except Exception:  # noqa: BLE001 - a Work without a future: wait() reports errors
-            pass
+            return work
+        with self._lock:
+            self._pending.append(fut)
         return work
+
+    def _reap(self) -> None:
+        """Records the failure of any delegated collective that has completed since the last
+        call. Polled by the calling thread, never a callback on the future: gloo runs those
+        on its own threads, and one that needs the interpreter after the script ended
+        aborts the process ("terminate called without an active exception")."""
+        done: List[torch.futures.Future] = []
+        with self._lock:
+            pending, self._pending = self._pending, []
+            for fut in pending:
+                (done if fut.done() else self._pending).append(fut)
+        for fut in done:
+            try:
+                fut.wait()
+            except Exception as e:  # noqa: BLE001 - the caller sees it from wait()
+                self._fail(e)
 
     def shutdown(self) -> None:
         """What ``torch.distributed.destroy_process_group`` calls: ccompress's communicator
@@ -353,18 +373,13 @@ class CompressedProcessGroup(dist.ProcessGroup):
         with self._lock:
             if self._broken is None:
                 self._broken = "it was shut down (destroy_process_group)"
+            self._pending = []  # their tensors are freed here, by this thread
         _LIVE.discard(self)
         comm, pg, self._comm_pg = self._comm, self._comm_pg, None
         if comm is not None:  # kept: bytes_sent still reads it
             comm.close()
         if pg is not None:
             pg.shutdown()
-
-    def _watch(self, fut: torch.futures.Future) -> None:
-        try:
-            fut.wait()
-        except Exception as e:  # noqa: BLE001 - the caller sees it from wait()
-            self._fail(e)
 
 
 class _Async:
