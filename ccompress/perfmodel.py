@@ -10,8 +10,15 @@ where ``fill`` is one slice's kernel plus one slice's transfer (the pipeline's f
 stages cannot overlap) and ``latency`` counts the dependent message rounds times ``alpha``.
 A node of ``ranks_per_node`` ranks has its own (faster) link between its ranks; on a
 two-level system the inter-node link is shared by the node's ranks. Codec costs come from
-measured element rates (``encode``, ``decode`` in elements/s per rank), divided by the
-share of a core each rank gets when ranks outnumber cores.
+measured element rates (``encode``, ``decode`` in elements/s per rank).
+
+On a CPU system (``System.host``, a :class:`HostTransport`) moving bytes costs CPU too:
+the host's TCP stack and the MPI library per byte and per message, shared memory per byte
+inside a node, and TCP/IP framing on the wire. Codec and transport work compete for the
+same cores, so there ``C`` is a rank's whole CPU time divided by the share of a core it
+gets when ranks outnumber cores (``cores_per_rank``): a rank's time is bounded below by
+its CPU over its core share and by its wire time. GPU systems (NCCL over NVLink and
+InfiniBand: DMA engines and RDMA NICs move the bytes) have ``host=None`` and no such terms.
 
 All formulas are per rank and follow the schedules in cuda/src/collectives/.
 """
@@ -45,6 +52,28 @@ class CodecCost:
 
 
 @dataclass(frozen=True)
+class HostTransport:
+    """What a transport over the host's CPU costs (MPI over TCP sockets, shared memory
+    between the ranks of a node). Only for CPU systems: NCCL over NVLink / InfiniBand moves
+    bytes with DMA engines and RDMA NICs, so GPU systems leave ``System.host`` at None."""
+
+    tcp_per_byte: float          # s of CPU per byte a rank sends over TCP: its send and the
+                                 # receiver's receive (kernel copies, protocol, MPI library)
+    per_message: float           # s of CPU per message sent, both ends
+    shm_per_byte: float          # s of CPU per byte sent through shared memory, both ends
+    copy_per_byte: float = 0.0   # s of CPU per byte of a memcpy (MPI's node-level reduce and
+                                 # broadcast copy each byte into a shared buffer and out)
+    frame: float = 1514 / 1448   # wire bytes per payload byte: Ethernet + IPv4 + TCP headers
+                                 # (timestamps) around a 1448-byte segment at MTU 1500
+    source: str = ""
+
+    def cpu(self, tcp_bytes: float, shm_bytes: float, messages: float) -> float:
+        """Seconds of CPU a rank spends moving these bytes and messages."""
+        return tcp_bytes * self.tcp_per_byte + shm_bytes * self.shm_per_byte \
+            + messages * self.per_message
+
+
+@dataclass(frozen=True)
 class System:
     """Ranks, their links and how much compute a rank gets."""
 
@@ -55,12 +84,24 @@ class System:
     intra: Optional[Link] = None    # between the ranks of a node
     cores_per_rank: float = 1.0     # CPU runs with more ranks than cores get less than one
     reduce_rate: float = 2e9        # elements/s of the engine's own uncompressed reduction
-    slice_elems: int = 1 << 16
+    slice_elems: int = 1 << 16      # the transport's slice (MPI_SLICE_ELEMS over MPI)
+    host: Optional[HostTransport] = None  # CPU systems: what moving bytes costs the CPU
     notes: str = ""
 
     def compute_share(self) -> float:
         """Fraction of a (codec-rate) core each rank gets."""
         return min(1.0, self.cores_per_rank)
+
+    def link_bandwidth(self) -> float:
+        """Payload bytes/s of the link between nodes (framing taken off on a host TCP link)."""
+        return self.link.bandwidth / (self.host.frame if self.host else 1.0)
+
+    def transport_time(self, tcp_bytes: float, shm_bytes: float, messages: float) -> float:
+        """Wall seconds a rank's share of the cores needs for the transport's CPU work (0 on
+        a system without a host transport)."""
+        if self.host is None:
+            return 0.0
+        return self.host.cpu(tcp_bytes, shm_bytes, messages) / self.compute_share()
 
 
 def _bandwidth(system: System, pattern: str = "all_to_all") -> float:
@@ -70,15 +111,29 @@ def _bandwidth(system: System, pattern: str = "all_to_all") -> float:
     laid out node by node): one rank per node and direction crosses the node's link, the
     others talk over the intra-node link, so the slower of the two sets the pace."""
     p, g = system.ranks, system.ranks_per_node
+    link = system.link_bandwidth()
     if g <= 1 or system.intra is None:
-        return system.link.bandwidth
+        return link
     if pattern == "ring":
-        return min(system.link.bandwidth, system.intra.bandwidth) if p > g \
-            else system.intra.bandwidth
+        return min(link, system.intra.bandwidth) if p > g else system.intra.bandwidth
     inter_share = (p - g) / max(p - 1, 1)
-    t_inter = inter_share * g / system.link.bandwidth
+    t_inter = inter_share * g / link
     t_intra = (1 - inter_share) / system.intra.bandwidth
     return 1.0 / max(t_inter + t_intra, 1e-30)
+
+
+def _tcp_share(system: System, pattern: str) -> float:
+    """Share of a rank's bytes that crosses the node's link (the rest stays in shared
+    memory): all of it on one level; for ``all_to_all``, the (P - g) / (P - 1) of its peers
+    outside its node; for ``ring``, all of it for the busiest rank (a node's edge)."""
+    p, g = system.ranks, system.ranks_per_node
+    if g <= 1 or system.intra is None or pattern == "ring":
+        return 1.0 if p > g or system.intra is None else 0.0
+    return (p - g) / max(p - 1, 1)
+
+
+def _slices(n: float, slice_elems: int) -> int:
+    return max(1, math.ceil(n / slice_elems))
 
 
 def _alpha(system: System) -> float:
@@ -90,40 +145,48 @@ def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, 
     """Predicted seconds of one all-reduce of ``n`` elements (``codec`` applied, ``algo``)."""
     p = system.ranks
     w = codec.wire_per_element
-    bw = _bandwidth(system, "ring" if algo in ("ring", "tree") else "all_to_all")
+    pattern = "ring" if algo in ("ring", "tree") else "all_to_all"
+    bw = _bandwidth(system, pattern)
     share = system.compute_share()
     enc, dec = codec.encode * share, codec.decode * share
     if p == 1:
         return n / enc + n / dec
     chunk = n / p
+    per_chunk, per_tensor = _slices(chunk, system.slice_elems), _slices(n, system.slice_elems)
     if algo == "two_shot":
         sent = 2 * (p - 1) * chunk * w          # all-to-all out, then the owner's copies
         kernels = n / enc + n / dec + chunk / enc + n / dec
         rounds = 2
         messages = 4 * (p - 1)
+        sends = 2 * (p - 1) * per_chunk
     elif algo == "ring":
         sent = 2 * (p - 1) * chunk * w
         kernels = chunk / enc + (p - 1) * chunk * (1 / enc + 1 / dec) + (p - 1) * chunk / dec \
             + chunk / dec
         rounds = 2 * (p - 1)
         messages = 4 * (p - 1)
+        sends = 2 * (p - 1) * per_chunk
     elif algo == "one_shot":
         sent = (p - 1) * n * w
         kernels = n / enc + p * n / dec
         rounds = 1
         messages = 2 * (p - 1)
+        sends = (p - 1) * per_tensor
     elif algo == "tree":
         depth = max(1, math.ceil(math.log2(p + 1)) - 1)
         sent = 3 * n * w                        # an inner node: up once, down to two children
         kernels = n / enc + 2 * n / dec + n / enc + n / dec
         rounds = 2 * depth
         messages = 6
+        sends = 3 * per_tensor
     else:
         raise ValueError(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
     transfer = sent / bw
+    tcp = _tcp_share(system, pattern)
+    cpu = kernels + system.transport_time(tcp * sent, (1 - tcp) * sent, sends)
     slice_n = min(system.slice_elems, max(chunk, 1))
     fill = slice_n / enc + slice_n * w / bw
-    return max(transfer, kernels) + fill + rounds * _alpha(system) \
+    return max(transfer, cpu) + fill + rounds * _alpha(system) \
         + messages * system.link.per_message
 
 
@@ -157,30 +220,54 @@ def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
     enc, dec = codec.encode * share, codec.decode * share
     enc_i, dec_i = exact.encode * share, exact.decode * share
     w, w_i = codec.wire_per_element, exact.wire_per_element
-    inter = g * 2 * (nodes - 1) * n / p * w / system.link.bandwidth
-    inside = (g - 1) / g * n * (w_i + w) / system.intra.bandwidth
+    link = system.link_bandwidth()
+    inter_bytes = 2 * (nodes - 1) * n / p * w            # per rank, to and from other nodes
+    intra_bytes = (g - 1) / g * n * (w_i + w)           # to its collectors, results, forwards
+    inter = g * inter_bytes / link
+    inside = intra_bytes / system.intra.bandwidth
     kernels = n / enc_i + n / dec_i + (n / g + n / p) / enc + (n / g + n) / dec
+    per_chunk = _slices(n / p, system.slice_elems)
+    sends = (2 * (nodes - 1) + 2 * nodes * (g - 1)) * per_chunk
+    cpu = kernels + system.transport_time(inter_bytes, intra_bytes, sends)
     slice_n = min(system.slice_elems, max(n / p, 1))
-    fill = slice_n * (1 / enc_i + 1 / enc + w / system.link.bandwidth
-                      + w_i / system.intra.bandwidth)
+    fill = slice_n * (1 / enc_i + 1 / enc + w / link + w_i / system.intra.bandwidth)
     rounds = 3 * system.link.alpha + 2 * system.intra.alpha
     messages = (4 * (g - 1) + 2 * (nodes - 1) * 2) * system.link.per_message
-    return max(inter, inside, kernels) + fill + rounds + messages
+    return max(inter, inside, cpu) + fill + rounds + messages
 
 
 def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
     """The engine's uncompressed all-reduce, as NCCL picks it: the faster of a bandwidth-optimal
     ring (2(p-1)/p of the data each way, 2(p-1) latency rounds) and a pipelined binary tree
     (twice the data, 2 log2(p) rounds), with its reduction at ``reduce_rate``; on two levels
-    both are laid out node by node (one rank per node and direction on the node's link)."""
-    p = system.ranks
+    both are laid out node by node (one rank per node and direction on the node's link).
+
+    On a CPU system (``host``) it is MPI_Allreduce, whose steps block: a rank sends, waits
+    for its peer's data, reduces it, then starts the next step, so its transport CPU (the
+    2(p-1)/p of the data it sends) and its reduction add to the wire time instead of hiding
+    behind it. On two levels MPICH's is node-aware: a reduce to one rank of each node over
+    shared memory, the all-reduce of those ranks between the nodes, a broadcast inside each
+    node, one after the other."""
+    p, g = system.ranks, system.ranks_per_node
     if p == 1:
         return 0.0
+    if system.host is not None and g > 1 and system.intra is not None and p % g == 0:
+        share = system.compute_share()
+        leaders = replace(system, ranks=p // g, ranks_per_node=1, intra=None)
+        shm = (g - 1) * n * dtype_bytes               # into the leader, then back out
+        copies = 2 * 2 * shm * system.host.copy_per_byte / share  # in and out, both ways
+        inside = max(2 * shm / system.intra.bandwidth, copies) \
+            + (g - 1) * n / (system.reduce_rate * share)
+        return inside + baseline_time(leaders, n, dtype_bytes)
     bw = _bandwidth(system, "ring")
     add = (p - 1) / p * n / (system.reduce_rate * system.compute_share())
     ring = 2 * (p - 1) / p * n * dtype_bytes / bw + 2 * (p - 1) * _alpha(system)
     tree = 2 * n * dtype_bytes / bw + 2 * math.ceil(math.log2(p)) * _alpha(system)
-    return min(ring, tree) + add
+    sent = 2 * (p - 1) / p * n * dtype_bytes
+    tcp = _tcp_share(system, "ring")
+    steps = 2 * math.ceil(math.log2(p))  # reduce-scatter and all-gather, recursive halving
+    host = system.transport_time(tcp * sent, (1 - tcp) * sent, steps)
+    return min(ring, tree) + add + host
 
 
 def best(system: System, n: int, dtype_bytes: int, codecs: Iterable[CodecCost],
@@ -303,6 +390,12 @@ def gpu_codec(name: str, wire_per_element: float, copy_gbs: float = 3350 * 0.8,
 VALIDATION_ERROR = {0.5: 0.110, 1.0: 0.096, 2.5: 0.089, 10.0: 0.438}
 VALIDATION_ERROR_ALL = 0.107
 EMULATED_ALPHA = 50e-6  # s per dependent message round over the emulated TCP links
+MPI_SLICE_ELEMS = 1 << 18  # MpiTransport::kSliceElems (cuda/src/transport/mpi_transport.h)
+# The host transport of perf/emulated_net.py's runs (MPICH over TCP through veths and a
+# bridge, shared memory inside a node); how each figure was obtained: perf/RESULTS.md, "Cost
+# model with the host's transport CPU".
+EMULATED_HOST = HostTransport(tcp_per_byte=1.165e-9, per_message=32e-6,
+                              shm_per_byte=0.675e-9, copy_per_byte=0.095e-9, source="calibrated")
 
 
 def validation_error(gbit_rate: float) -> Optional[float]:
@@ -312,11 +405,18 @@ def validation_error(gbit_rate: float) -> Optional[float]:
     return VALIDATION_ERROR[near] if abs(math.log(near / gbit_rate)) <= math.log(2) else None
 
 
-def emulated_system(ranks: int, gbit_rate: float, cores: int) -> System:
-    """The system the model was validated on: one full-duplex link per rank at ``gbit_rate``
-    (alpha 50 us) and ``ranks`` ranks sharing ``cores`` cores."""
+def emulated_system(ranks: int, gbit_rate: float, cores: int, ranks_per_node: int = 1,
+                    intra_gbs: float = 4.0, reduce_rate: float = 2e9) -> System:
+    """The system the model was validated on (perf/emulated_net.py): ``ranks`` MPI ranks in
+    nodes of ``ranks_per_node``, each node's full-duplex link at ``gbit_rate`` (alpha 50 us)
+    shared by its ranks, shared memory at ``intra_gbs`` GB/s inside a node, all ranks sharing
+    ``cores`` cores, MPI's slice, the emulated host transport (EMULATED_HOST), and MPI's
+    reduction at ``reduce_rate`` elements/s (e.g. the ``none`` codec's decode-accumulate)."""
+    intra = Link(intra_gbs * 1e9, 5e-6) if ranks_per_node > 1 else None
     return System(f"{ranks} ranks, {gbit_rate:g} Gbit/s", ranks,
-                  Link(gbit(gbit_rate), EMULATED_ALPHA), cores_per_rank=cores / ranks)
+                  Link(gbit(gbit_rate), EMULATED_ALPHA), ranks_per_node, intra,
+                  cores_per_rank=cores / ranks, reduce_rate=reduce_rate,
+                  slice_elems=MPI_SLICE_ELEMS, host=EMULATED_HOST)
 
 
 def measure_codec_cost(spec: str, n: int = 1 << 22, reps: int = 3) -> CodecCost:

@@ -5,27 +5,29 @@ emulated two-level networks, then projected to GPU clusters.
     .venv/bin/python perf/hier_projection.py --emulated build/hier_emulated.json \
         --throughput build/codec_cpu.json --intra-gbs 4              # validation too
 
-Validation models an `emulated_net.py --ranks-per-node G` run as it was: each namespace's
-link at the tbf rate shared by its G ranks (alpha 50 us), shared memory between the ranks of
-a node at --intra-gbs GB/s, the ranks sharing this machine's cores at the single-thread codec
-rates of codec_throughput.py (its `none` row for the exact levels inside a node, when
-measured). hier rows are the one-plan schedule (two_shot between nodes, levels overlapped:
-perfmodel.hier_time). The projection puts 8 GPUs per node on NVLink 4 (450 GB/s each
+Validation (perf/model_report.py's, one function for both) models an `emulated_net.py
+--ranks-per-node G` run as it was: each namespace's link at the tbf rate shared by its G
+ranks (alpha 50 us), shared memory between the ranks of a node at --intra-gbs GB/s, the
+ranks sharing this machine's cores at the single-thread codec rates of codec_throughput.py
+(its `none` row for the exact levels inside a node), MPI's slice and the CPU the host
+transport costs (perfmodel.EMULATED_HOST). hier rows are the one-plan schedule (two_shot
+between nodes, levels overlapped: perfmodel.hier_time). The projection puts 8 GPUs per node on NVLink 4 (450 GB/s each
 way) and one 400 Gbit/s InfiniBand NIC per node, with GPU codec rates from the H100
 datasheet (marked: no GPU has measured them yet), against NCCL's uncompressed all-reduce
-(bf16, the faster of ring and tree).
+(bf16, the faster of ring and tree). GPU systems have no host-transport term (NCCL's
+bytes move by DMA and RDMA, not through the CPU).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import sys
 from dataclasses import replace
-from typing import Dict, List
 
 from ccompress import Codec, perfmodel as pm
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_report  # noqa: E402  (perf/model_report.py: the validation)
 
 WORKLOADS = {  # elements, bf16
     "DP bucket 25 MB": 25 * (1 << 20) // 2,
@@ -39,38 +41,6 @@ GPU_CODECS = ("fp8_e4m3:g128", "hint8", "nvfp4")
 # 512 ranks), so the projection compares the schedules whose error does not: two_shot (2)
 # and tree (log2 p + 1).
 ALGOS = ("two_shot", "tree")
-
-
-def validate(emulated: str, rates: Dict[str, pm.CodecCost], intra_gbs: float) -> List[float]:
-    errors = []
-    cores = os.cpu_count() or 1
-    print(f"# validation: emulated two-level runs (alpha {pm.EMULATED_ALPHA * 1e6:.0f} us, "
-          f"shared memory {intra_gbs:g} GB/s, {cores} cores shared by the ranks)")
-    print(f"{'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} {'model ms':>9} "
-          f"{'error':>7}")
-    for run in json.load(open(emulated)):
-        g = run.get("ranks_per_node", 1)
-        system = pm.System("emulated", run["ranks"], pm.Link(pm.gbit(run["rate_gbit"]),
-                                                              pm.EMULATED_ALPHA),
-                           g, pm.Link(intra_gbs * 1e9, 5e-6), cores_per_rank=cores / run["ranks"])
-        for r in run["rows"]:
-            n, dbytes = r["count"], r["size"] // max(r["count"], 1)
-            if r["codec"] == "MPI_Allreduce":
-                model = pm.baseline_time(system, n, dbytes)
-            elif Codec.parse(r["codec"]).name in rates:
-                cost = rates[Codec.parse(r["codec"]).name]
-                model = pm.hier_time(system, n, dbytes, cost, intra=rates.get("none")) \
-                    if r["algo"] == "hier" else pm.collective_time(system, n, dbytes, cost,
-                                                                   r["algo"])
-            else:
-                continue
-            measured = r["time_us"] / 1e6
-            errors.append(abs(model - measured) / measured)
-            print(f"{run['rate_gbit']:6.2f} {g:2d} {r['codec']:>14} {r['algo']:>9} "
-                  f"{measured * 1e3:11.1f} {model * 1e3:9.1f} {100 * (model - measured) / measured:+6.1f}%")
-    if errors:
-        print(f"# median |error| {100 * statistics.median(errors):.1f}% over {len(errors)} rows")
-    return errors
 
 
 def project() -> None:
@@ -101,12 +71,14 @@ def project() -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--emulated", help="JSON from perf/emulated_net.py --ranks-per-node G --json")
-    ap.add_argument("--throughput", help="JSON from perf/codec_throughput.py --json")
+    ap.add_argument("--throughput", action="append", default=[],
+                    help="JSON from perf/codec_throughput.py --json (repeatable)")
     ap.add_argument("--intra-gbs", type=float, default=4.0,
                     help="GB/s between the ranks of an emulated node (shared memory)")
     args = ap.parse_args(argv)
     if args.emulated and args.throughput:
-        validate(args.emulated, pm.load_codec_costs(args.throughput), args.intra_gbs)
+        model_report.validate([args.emulated], model_report.load_costs(args.throughput),
+                              args.intra_gbs)
     project()
     return 0
 

@@ -4,13 +4,28 @@ systems.
     .venv/bin/python perf/codec_throughput.py --json build/codec_cpu.json
     sudo .venv/bin/python perf/emulated_net.py --json build/emulated.json
     .venv/bin/python perf/model_report.py --emulated build/emulated.json \
-        --throughput build/codec_cpu.json [--plots perf/plots]
+        --throughput build/codec_cpu.json [--emulated MORE.json ...] [--plots perf/plots]
+    .venv/bin/python perf/model_report.py --throughput build/codec_cpu.json \
+        --calibrate "MPI_Allreduce=246.5,fp8_e4m3:g128=185.7,..." --tcp-cpu build/tcp_cpu.json
 
-The validation models the emulated network as it is: one link per rank at the tbf rate,
-alpha 50 us, and the ranks sharing this machine's cores (each rank gets cores/ranks of a
-core at the single-thread codec rates measured by codec_throughput.py). The projections use
-GPU codec rates derived from the H100 datasheet (marked as assumptions) until a GPU table
-is measured.
+The validation models every run as it was (perfmodel.emulated_system): the ranks in nodes of
+the run's ``ranks_per_node``, each node's link at the tbf rate, alpha 50 us, shared memory at
+--intra-gbs inside a node, the ranks sharing this machine's cores at the single-thread codec
+rates of codec_throughput.py (the first --throughput file that has a codec wins; ``none``'s
+decode-accumulate is MPI's reduction), MPI's slice and the host transport
+(perfmodel.EMULATED_HOST). It prints every row's error and the median and max |error|,
+separately for the rows inside the tbf burst (``in_burst``: a rank moved under 10 bursts per
+call, so part of its traffic passed at veth speed).
+
+--calibrate fits the host transport's CPU per TCP byte, the model's one free parameter, on
+unlimited-link times (ms, 4 ranks on one level, 64 MiB float32, two_shot: what
+``emulated_net.py --overlap`` prints first), least squares in relative error; the CPU per
+message comes from perf/tcp_cpu.py --mpi over TCP (--tcp-cpu), the CPU per byte through
+shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu) and the CPU per copied
+byte from the memcpy rate of the --throughput file. No validation row is used.
+
+The projections use GPU codec rates derived from the H100 datasheet (marked as assumptions)
+until a GPU table is measured.
 """
 from __future__ import annotations
 
@@ -19,42 +34,138 @@ import json
 import os
 import statistics
 import sys
-from typing import Dict, List
+from dataclasses import replace
+from typing import Dict, List, Optional
 
 from ccompress import Codec, perfmodel as pm
 
-EMULATED_ALPHA = 50e-6
+UNLIMITED_GBIT = 1e6  # "unlimited" links: the veths run at CPU speed, which the model's CPU term is
 
 
-def validate(emulated: str, rates: Dict[str, pm.CodecCost]) -> List[float]:
-    runs = json.load(open(emulated))
-    errors = []
-    print("# model validation against perf/emulated_net.py "
-          f"(alpha {EMULATED_ALPHA * 1e6:.0f} us, {os.cpu_count()} cores shared by the ranks)")
-    print(f"{'Gbit/s':>6} {'size':>10} {'codec':>16} {'algo':>9} {'measured ms':>11} "
+def load_costs(paths: List[str]) -> Dict[str, pm.CodecCost]:
+    """Codec costs from codec_throughput.py JSON files, the first file having a codec wins."""
+    costs: Dict[str, pm.CodecCost] = {}
+    for path in paths:
+        for name, cost in pm.load_codec_costs(path).items():
+            costs.setdefault(name, cost)
+    return costs
+
+
+def copy_per_byte(paths: List[str]) -> Optional[float]:
+    """CPU seconds per byte of a memcpy (one read and one write) at the rate of the first
+    --throughput file that has one."""
+    for path in paths:
+        for r in json.load(open(path)):
+            if r.get("memcpy_gbs"):
+                return 2 / (r["memcpy_gbs"] * 1e9)
+    return None
+
+
+def model_row(system: pm.System, codec: str, algo: str, n: int, dbytes: int,
+              costs: Dict[str, pm.CodecCost]) -> Optional[float]:
+    """The model's seconds for one measured row, None when a codec rate is missing."""
+    if codec == "MPI_Allreduce":
+        return pm.baseline_time(system, n, dbytes)
+    cost = costs.get(Codec.parse(codec).name)
+    if cost is None:
+        return None
+    if algo == "hier":
+        return pm.hier_time(system, n, dbytes, cost, intra=costs.get("none"))
+    return pm.collective_time(system, n, dbytes, cost, algo)
+
+
+def base_system(costs: Dict[str, pm.CodecCost], ranks: int, gbit: float, g: int,
+                intra_gbs: float, host: pm.HostTransport) -> pm.System:
+    none = costs.get("none")
+    system = pm.emulated_system(ranks, gbit, os.cpu_count() or 1, g, intra_gbs,
+                                none.decode if none else 2e9)
+    return replace(system, host=host)
+
+
+def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: float = 4.0,
+             host: pm.HostTransport = pm.EMULATED_HOST) -> List[dict]:
+    """One dict per measured row the model covers (rate, G, codec, algo, measured and model
+    seconds, signed error, in_burst), printed as a table with the median and max |error| of
+    the rows outside and inside the tbf burst."""
+    out = []
+    print(f"# model validation against perf/emulated_net.py (alpha {pm.EMULATED_ALPHA * 1e6:.0f} "
+          f"us, shared memory {intra_gbs:g} GB/s, {os.cpu_count()} cores shared by the ranks, "
+          f"host transport: {host.tcp_per_byte * 1e9:.3f} ns/TCP byte, "
+          f"{host.per_message * 1e6:.1f} us/message, {host.shm_per_byte * 1e9:.3f} ns/shm byte, "
+          f"{host.copy_per_byte * 1e9:.3f} ns/copied byte)")
+    print(f"{'file':>18} {'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} "
           f"{'model ms':>9} {'error':>7}")
-    for run in runs:
-        ranks = run["ranks"]
-        for r in run["rows"]:
-            system = pm.System("emulated", ranks, pm.Link(pm.gbit(run["rate_gbit"]), EMULATED_ALPHA),
-                               cores_per_rank=(os.cpu_count() or 1) / ranks)
-            n = r["count"]
-            dbytes = r["size"] // max(n, 1)
-            if r["codec"] == "MPI_Allreduce":
-                model = pm.baseline_time(system, n, dbytes)
-            elif Codec.parse(r["codec"]).name in rates:
-                cost = rates[Codec.parse(r["codec"]).name]
-                model = pm.collective_time(system, n, dbytes, cost, r["algo"])
-            else:
-                continue
-            measured = r["time_us"] / 1e6
-            err = (model - measured) / measured
-            errors.append(abs(err))
-            print(f"{run['rate_gbit']:6.2f} {r['size']:10d} {r['codec']:>16} {r['algo']:>9} "
-                  f"{measured * 1e3:11.2f} {model * 1e3:9.2f} {100 * err:+6.1f}%")
-    if errors:
-        print(f"# median |error| {100 * statistics.median(errors):.1f}% over {len(errors)} rows")
-    return errors
+    for path in emulated:
+        for run in json.load(open(path)):
+            g = run.get("ranks_per_node", 1)
+            system = base_system(costs, run["ranks"], run["rate_gbit"], g, intra_gbs, host)
+            burst = run.get("burst_bytes", 0)
+            for r in run["rows"]:
+                n, dbytes = r["count"], r["size"] // max(r["count"], 1)
+                model = model_row(system, r["codec"], r["algo"], n, dbytes, costs)
+                if model is None:
+                    continue
+                measured = r["time_us"] / 1e6
+                flag = r.get("in_burst")
+                if flag is None:  # the baseline's own row: the same rule on its own bytes
+                    flag = r["wire_bytes"] < 10 * burst
+                row = {"file": os.path.basename(path), "gbit": run["rate_gbit"], "g": g,
+                       "codec": r["codec"], "algo": r["algo"], "measured_s": measured,
+                       "model_s": model, "error": (model - measured) / measured,
+                       "in_burst": bool(flag)}
+                out.append(row)
+                print(f"{row['file']:>18} {row['gbit']:6.2f} {g:2d} {r['codec']:>14} "
+                      f"{r['algo']:>9} {measured * 1e3:11.1f} {model * 1e3:9.1f} "
+                      f"{100 * row['error']:+6.1f}%{'*' if flag else ''}")
+    summarize(out)
+    return out
+
+
+def summarize(rows: List[dict]) -> None:
+    for label, part in (("outside the burst", [r for r in rows if not r["in_burst"]]),
+                        ("inside the burst (*)", [r for r in rows if r["in_burst"]])):
+        if part:
+            errs = [abs(r["error"]) for r in part]
+            print(f"# {label}: median |error| {100 * statistics.median(errs):.1f}%, max "
+                  f"{100 * max(errs):.1f}% over {len(part)} rows")
+    for rate in sorted({r["gbit"] for r in rows}):
+        for label, part in (("outside the burst", [r for r in rows if not r["in_burst"]]),
+                            ("all rows", rows)):
+            errs = [abs(r["error"]) for r in part if r["gbit"] == rate]
+            if errs:
+                print(f"# {rate:g} Gbit/s, {label}: median |error| "
+                      f"{100 * statistics.median(errs):.1f}%, max {100 * max(errs):.1f}% over "
+                      f"{len(errs)} rows")
+
+
+def calibrate(spec: str, costs: Dict[str, pm.CodecCost], shm: float, per_message: float,
+              copy: float, ranks: int = 4, n: int = 16 << 20, algo: str = "two_shot") -> pm.HostTransport:
+    """The CPU per TCP byte that best explains unlimited-link times ``spec``
+    ("codec=ms,..."): the model is linear in it there (t = a + c * b per row), so the least
+    squares fit in relative error is closed-form. Prints each row's residual."""
+    measured = {}
+    for item in spec.split(","):
+        codec, ms = item.split("=")
+        measured[codec.strip()] = float(ms) / 1e3
+    zero = pm.HostTransport(0.0, per_message, shm, copy)
+    one = replace(zero, tcp_per_byte=1e-9)
+    rows = []
+    for codec, t in measured.items():
+        at = [model_row(base_system(costs, ranks, UNLIMITED_GBIT, 1, 4.0, h), codec, algo,
+                        n, 4, costs) for h in (zero, one)]
+        if at[0] is None:
+            raise SystemExit(f"no codec rate for {codec}: add a --throughput file that has it")
+        rows.append((codec, t, at[0], (at[1] - at[0]) / 1e-9))
+    c = sum(b / t * (t - a) / t for _, t, a, b in rows) / sum((b / t) ** 2 for _, t, _, b in rows)
+    host = replace(zero, tcp_per_byte=c, source="calibrated on unlimited links")
+    print(f"# calibration on unlimited links ({ranks} ranks, {n} float32, {algo}): "
+          f"{c * 1e9:.3f} ns of CPU per TCP byte; {per_message * 1e6:.1f} us per message and "
+          f"{shm * 1e9:.3f} ns per shared-memory byte (perf/tcp_cpu.py --mpi), "
+          f"{copy * 1e9:.3f} ns per copied byte (memcpy)")
+    for codec, t, a, b in rows:
+        print(f"#   {codec:>14}: measured {t * 1e3:7.1f} ms, model {(a + c * b) * 1e3:7.1f} ms "
+              f"({100 * (a + c * b - t) / t:+5.1f}%)")
+    return host
 
 
 # Message sizes (elements) of the projections: tensor-parallel activations (sequence 4096,
@@ -116,13 +227,34 @@ def project(plots: str | None) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--emulated", help="JSON from perf/emulated_net.py --json")
-    ap.add_argument("--throughput", help="JSON from perf/codec_throughput.py --json")
+    ap.add_argument("--emulated", action="append", default=[],
+                    help="JSON from perf/emulated_net.py --json (repeatable)")
+    ap.add_argument("--throughput", action="append", default=[],
+                    help="JSON from perf/codec_throughput.py --json (repeatable)")
+    ap.add_argument("--intra-gbs", type=float, default=4.0,
+                    help="GB/s between the ranks of an emulated node (shared memory)")
+    ap.add_argument("--calibrate", metavar="CODEC=MS,...",
+                    help="fit the CPU per TCP byte on these unlimited-link times, then "
+                         "validate with it (default: perfmodel.EMULATED_HOST)")
+    ap.add_argument("--tcp-cpu", help="JSON from perf/tcp_cpu.py --mpi --json over TCP: its "
+                                      "CPU per message")
+    ap.add_argument("--shm-cpu", help="JSON from perf/tcp_cpu.py --mpi --json in one host: its "
+                                      "CPU per byte through shared memory")
+    ap.add_argument("--no-projection", action="store_true", help="validation only")
     ap.add_argument("--plots", help="folder for projection plots (needs matplotlib)")
     args = ap.parse_args(argv)
-    if args.emulated and args.throughput:
-        validate(args.emulated, pm.load_codec_costs(args.throughput))
-    project(args.plots)
+    costs = load_costs(args.throughput)
+    host = pm.EMULATED_HOST
+    if args.calibrate:
+        per_message = json.load(open(args.tcp_cpu))["per_message_s"] if args.tcp_cpu \
+            else host.per_message
+        shm = json.load(open(args.shm_cpu))["per_byte_s"] if args.shm_cpu else host.shm_per_byte
+        host = calibrate(args.calibrate, costs, shm, per_message,
+                         copy_per_byte(args.throughput) or host.copy_per_byte)
+    if args.emulated and costs:
+        validate(args.emulated, costs, args.intra_gbs, host)
+    if not args.no_projection:
+        project(args.plots)
     return 0
 
 
