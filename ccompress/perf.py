@@ -306,7 +306,8 @@ def run(args: argparse.Namespace, g: Any) -> int:
     nwrong = sum(r["wrong"] or 0 for r in rows)
     model_rows: List[Dict[str, Any]] = []
     if main and kind == "allreduce" and args.link_gbps and rows:
-        model_rows = model_table(rows, args.link_gbps, P, esize, say)
+        model_rows = model_table(rows, args.link_gbps, P, esize, say,
+                                 g.comm.ranks_per_node or 1)
     say(f"# {len(rows)} rows, {nwrong} wrong, {time.time() - t_start:.1f} s")
     if main and args.json:
         with open(args.json, "w") as f:
@@ -320,42 +321,57 @@ def run(args: argparse.Namespace, g: Any) -> int:
 
 
 def model_table(rows: List[Dict[str, Any]], rates: List[float], P: int, esize: int,
-                say: Callable[[str], None]) -> List[Dict[str, Any]]:
+                say: Callable[[str], None], ranks_per_node: int = 1) -> List[Dict[str, Any]]:
     """Prints (and returns) the cost model's time of the largest measured size over links of
     each rate in ``rates`` (Gbit/s), for every measured codec and algorithm next to the
-    model's MPI_Allreduce, with codec rates measured here. Model, not measurement."""
+    model's MPI_Allreduce, with codec rates measured here: the system of the model's
+    validation (perfmodel.emulated_system: MPI over TCP, nodes of ``ranks_per_node`` ranks,
+    the host transport's CPU), and the error the model had there at the validated rate
+    nearest each one (perfmodel.validation_error). Model, not measurement."""
     from . import perfmodel as pm
 
     S = max(r["size"] for r in rows)
     count = S // esize
     cores = os.cpu_count() or 1
-    say(f"# MODEL, not measured: {P} ranks, one full-duplex link per rank at each rate (alpha "
-        f"{pm.EMULATED_ALPHA * 1e6:.0f} us), the ranks sharing {cores} cores, codec rates "
-        "measured now on one thread; the model's median |error| against emulated links "
-        f"(perf/RESULTS.md) is {100 * pm.VALIDATION_ERROR_ALL:.1f}% over 0.5-10 Gbit/s")
+    g = ranks_per_node if ranks_per_node > 1 and P % ranks_per_node == 0 else 1
+    say(f"# MODEL, not measured: {P} ranks in nodes of {g}, each node's full-duplex link at "
+        f"each rate (alpha {pm.EMULATED_ALPHA * 1e6:.0f} us), MPI over TCP (the host "
+        f"transport's CPU: perfmodel.EMULATED_HOST), the ranks sharing {cores} cores, codec "
+        "rates measured now on one thread; model err: the model's median (max) |error| "
+        f"against the emulated runs at that rate ({pm.VALIDATION_SOURCE})")
     say(f"# model   Gbit/s {'size':>11} {'codec':>18} {'algo':>13} {'time(us)':>11} "
-        f"{'vs MPI':>7} {'model err':>9}")
+        f"{'vs MPI':>7} {'model err':>13}")
     costs: Dict[str, Any] = {}
+
+    def cost(spec: str) -> Any:
+        if spec not in costs:
+            costs[spec] = pm.measure_codec_cost(spec, min(count, 1 << 22))
+        return costs[spec]
+
+    reduce_rate = cost("none").decode  # MPI's own reduction: a float32 add pass
     out: List[Dict[str, Any]] = []
     for rate in rates:
-        system = pm.emulated_system(P, rate, cores)
+        system = pm.emulated_system(P, rate, cores, g, reduce_rate=reduce_rate)
         base = pm.baseline_time(system, count, esize)
         err = pm.validation_error(rate)
-        err_s = f"{100 * err:.0f}%" if err is not None else "untested"
+        worst = pm.validation_error(rate, worst=True)
+        err_s = f"{100 * err:.0f}% ({100 * worst:.0f}%)" if err is not None else "untested"
         say(f"# model {rate:8g} {S:>11} {BASELINE['allreduce']:>18} {'-':>13} "
-            f"{base * 1e6:11.1f} {'1.00x':>7} {err_s:>9}")
+            f"{base * 1e6:11.1f} {'1.00x':>7} {err_s:>13}")
         for r in rows:
-            if r["size"] != S or r["codec"] == BASELINE["allreduce"] or r["algo"] == "hier":
-                continue  # (the model has no hierarchical schedule yet)
+            if r["size"] != S or r["codec"] == BASELINE["allreduce"]:
+                continue
             algo = r["algo"].split(":")[-1]
-            if r["codec"] not in costs:
-                costs[r["codec"]] = pm.measure_codec_cost(r["codec"], min(count, 1 << 22))
-            t = pm.collective_time(system, count, esize, costs[r["codec"]], algo)
+            if algo == "hier" and g == 1:
+                continue  # no nodes to model
+            c = cost(r["codec"])
+            t = pm.hier_time(system, count, esize, c, intra=cost("none")) if algo == "hier" \
+                else pm.collective_time(system, count, esize, c, algo)
             out.append({"gbit": rate, "size": S, "codec": r["codec"], "algo": algo,
                         "model_time_us": t * 1e6, "model_baseline_us": base * 1e6,
-                        "model_error": err})
+                        "model_error": err, "model_error_max": worst})
             say(f"# model {rate:8g} {S:>11} {r['codec']:>18} {algo:>13} {t * 1e6:11.1f} "
-                f"{base / t:6.2f}x {err_s:>9}")
+                f"{base / t:6.2f}x {err_s:>13}")
     return out
 
 

@@ -102,3 +102,140 @@ def test_algo_model_feeds_auto_on_every_rank():
         np.testing.assert_array_equal(y, res[0][0])
     with pytest.raises(cc.InvalidArgument, match="AlgoModel"):
         cc.Communicator.inproc(2, model="fast")
+
+
+# The host transport's terms (CPU systems: MPI over TCP, shared memory inside a node), each
+# on a case computed by hand.
+HOST = pm.HostTransport(tcp_per_byte=1e-9, per_message=10e-6, shm_per_byte=0.5e-9,
+                        copy_per_byte=0.25e-9, frame=1.0)
+
+
+def host_system(ranks=4, gbit=1e6, g=1, cores=2, host=HOST, intra_gbs=1e6):
+    intra = pm.Link(intra_gbs * 1e9, 0.0, per_message=0.0) if g > 1 else None
+    return pm.System("h", ranks, pm.Link(pm.gbit(gbit), 0.0, per_message=0.0), g, intra,
+                     cores_per_rank=cores / ranks, reduce_rate=1e9, slice_elems=1 << 18,
+                     host=host)
+
+
+def test_host_transport_cpu_counts_bytes_messages_and_shared_memory():
+    # 1 MB over TCP at 1 ns, 2 MB through shared memory at 0.5 ns, 5 messages at 10 us
+    assert HOST.cpu(1e6, 2e6, 5) == pytest.approx(1e-3 + 1e-3 + 50e-6)
+    # a rank with half a core needs twice that long for it
+    assert host_system().transport_time(1e6, 2e6, 5) == pytest.approx(2 * 2.05e-3)
+    assert system().transport_time(1e6, 2e6, 5) == 0.0  # no host transport: no term
+
+
+def test_framing_takes_the_headers_off_the_link():
+    # TCP/IP over Ethernet: 1448 payload bytes in a 1514-byte frame; a transfer-bound
+    # two_shot (free kernels and CPU) moves 2 (p-1)/p n payload bytes at 1448/1514 of the rate.
+    free = pm.HostTransport(0.0, 0.0, 0.0)
+    s = host_system(gbit=1, host=free)
+    n = 1 << 20
+    c = pm.CodecCost("x", 1.0, float("inf"), float("inf"))
+    bw = pm.gbit(1) * 1448 / 1514
+    assert s.link_bandwidth() == pytest.approx(bw)
+    assert pm.collective_time(s, n, 4, c, "two_shot") == pytest.approx(
+        2 * 3 / 4 * n / bw + (1 << 18) / bw)
+
+
+def test_cpu_bound_rank_pays_codec_and_transport_over_its_core_share():
+    # 4 ranks on 2 cores (half a core each), a link too fast to matter, 1 byte per element,
+    # encode and decode at 1e9 elements/s on a whole core. n = 2^20: each chunk is 2^18
+    # elements, one MPI slice, so a rank sends 2 (p-1) = 6 messages of 2^18 bytes.
+    n, k = 1 << 20, 1 << 18
+    c = pm.CodecCost("x", 1.0, 1e9, 1e9)
+    kernels = (n + n + k + n) / 1e9                  # encode, decode, re-encode, decode
+    transport = 6 * k * 1e-9 + 6 * 10e-6             # 6 * 2^18 bytes over TCP, 6 messages
+    fill = k / 0.5e9                                 # one slice's encode at half a core
+    t = pm.collective_time(host_system(), n, 4, c, "two_shot")
+    assert t == pytest.approx((kernels + transport) / 0.5 + fill, rel=1e-6)
+
+
+def test_mpi_allreduce_on_a_host_adds_its_cpu_to_the_wire():
+    # MPI_Allreduce's steps block: ring bytes on the wire (2 (p-1)/p n 4 bytes at 1 Gbit/s),
+    # then its reduction ((p-1)/p n at 1e9/s on half a core) and its TCP CPU (the same
+    # bytes at 1 ns, 2 log2 p = 4 messages) on half a core, one after the other.
+    n = 1 << 20
+    sent = 2 * 3 / 4 * n * 4
+    expect = sent / pm.gbit(1) + 3 / 4 * n / 0.5e9 + (sent * 1e-9 + 4 * 10e-6) / 0.5
+    assert pm.baseline_time(host_system(gbit=1), n, 4) == pytest.approx(expect)
+
+
+def test_mpi_allreduce_on_two_levels_is_node_aware():
+    # 2 nodes x 2 ranks: a reduce into one rank per node (n 4 bytes copied in and out of
+    # shared memory: 4 copies at 0.25 ns a byte, half a core) plus its sum (n at 1e9/s,
+    # half a core), the 2 leaders' all-reduce over TCP (n 4 bytes each way at 1 Gbit/s, then
+    # its sum and TCP CPU), and the broadcast back.
+    n = 1 << 20
+    b = n * 4
+    inside = 4 * b * 0.25e-9 / 0.5 + n / 0.5e9
+    leaders = b / pm.gbit(1) + n / 2 / 0.5e9 + (b * 1e-9 + 2 * 10e-6) / 0.5
+    assert pm.baseline_time(host_system(gbit=1, g=2), n, 4) == pytest.approx(inside + leaders)
+
+
+def test_hier_cpu_bound_counts_tcp_between_and_shared_memory_inside():
+    # 2 nodes x 2 ranks, links too fast to matter, 1 byte per element between nodes, the
+    # exact level inside (4 bytes, copies at 2e9/s). Per rank: 2 (nodes-1) n/p bytes over
+    # TCP, (g-1)/g n (4 + 1) bytes through shared memory, 2 (nodes-1) + 2 nodes (g-1) = 6
+    # messages per slice of a chunk (one slice here).
+    n, g, p = 1 << 20, 2, 4
+    c = pm.CodecCost("x", 1.0, 1e9, 1e9)
+    exact = pm.CodecCost("none", 4.0, 2e9, 2e9)
+    kernels = n / 2e9 + n / 2e9 + (n / g + n / p) / 1e9 + (n / g + n) / 1e9
+    transport = 2 * n / p * 1e-9 + n / 2 * 5 * 0.5e-9 + 6 * 10e-6
+    fill = (1 << 18) * (1 / 1e9 + 1 / 0.5e9)         # one slice's encodes, half a core
+    t = pm.hier_time(host_system(g=g), n, 4, c, intra=exact)
+    assert t == pytest.approx((kernels + transport) / 0.5 + fill, rel=1e-3)
+
+
+def test_gpu_systems_have_no_host_transport_and_emulated_ones_mpis_slice():
+    assert all(s.host is None for s in pm.SYSTEMS.values())
+    e = pm.emulated_system(4, 1.0, 2, ranks_per_node=2)
+    assert e.host is pm.EMULATED_HOST and e.slice_elems == pm.MPI_SLICE_ELEMS
+    assert e.cores_per_rank == 0.5 and e.intra is not None
+    # the model's MPI slice is the transport's (cuda/src/transport/mpi_transport.h)
+    import pathlib
+    import re
+
+    header = pathlib.Path(__file__).parents[1] / "cuda/src/transport/mpi_transport.h"
+    shift = re.search(r"kSliceElems = int64_t\(1\) << (\d+);", header.read_text())
+    assert shift and pm.MPI_SLICE_ELEMS == 1 << int(shift.group(1))
+
+
+def _model_report():
+    import importlib
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "perf"))
+    return importlib.import_module("model_report")
+
+
+def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_error(
+        tmp_path, capsys):
+    import json
+
+    mr = _model_report()
+    costs = {"none": pm.CodecCost("none", 4.0, 2e9, 1.5e9),
+             "fp8_e4m3:g128": pm.CodecCost("fp8_e4m3:g128", 1.03, 1.4e9, 1.2e9)}
+    truth = pm.HostTransport(1.7e-9, 30e-6, 0.7e-9, 0.1e-9)
+    n = 16 << 20
+
+    def unlimited(codec):
+        s = mr.base_system(costs, 4, mr.UNLIMITED_GBIT, 1, 4.0, truth)
+        return mr.model_row(s, codec, "two_shot", n, 4, costs)
+
+    spec = ",".join(f"{c}={unlimited(c) * 1e3!r}" for c in ("MPI_Allreduce", "fp8_e4m3:g128"))
+    got = mr.calibrate(spec, costs, truth.shm_per_byte, truth.per_message, truth.copy_per_byte)
+    assert got.tcp_per_byte == pytest.approx(truth.tcp_per_byte, rel=1e-9)
+    # a run measured 10% slower than the model: validation says -9.1% (model under)
+    s1 = mr.base_system(costs, 4, 1.0, 1, 4.0, truth)
+    t = mr.model_row(s1, "fp8_e4m3:g128", "two_shot", n, 4, costs)
+    run = [{"rate_gbit": 1.0, "ranks": 4, "ranks_per_node": 1, "burst_bytes": 10**6,
+            "rows": [{"count": n, "size": 4 * n, "codec": "fp8_e4m3:g128", "algo": "two_shot",
+                      "time_us": 1.1 * t * 1e6, "wire_bytes": 26 * 10**6, "in_burst": False}]}]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    rows = mr.validate([str(path)], costs, 4.0, truth)
+    assert [round(r["error"], 4) for r in rows] == [round(1 / 1.1 - 1, 4)]
+    assert "outside the burst: median |error| 9.1%" in capsys.readouterr().out
