@@ -30,13 +30,9 @@ import subprocess
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ccompress.perf import parse_size
+
 CLONE_NEWNET = 0x40000000
-
-
-def parse_size(text: str) -> int:
-    """'64M' -> 67108864 (K/M/G: powers of 1024)."""
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
-    return int(float(text.rstrip("KMGkmg")) * scale)
 
 
 def cpu_seconds() -> float:
