@@ -25,7 +25,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
+
+from ccompress.perf import parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -69,7 +71,7 @@ class Network:
             signal.signal(sig, lambda *_: sys.exit(130))
 
     def create(self) -> None:
-        subnet = free_subnet()
+        self.subnet = subnet = free_subnet()
         sh("ip", "link", "add", self.bridge, "type", "bridge")
         self.created.append(["ip", "link", "del", self.bridge])
         sh("ip", "addr", "add", f"{subnet}.254/24", "dev", self.bridge)
@@ -85,15 +87,23 @@ class Network:
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
 
-    def limit(self, gbit: float) -> int:
-        """tbf at `gbit` on both ends of every veth; returns the burst in bytes, which must be at
-        least rate/HZ (docs/measuring.md) for the rate to hold."""
-        burst = burst_bytes(gbit)
+    def devices(self):
+        """(command prefix, device) of both ends of every veth."""
         for ns, veth in zip(self.ns, self.veth):
-            for prefix, dev in (([], veth), (["ip", "netns", "exec", ns], "eth0")):
-                sh(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
-                   "rate", f"{gbit}gbit", "burst", str(burst), "latency", "100ms")
-        return burst
+            yield [], veth
+            yield ["ip", "netns", "exec", ns], "eth0"
+
+    def limit(self, gbit: float, burst: int, latency_ms: float) -> None:
+        """tbf at `gbit` on both ends of every veth: a bucket of `burst` bytes (what passes at
+        veth speed after an idle spell) and a queue of `latency_ms` at the rate."""
+        for prefix, dev in self.devices():
+            sh(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+               "rate", f"{gbit}gbit", "burst", str(burst), "latency", f"{latency_ms}ms")
+
+    def unlimit(self) -> None:
+        """Back to the veths' own speed (no root qdisc of ours)."""
+        for prefix, dev in self.devices():
+            sh(*prefix, "tc", "qdisc", "del", "dev", dev, "root", check=False)
 
     def counters(self) -> Dict[str, int]:
         total = {"tx": 0, "rx": 0}
@@ -108,9 +118,28 @@ class Network:
             subprocess.run(self.created.pop(), capture_output=True)
 
 
-def burst_bytes(gbit: float) -> int:
-    """The tbf bucket: twice rate/HZ for HZ = 250, at least 256 KiB."""
+def old_burst_bytes(gbit: float) -> int:
+    """The bucket of the earlier runs: twice rate/HZ for HZ = 250, at least 256 KiB (10 MB at
+    10 Gbit/s, more than a 64 MiB call moves per rank in some rows)."""
     return max(256 * 1024, int(gbit * 1e9 / 8 / 250) * 2)
+
+
+# The tbf setting the runs use, BURST/LATENCY_MS (validated by perf/shaper_check.py; see the
+# module docstring).
+TBF = "128k/5"
+
+
+def tbf_setting(text: str, gbit: float) -> Tuple[int, float]:
+    """``BURST/LATENCY_MS`` (``128k/5``: a 128 KiB bucket, a queue of 5 ms at the rate) or
+    ``old`` (:func:`old_burst_bytes`, 100 ms) -> (burst bytes, latency ms)."""
+    if text == "old":
+        return old_burst_bytes(gbit), 100.0
+    try:
+        burst, latency = text.split("/")
+        return parse_size(burst), float(latency)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(
+            f"bad tbf setting {text!r}; use BURST/LATENCY_MS, e.g. 128k/5, or old") from None
 
 
 # A rank whose traffic per call is W bytes gets the first `burst` of them through at veth
@@ -198,6 +227,8 @@ def main(argv=None) -> int:
                     help="MPI ranks in each namespace: shared memory inside it, the "
                          "rate-limited link to the others")
     ap.add_argument("--rates", default="0.5,1,2.5", help="Gbit/s per link, comma separated")
+    ap.add_argument("--tbf", default=TBF, type=lambda t: tbf_setting(t, 1.0) and t,
+                    help=f"the shaper, BURST/LATENCY_MS or 'old' (default {TBF})")
     ap.add_argument("--json", help="write every row, with rate and link counters, here")
     ap.add_argument("--overlap", action="store_true",
                     help="also run on unlimited links first and print, per rate, how much "
@@ -229,8 +260,10 @@ def main(argv=None) -> int:
                            f"{'t_cpu(ms)':>10} {'t_wire(ms)':>10} {'t(ms)':>10} "
                            f"{'serial':>10} {'overlap':>10} {'hidden':>7}")
         for gbit in [float(r) for r in args.rates.split(",")]:
-            burst = net.limit(gbit)
-            lines.append(f"# {gbit} Gbit/s: tbf burst {burst} bytes on both ends of every veth")
+            burst, latency_ms = tbf_setting(args.tbf, gbit)
+            net.limit(gbit, burst, latency_ms)
+            lines.append(f"# {gbit} Gbit/s: tbf burst {burst} bytes, latency {latency_ms} ms, "
+                         "on both ends of every veth")
             before = net.counters()
             start = time.monotonic()
             jpath = os.path.join(tmp, f"rate{gbit}.json")
@@ -257,7 +290,8 @@ def main(argv=None) -> int:
                 r["rate_gbit"] = gbit
             all_rows.append({"rate_gbit": gbit, "ranks": run["ranks"], "nodes": net.ranks,
                              "ranks_per_node": args.ranks_per_node, "link_bytes": moved,
-                             "reported_bytes": reported, "burst_bytes": burst, "rows": rows})
+                             "reported_bytes": reported, "burst_bytes": burst,
+                             "latency_ms": latency_ms, "rows": rows})
     lines.append(f"# * a rank moved less than {BURST_MULTIPLE}x the tbf burst per call (its own "
                  "or the baseline's): up to burst/wire of its traffic passed at veth speed, so "
                  "the speedup is not a link-limited figure")
