@@ -1,7 +1,7 @@
 """Emulated bandwidth-limited networks: one MPI rank per network namespace.
 
     sudo .venv/bin/python perf/emulated_net.py [--ranks 4] [--ranks-per-node 1] \
-        [--rates 0.5,1,2.5] [--overlap] [-- ccompress-perf options]
+        [--rates 0.5,1,2.5] [--overlap] [--tbf 128k/5] [-- ccompress-perf options]
 
 Creates N namespaces joined by veth pairs into a bridge, each veth rate-limited with `tbf` on
 both ends (a full-duplex NIC per node), runs `ccompress-perf allreduce` under MPICH's hydra
@@ -11,6 +11,20 @@ same run; with --overlap, also how much of the CPU time (measured on unlimited l
 the executor hides behind the transfers at each rate. Always removes what it created, and
 only ever addresses its own namespaces.
 Needs root, iproute2 (ip, tc) and the .venv from scripts/setup.sh.
+
+The shaper (:data:`TBF`): tbf with a 128 KiB bucket and a 5 ms queue. The kernel runs tbf's
+watchdog on high-resolution timers, so the bucket need not cover a 250 Hz tick (the earlier
+``2 * rate/250``, 1 MB at 1 Gbit/s and 10 MB at 10 Gbit/s, more than a compressed 64 MiB
+call moves per rank); it must only hold one 64 KiB GSO segment (a 64 KiB bucket makes tbf
+split them, and the link ran at 13-30% of its cap). perf/shaper_check.py measured TCP over
+these links (idle 2-core VM, perf/RESULTS.md "Emulated 10 Gbit/s with a shaper that holds its
+cap"): at 1 Gbit/s, 128k/5 carried 95-98% of the cap for 4 MiB and 256 MiB messages, three
+flows into one namespace and all four namespaces sending to each other, never more; the old
+bucket let a 4 MiB message through at 123% of the cap (108-117% at 10 Gbit/s), and a 100 ms
+queue (12.5 MB at 1 Gbit/s) cost 256 MiB transfers 11%. At 10 Gbit/s no setting reaches the
+cap on that host: the CPU, not the shaper, sets the pace there (one flow 4.5-5 Gbit/s, all
+four namespaces at once 1-1.5 Gbit/s each), so rows at 10 Gbit/s on a 2-core host are CPU
+comparisons; --overlap shows it (MPI_Allreduce's t_cpu above its t_wire).
 """
 from __future__ import annotations
 
@@ -198,7 +212,8 @@ def speedup_table(rows: List[dict], gbit: float, burst: int) -> List[str]:
 
 
 def overlap_table(free: List[dict], limited: List[dict], gbit: float) -> List[str]:
-    """How much the executor overlaps CPU work with transfers, per compressed row: t_cpu is
+    """How much the executor overlaps CPU work with transfers, per row (the MPI_Allreduce
+    baseline's too: where its t_cpu exceeds t_wire, the rate does not set its pace): t_cpu is
     the row's time on unlimited links (codec, copies, TCP), t_wire its bytes per rank at the
     link rate (full duplex: wire_bytes * 8 / rate), t the measured time at that rate.
     Serial work would take t_cpu + t_wire, perfect overlap max(t_cpu, t_wire); ``hidden`` is
@@ -208,7 +223,7 @@ def overlap_table(free: List[dict], limited: List[dict], gbit: float) -> List[st
     out = []
     for r in limited:
         key = (r["size"], r["codec"], r["algo"])
-        if r["codec"] == "MPI_Allreduce" or key not in cpu:
+        if key not in cpu:
             continue
         t, t_cpu = r["time_us"] / 1e6, cpu[key]
         t_wire = r["wire_bytes"] * 8 / (gbit * 1e9)

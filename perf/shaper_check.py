@@ -3,18 +3,19 @@
     sudo .venv/bin/python perf/shaper_check.py [--rates 1,10] [--setting BURST/LATENCY ...]
 
 Creates the namespaces, veths and bridge of `emulated_net.py` (4 of them), and for every rate
-and every tbf setting (burst bytes / latency ms, e.g. ``64k/5``; ``old`` is the earlier
+and every tbf setting (burst bytes / latency ms, e.g. ``128k/5``; ``old`` is the earlier
 ``max(256 KiB, 2 * rate/250)`` burst with 100 ms) moves data over persistent TCP connections,
 the way MPI's ranks do: one sender to one receiver, a short (4 MiB) and a long (256 MiB)
 message; three senders into one receiver at once (64 MiB each: the flows queue at the
 receiver's veth); and all four namespaces sending 32 MiB to each of the others at once
 (``4x3``: every link busy both ways, as in an all-reduce, where the host's CPU, not the
-shaper, may set the pace). Rates are per receiving namespace. Before every message the link idles
-50 ms, so the bucket is full: a burst that lets a message through at veth speed shows up as
-a rate above the cap. Prints, per setting, the median and the highest achieved rate over the
-repetitions as a share of the cap; the right setting is close to, and never above, 100%,
-for short and long messages alike. Also measures the unlimited veths first (the headroom
-of this host). Always removes what it created.
+shaper, may set the pace). Rates are per receiving namespace. Before every message the link
+idles 50 ms, so the bucket is full: a burst that lets a message through at veth speed shows
+up as a rate above the cap (a message that overruns its time slot makes the next one start
+at once: a bucket less full, never a fuller one). Prints, per setting, the median and the
+highest achieved rate over the repetitions, also as a share of the cap; the right setting is
+close to, and never above, 100%, for short and long messages alike. Measures the unlimited
+veths first (the headroom of this host). Always removes what it created.
 """
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ while True:
 # and prints [t_send, t_acked] per message as JSON.
 SENDER = r"""
 import json, socket, struct, sys, time
-host, port, size, reps, start, period = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+host, port, size, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+start, period = float(sys.argv[5]), float(sys.argv[6])
 s = socket.create_connection((host, port))
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 payload = memoryview(bytearray(size))
