@@ -6,7 +6,8 @@
 Creates N namespaces joined by veth pairs into a bridge, each veth rate-limited with `tbf` on
 both ends (a full-duplex NIC per node), runs `ccompress-perf allreduce` under MPICH's hydra
 with one rank per namespace over TCP, reads the veth byte counters to prove the traffic
-crossed the links, and prints the speedup of every codec over `MPI_Allreduce` measured in the
+crossed the links, counts the packets the shapers dropped (TCP backs off after each), and
+prints the speedup of every codec over `MPI_Allreduce` measured in the
 same run; with --overlap, also how much of the CPU time (measured on unlimited links first)
 the executor hides behind the transfers at each rate. Always removes what it created, and
 only ever addresses its own namespaces.
@@ -32,6 +33,7 @@ import argparse
 import atexit
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -125,6 +127,15 @@ class Network:
             base = Path("/sys/class/net") / veth / "statistics"
             total["tx"] += int((base / "tx_bytes").read_text())
             total["rx"] += int((base / "rx_bytes").read_text())
+        return total
+
+    def drops(self) -> int:
+        """Packets the qdiscs on both ends of every veth dropped so far (a full tbf queue):
+        each drop makes TCP back off."""
+        total = 0
+        for prefix, dev in self.devices():
+            stats = sh(*prefix, "tc", "-s", "qdisc", "show", "dev", dev)
+            total += sum(int(n) for n in re.findall(r"dropped (\d+)", stats))
         return total
 
     def destroy(self) -> None:
@@ -285,11 +296,12 @@ def main(argv=None) -> int:
             net.limit(gbit, burst, latency_ms)
             lines.append(f"# {gbit} Gbit/s: tbf burst {burst} bytes, latency {latency_ms} ms, "
                          "on both ends of every veth")
-            before = net.counters()
+            at = len(lines) - 1
+            before, drops = net.counters(), net.drops()
             start = time.monotonic()
             jpath = os.path.join(tmp, f"rate{gbit}.json")
             proc = run_perf(net, perf_args, jpath, args.ranks_per_node)
-            after = net.counters()
+            after, drops = net.counters(), net.drops() - drops
             run = json.load(open(jpath))
             rows = run["rows"]
             # A frame between two namespaces leaves one veth and enters another: the host-side
@@ -302,8 +314,9 @@ def main(argv=None) -> int:
                   f"{reported / 1e6:.1f} MB of payload the run reports ({moved / reported:.3f}x: "
                   f"TCP/IP headers, barriers, result checks"
                   f"{'; traffic inside a node stays off the links' if args.ranks_per_node > 1 else ''}"
-                  f") in {time.monotonic() - start:.0f} s",
+                  f") in {time.monotonic() - start:.0f} s; the shapers dropped {drops} packets",
                   flush=True)
+            lines[at] += f"; they dropped {drops} packets"
             lines += speedup_table(rows, gbit, burst)
             if free is not None:
                 overlap += overlap_table(free, rows, gbit)
@@ -312,7 +325,7 @@ def main(argv=None) -> int:
             all_rows.append({"rate_gbit": gbit, "ranks": run["ranks"], "nodes": net.ranks,
                              "ranks_per_node": args.ranks_per_node, "link_bytes": moved,
                              "reported_bytes": reported, "burst_bytes": burst,
-                             "latency_ms": latency_ms, "rows": rows})
+                             "latency_ms": latency_ms, "tbf_drops": drops, "rows": rows})
     lines.append(f"# * a rank moved less than {BURST_MULTIPLE}x the tbf burst per call (its own "
                  "or the baseline's): up to burst/wire of its traffic passed at veth speed, so "
                  "the speedup is not a link-limited figure")
