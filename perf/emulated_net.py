@@ -1,16 +1,31 @@
 """Emulated bandwidth-limited networks: one MPI rank per network namespace.
 
     sudo .venv/bin/python perf/emulated_net.py [--ranks 4] [--ranks-per-node 1] \
-        [--rates 0.5,1,2.5] [--overlap] [-- ccompress-perf options]
+        [--rates 0.5,1,2.5] [--overlap] [--tbf 128k/5] [-- ccompress-perf options]
 
 Creates N namespaces joined by veth pairs into a bridge, each veth rate-limited with `tbf` on
 both ends (a full-duplex NIC per node), runs `ccompress-perf allreduce` under MPICH's hydra
 with one rank per namespace over TCP, reads the veth byte counters to prove the traffic
-crossed the links, and prints the speedup of every codec over `MPI_Allreduce` measured in the
+crossed the links, counts the packets the shapers dropped (TCP backs off after each), and
+prints the speedup of every codec over `MPI_Allreduce` measured in the
 same run; with --overlap, also how much of the CPU time (measured on unlimited links first)
 the executor hides behind the transfers at each rate. Always removes what it created, and
 only ever addresses its own namespaces.
 Needs root, iproute2 (ip, tc) and the .venv from scripts/setup.sh.
+
+The shaper (:data:`TBF`): tbf with a 128 KiB bucket and a 5 ms queue. The kernel runs tbf's
+watchdog on high-resolution timers, so the bucket need not cover a 250 Hz tick (the earlier
+``2 * rate/250``, 1 MB at 1 Gbit/s and 10 MB at 10 Gbit/s, more than a compressed 64 MiB
+call moves per rank); it must only hold one 64 KiB GSO segment (a 64 KiB bucket makes tbf
+split them, and the link ran at 3.5-30% of its cap). perf/shaper_check.py measured TCP over
+these links (idle 2-core VM, perf/RESULTS.md "Emulated 10 Gbit/s with a shaper that holds its
+cap"): at 1 Gbit/s, 128k/5 carried 95-98% of the cap for 4 MiB and 256 MiB messages, three
+flows into one namespace and all four namespaces sending to each other, never more; the old
+bucket let a 4 MiB message through at 123% of the cap (108-117% at 10 Gbit/s), and a 100 ms
+queue (12.5 MB at 1 Gbit/s) cost 256 MiB transfers 11%. At 10 Gbit/s no setting reaches the
+cap on that host: the CPU, not the shaper, sets the pace there (one flow 4.5-5 Gbit/s, all
+four namespaces at once 1-1.5 Gbit/s each), so rows at 10 Gbit/s on a 2-core host are CPU
+comparisons; --overlap shows it (MPI_Allreduce's t_cpu above its t_wire).
 """
 from __future__ import annotations
 
@@ -18,6 +33,7 @@ import argparse
 import atexit
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -25,7 +41,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
+
+from ccompress.perf import parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -69,7 +87,7 @@ class Network:
             signal.signal(sig, lambda *_: sys.exit(130))
 
     def create(self) -> None:
-        subnet = free_subnet()
+        self.subnet = subnet = free_subnet()
         sh("ip", "link", "add", self.bridge, "type", "bridge")
         self.created.append(["ip", "link", "del", self.bridge])
         sh("ip", "addr", "add", f"{subnet}.254/24", "dev", self.bridge)
@@ -85,15 +103,23 @@ class Network:
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
 
-    def limit(self, gbit: float) -> int:
-        """tbf at `gbit` on both ends of every veth; returns the burst in bytes, which must be at
-        least rate/HZ (docs/measuring.md) for the rate to hold."""
-        burst = burst_bytes(gbit)
+    def devices(self):
+        """(command prefix, device) of both ends of every veth."""
         for ns, veth in zip(self.ns, self.veth):
-            for prefix, dev in (([], veth), (["ip", "netns", "exec", ns], "eth0")):
-                sh(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
-                   "rate", f"{gbit}gbit", "burst", str(burst), "latency", "100ms")
-        return burst
+            yield [], veth
+            yield ["ip", "netns", "exec", ns], "eth0"
+
+    def limit(self, gbit: float, burst: int, latency_ms: float) -> None:
+        """tbf at `gbit` on both ends of every veth: a bucket of `burst` bytes (what passes at
+        veth speed after an idle spell) and a queue of `latency_ms` at the rate."""
+        for prefix, dev in self.devices():
+            sh(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+               "rate", f"{gbit}gbit", "burst", str(burst), "latency", f"{latency_ms}ms")
+
+    def unlimit(self) -> None:
+        """Back to the veths' own speed (no root qdisc of ours)."""
+        for prefix, dev in self.devices():
+            sh(*prefix, "tc", "qdisc", "del", "dev", dev, "root", check=False)
 
     def counters(self) -> Dict[str, int]:
         total = {"tx": 0, "rx": 0}
@@ -103,14 +129,48 @@ class Network:
             total["rx"] += int((base / "rx_bytes").read_text())
         return total
 
+    def drops(self) -> int:
+        """Packets the qdiscs on both ends of every veth dropped so far (a full tbf queue):
+        each drop makes TCP back off."""
+        total = 0
+        for prefix, dev in self.devices():
+            stats = sh(*prefix, "tc", "-s", "qdisc", "show", "dev", dev)
+            total += sum(int(n) for n in re.findall(r"dropped (\d+)", stats))
+        return total
+
     def destroy(self) -> None:
         while self.created:
             subprocess.run(self.created.pop(), capture_output=True)
 
 
-def burst_bytes(gbit: float) -> int:
-    """The tbf bucket: twice rate/HZ for HZ = 250, at least 256 KiB."""
+def old_burst_bytes(gbit: float) -> int:
+    """The bucket of the earlier runs: twice rate/HZ for HZ = 250, at least 256 KiB (10 MB at
+    10 Gbit/s, more than a 64 MiB call moves per rank in some rows)."""
     return max(256 * 1024, int(gbit * 1e9 / 8 / 250) * 2)
+
+
+# The tbf setting the runs use, BURST/LATENCY_MS (validated by perf/shaper_check.py; see the
+# module docstring).
+TBF = "128k/5"
+
+
+def tbf_setting(text: str, gbit: float) -> Tuple[int, float]:
+    """``BURST/LATENCY_MS`` (``128k/5``: a 128 KiB bucket, a queue of 5 ms at the rate) or
+    ``old`` (:func:`old_burst_bytes`, 100 ms) -> (burst bytes, latency ms)."""
+    if text == "old":
+        return old_burst_bytes(gbit), 100.0
+    try:
+        burst, latency = text.split("/")
+        return parse_size(burst), float(latency)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(
+            f"bad tbf setting {text!r}; use BURST/LATENCY_MS, e.g. 128k/5, or old") from None
+
+
+def checked_tbf(text: str) -> str:
+    """argparse type of --tbf: the text, once :func:`tbf_setting` accepts it."""
+    tbf_setting(text, 1.0)
+    return text
 
 
 # A rank whose traffic per call is W bytes gets the first `burst` of them through at veth
@@ -169,7 +229,8 @@ def speedup_table(rows: List[dict], gbit: float, burst: int) -> List[str]:
 
 
 def overlap_table(free: List[dict], limited: List[dict], gbit: float) -> List[str]:
-    """How much the executor overlaps CPU work with transfers, per compressed row: t_cpu is
+    """How much the executor overlaps CPU work with transfers, per row (the MPI_Allreduce
+    baseline's too: where its t_cpu exceeds t_wire, the rate does not set its pace): t_cpu is
     the row's time on unlimited links (codec, copies, TCP), t_wire its bytes per rank at the
     link rate (full duplex: wire_bytes * 8 / rate), t the measured time at that rate.
     Serial work would take t_cpu + t_wire, perfect overlap max(t_cpu, t_wire); ``hidden`` is
@@ -179,7 +240,7 @@ def overlap_table(free: List[dict], limited: List[dict], gbit: float) -> List[st
     out = []
     for r in limited:
         key = (r["size"], r["codec"], r["algo"])
-        if r["codec"] == "MPI_Allreduce" or key not in cpu:
+        if key not in cpu:
             continue
         t, t_cpu = r["time_us"] / 1e6, cpu[key]
         t_wire = r["wire_bytes"] * 8 / (gbit * 1e9)
@@ -198,6 +259,8 @@ def main(argv=None) -> int:
                     help="MPI ranks in each namespace: shared memory inside it, the "
                          "rate-limited link to the others")
     ap.add_argument("--rates", default="0.5,1,2.5", help="Gbit/s per link, comma separated")
+    ap.add_argument("--tbf", default=TBF, type=checked_tbf,
+                    help=f"the shaper, BURST/LATENCY_MS or 'old' (default {TBF})")
     ap.add_argument("--json", help="write every row, with rate and link counters, here")
     ap.add_argument("--overlap", action="store_true",
                     help="also run on unlimited links first and print, per rate, how much "
@@ -229,13 +292,16 @@ def main(argv=None) -> int:
                            f"{'t_cpu(ms)':>10} {'t_wire(ms)':>10} {'t(ms)':>10} "
                            f"{'serial':>10} {'overlap':>10} {'hidden':>7}")
         for gbit in [float(r) for r in args.rates.split(",")]:
-            burst = net.limit(gbit)
-            lines.append(f"# {gbit} Gbit/s: tbf burst {burst} bytes on both ends of every veth")
-            before = net.counters()
+            burst, latency_ms = tbf_setting(args.tbf, gbit)
+            net.limit(gbit, burst, latency_ms)
+            lines.append(f"# {gbit} Gbit/s: tbf burst {burst} bytes, latency {latency_ms} ms, "
+                         "on both ends of every veth")
+            at = len(lines) - 1
+            before, drops = net.counters(), net.drops()
             start = time.monotonic()
             jpath = os.path.join(tmp, f"rate{gbit}.json")
             proc = run_perf(net, perf_args, jpath, args.ranks_per_node)
-            after = net.counters()
+            after, drops = net.counters(), net.drops() - drops
             run = json.load(open(jpath))
             rows = run["rows"]
             # A frame between two namespaces leaves one veth and enters another: the host-side
@@ -248,8 +314,9 @@ def main(argv=None) -> int:
                   f"{reported / 1e6:.1f} MB of payload the run reports ({moved / reported:.3f}x: "
                   f"TCP/IP headers, barriers, result checks"
                   f"{'; traffic inside a node stays off the links' if args.ranks_per_node > 1 else ''}"
-                  f") in {time.monotonic() - start:.0f} s",
+                  f") in {time.monotonic() - start:.0f} s; the shapers dropped {drops} packets",
                   flush=True)
+            lines[at] += f"; they dropped {drops} packets"
             lines += speedup_table(rows, gbit, burst)
             if free is not None:
                 overlap += overlap_table(free, rows, gbit)
@@ -257,7 +324,8 @@ def main(argv=None) -> int:
                 r["rate_gbit"] = gbit
             all_rows.append({"rate_gbit": gbit, "ranks": run["ranks"], "nodes": net.ranks,
                              "ranks_per_node": args.ranks_per_node, "link_bytes": moved,
-                             "reported_bytes": reported, "burst_bytes": burst, "rows": rows})
+                             "reported_bytes": reported, "burst_bytes": burst,
+                             "latency_ms": latency_ms, "tbf_drops": drops, "rows": rows})
     lines.append(f"# * a rank moved less than {BURST_MULTIPLE}x the tbf burst per call (its own "
                  "or the baseline's): up to burst/wire of its traffic passed at veth speed, so "
                  "the speedup is not a link-limited figure")

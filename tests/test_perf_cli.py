@@ -1,5 +1,6 @@
 """The command-line tools as a user meets them: ccompress-perf's model rows, its refusal to
 run as an accidental single rank, its --help, and ccompress-info's versions."""
+import argparse
 import json
 import os
 import subprocess
@@ -133,6 +134,26 @@ def test_emulated_net_overlap_share():
     assert hidden(0.25, 0.375) == 0     # serial
     assert hidden(0.25, 0.25) == 100    # all of it
     assert hidden(0.25, 0.5) == 0       # slower than serial: clipped
+
+
+def test_emulated_net_tbf_setting_and_burst_marking():
+    """--tbf BURST/LATENCY_MS, or 'old' (2 x rate/250 bytes, at least 256 KiB; 100 ms); a row is
+    marked when a rank moves under 10 bursts per call, so a 64 MiB all-reduce's compressed
+    traffic (about 26 MB per rank for fp8, 14 MB for a 4-bit codec) is marked under the old
+    10 Gbit/s bucket and not under a 128 KiB one."""
+    en = emulated_net()
+    assert en.tbf_setting("128k/5", 10.0) == (128 * 1024, 5.0)
+    assert en.tbf_setting("1M/0.5", 1.0) == (1 << 20, 0.5)
+    assert en.tbf_setting("old", 10.0) == (10_000_000, 100.0)
+    assert en.tbf_setting("old", 1.0) == (1_000_000, 100.0)
+    assert en.tbf_setting("old", 0.1) == (256 * 1024, 100.0)
+    for bad in ("128k", "x/5", "128k/fast"):
+        with pytest.raises(argparse.ArgumentTypeError, match="BURST/LATENCY_MS"):
+            en.tbf_setting(bad, 1.0)
+    old, new = en.tbf_setting("old", 10.0)[0], en.tbf_setting(en.TBF, 10.0)[0]
+    for wire in (26_000_000, 14_000_000):
+        assert en.in_burst(wire, old) and not en.in_burst(wire, new)
+    assert en.in_burst(10 * new - 1, new) and not en.in_burst(10 * new, new)
 
 
 def test_perf_slice_elems_option(tmp_path, capsys):
