@@ -13,11 +13,21 @@
 
 namespace ccompress::cpu4 {
 
-/// Groups 0..ngroups-1 of y (16 elements each) under run scale s: packed nibbles to
-/// codes[8k .. 8k+8), E4M3 scale codes to scales[k]; E2M1 nibbles (NVFP4), or Int4 (hint4)
-/// when @p int4.
+/// The first pass of an encode over groups 0..ngroups-1 (16 elements each) of a run: with
+/// h in {16, 32, 64, 128}, y <- the rotation of x in blocks of h (fourbit.h's rotate_block,
+/// random signs with @p rs; ngroups then a multiple of 8); otherwise y is x and is not
+/// written. amax[k] <- the largest finite |y| (bits) of group k, bit k % 8 of
+/// special[k / 8] <- whether group k has a non-finite element (amax holds a multiple of 8
+/// entries, special ceil(ngroups / 8) bytes). Returns the largest amax[k].
+int32_t fourbit_prepare_groups_avx2(const float* x, float* y, int64_t ngroups, int32_t h,
+                                    bool rs, int32_t* amax, uint8_t* special);
+
+/// Groups 0..ngroups-1 of y under run scale s, with amax and special from
+/// fourbit_prepare_groups_avx2: packed nibbles to codes[8k .. 8k+8), E4M3 scale codes to
+/// scales[k]; E2M1 nibbles (NVFP4), or Int4 (hint4) when @p int4.
 void fourbit_encode_groups_avx2(bool int4, const float* y, int64_t ngroups, float s,
-                                uint8_t* codes, uint8_t* scales);
+                                const int32_t* amax, const uint8_t* special, uint8_t* codes,
+                                uint8_t* scales);
 
 /// The inverse: 16 * ngroups values to out.
 void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes, const uint8_t* scales,
