@@ -206,10 +206,15 @@ CC_AVX2_INLINE void pack64_nibbles(const __m256i* q, uint8_t* out) {
 template <bool kInt4>
 __attribute__((target("avx2"))) void encode_groups(const float* y, int64_t ngroups, float s,
                                                    const int32_t* amax, const uint8_t* special,
-                                                   uint8_t* codes, uint8_t* scales) {
+                                                   uint8_t* codes, uint8_t* scales,
+                                                   const float* next, int64_t next_n) {
   const float qmax = kInt4 ? codecs::Int4::kQMax : codecs::E2M1::kQMax;
+  // The next piece's share per batch: all of it by the end of this piece's groups.
+  const int64_t ahead = next_n > 0 ? (next_n + ngroups - 1) / ngroups * kBatch : 0;
   for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
     const int64_t nb = ngroups - k0 < kBatch ? ngroups - k0 : kBatch;
+    for (int64_t i = k0 / kBatch * ahead; i < next_n && i < (k0 / kBatch + 1) * ahead; i += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T1);
     __m256i code;
     __m256 step;
     scales8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(amax + k0)), qmax, s, &code,
@@ -344,9 +349,11 @@ __attribute__((target("avx2"))) void fourbit_encode_groups_avx2(bool int4, const
                                                                 int64_t ngroups, float s,
                                                                 const int32_t* amax,
                                                                 const uint8_t* special,
-                                                                uint8_t* codes, uint8_t* scales) {
-  if (int4) return encode_groups<true>(y, ngroups, s, amax, special, codes, scales);
-  encode_groups<false>(y, ngroups, s, amax, special, codes, scales);
+                                                                uint8_t* codes, uint8_t* scales,
+                                                                const float* next,
+                                                                int64_t next_n) {
+  if (int4) return encode_groups<true>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+  encode_groups<false>(y, ngroups, s, amax, special, codes, scales, next, next_n);
 }
 
 __attribute__((target("avx2"))) void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes,

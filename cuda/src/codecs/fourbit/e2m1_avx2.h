@@ -24,10 +24,11 @@ int32_t fourbit_prepare_groups_avx2(const float* x, float* y, int64_t ngroups, i
 
 /// Groups 0..ngroups-1 of y under run scale s, with amax and special from
 /// fourbit_prepare_groups_avx2: packed nibbles to codes[8k .. 8k+8), E4M3 scale codes to
-/// scales[k]; E2M1 nibbles (NVFP4), or Int4 (hint4) when @p int4.
+/// scales[k]; E2M1 nibbles (NVFP4), or Int4 (hint4) when @p int4. Meanwhile the next_n
+/// floats at @p next (the next piece's input, or none) are prefetched into the cache.
 void fourbit_encode_groups_avx2(bool int4, const float* y, int64_t ngroups, float s,
                                 const int32_t* amax, const uint8_t* special, uint8_t* codes,
-                                uint8_t* scales);
+                                uint8_t* scales, const float* next, int64_t next_n);
 
 /// The inverse: 16 * ngroups values to out.
 void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes, const uint8_t* scales,

@@ -134,7 +134,7 @@ inline void rotate_run(const float* src, float* v, int64_t n, int32_t h, bool rs
 /// Encodes one run of n fp32 values into fourbit_layout(n, ...).total bytes.
 template <class Q>
 void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                uint8_t* dst) {
+                uint8_t* dst, const cpu::NextPiece& next = {}) {
   if (n == 0) return;
   const int32_t g = c.group, sbits = c.scale_bits, sb = scale_bytes(c);
   const bool sr = c.stochastic;
@@ -182,7 +182,7 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
 #ifdef CC_HAVE_E2M1_AVX2
   if (k > 0) {
     fourbit_encode_groups_avx2(std::is_same_v<Q, codecs::Int4>, y, k, s, group_amax.data(),
-                               special.data(), dst, dst + lay.scales);
+                               special.data(), dst, dst + lay.scales, next.x, next.n);
   }
 #endif
   for (int64_t off = k * g; off < n; ++k, off += g) {
