@@ -135,29 +135,29 @@ CC_AVX2_INLINE void scales8(__m256i amax, float qmax, float s, __m256i* code, __
 
 // Nibbles of 8 finite elements x in a group of step d > 0 (the common case, which the
 // encoder checks per group): what quantize8_e2m1 gives for such x, with fewer operations.
-// The E2M1 code of a = min(|x / d|, 8) rounded to nearest even is the smallest of
-// RNE(2a) (exact on [0, 2)), RNE(a) + 2 (on [2, 4)), RNE(a / 2) + 4 (on [4, 8]) and 7: each
-// is the grid's code on its range and at least that code elsewhere (2a >= a + 2 for a >= 2,
-// a / 2 + 4 >= a + 2 for a <= 4, and so on), and ties go to the even code as in
-// E2M1::magnitude_rn (the doubling and halving are exact; tests/test_cpu_isa.py compares
-// every nibble with the baseline copy). The sign goes on where the code is non-zero:
-// (m + 7) has bit 3 set exactly for m in 1..7.
+// With a = min(|x / d|, 6) (6 codes as 7, as every |x / d| > 5 does), the E2M1 code rounded
+// to nearest even is max(ncode, min(RNE(2a), 2)): ncode rounds a's fp32 significand to one
+// bit, ties to even, by an integer add of 0x1FFFFF plus that bit's value, and reads the code
+// (exponent and bit) off bits 22 and up, exact for a >= 1 and at most RNE(2a) below 1, where
+// RNE(2a) (0, 1 or 2) is the code. tests/test_cpu_isa.py and tests/test_nvfp4.py compare the
+// nibbles with the baseline copy and the NumPy reference (ties included); every fp32 a in
+// [0, 6] was checked against E2M1::magnitude_rn when this was written. The sign goes on
+// where the code is non-zero (_mm256_sign_epi32 zeroes it where the code is 0).
 CC_AVX2_INLINE __m256i quantize8_e2m1_finite(__m256 x, __m256 d) {
   const __m256 v = _mm256_div_ps(x, d);
   const __m256 a = _mm256_min_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(
                                                       0x7FFFFFFF))),
-                                 _mm256_set1_ps(8.0f));
-  const __m256i c1 = _mm256_cvtps_epi32(_mm256_add_ps(a, a));
-  const __m256i c2 = _mm256_add_epi32(_mm256_cvtps_epi32(a), _mm256_set1_epi32(2));
-  const __m256i c3 = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(a, _mm256_set1_ps(0.5f))),
-                                      _mm256_set1_epi32(4));
-  const __m256i m = _mm256_min_epi32(_mm256_min_epi32(c1, c2),
-                                     _mm256_min_epi32(c3, _mm256_set1_epi32(7)));
-  const __m256i sign = _mm256_and_si256(
-      _mm256_and_si256(_mm256_add_epi32(m, _mm256_set1_epi32(7)),
-                       _mm256_srli_epi32(_mm256_castps_si256(x), 28)),
-      _mm256_set1_epi32(8));
-  return _mm256_or_si256(m, sign);
+                                 _mm256_set1_ps(6.0f));
+  const __m256i low = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_add_ps(a, a)),
+                                       _mm256_set1_epi32(2));
+  const __m256i ab = _mm256_castps_si256(a);
+  const __m256i bit = _mm256_and_si256(_mm256_srli_epi32(ab, 22), _mm256_set1_epi32(1));
+  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(ab, bit),
+                                     _mm256_set1_epi32(0x1FFFFF - (252 << 22)));  // 1.0f: 2
+  const __m256i m = _mm256_max_epi32(_mm256_srai_epi32(t, 22), low);
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 28),
+                                        _mm256_set1_epi32(8));
+  return _mm256_or_si256(m, _mm256_sign_epi32(sign, m));
 }
 
 // quantize8_int4 for 8 finite elements in a group of step d > 0: RNE(min(|x / d|, 7)) by the
