@@ -116,7 +116,8 @@ CC_AVX2 float taco_sum_sq_avx2(const float* x, int32_t len) {
 
 namespace {
 
-template <class F, bool kSr>
+// With kFinite the caller knows that y has no NaN or Inf (so neither has y / s).
+template <class F, bool kSr, bool kFinite = false>
 CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, float s,
                                    const SrDraws* sr, uint8_t* q) {
   const __m256 sv = _mm256_set1_ps(s);
@@ -125,8 +126,9 @@ CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, flo
   for (int32_t i = 0; i < n; i += 8) {
     const __m256 x = _mm256_loadu_ps(y + i);
     const __m256 t = _mm256_div_ps(x, sv);
-    __m256i k = kSr ? fp8_from_float_sr8<F>(t, noise.next()) : fp8_from_float8<F>(t);
-    if (keep_inf) {  // codecs::group_quantize: +-Inf codes as itself (E5M2) or NaN (E4M3)
+    __m256i k = kSr ? fp8_from_float_sr8<F, kFinite>(t, noise.next())
+                    : fp8_from_float8<F, kFinite>(t);
+    if (keep_inf && !kFinite) {  // codecs::group_quantize: +-Inf codes as itself (E5M2) or NaN (E4M3)
       const __m256i xb = _mm256_castps_si256(x);
       const __m256i is_inf =
           _mm256_cmpeq_epi32(_mm256_and_si256(xb, _mm256_set1_epi32(0x7FFFFFFF)), inf);
@@ -152,6 +154,41 @@ CC_AVX2 void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t
   }
   if (sr) return fp8_quantize8s<codecs::Fp8E4M3, true>(keep_inf, y, n, s, sr, q);
   fp8_quantize8s<codecs::Fp8E4M3, false>(keep_inf, y, n, s, sr, q);
+}
+
+namespace {
+
+template <class F, bool kSr>
+CC_AVX2 inline float fp8_encode_group(const float* x, int32_t n, const SrDraws* sr,
+                                      uint8_t* q) {
+  // The raw |bits| maximum first: below Inf's bits, the group is finite, its finite maximum is
+  // that one, and the codes need no NaN or Inf handling.
+  __m256i m = _mm256_setzero_si256();
+  for (int32_t i = 0; i < n; i += 8) {
+    if (i % 16 == 0) prefetch(x + i + kPrefetchAhead / 4, 64);
+    m = _mm256_max_epi32(m, abs_bits(_mm256_loadu_ps(x + i)));
+  }
+  const int32_t raw = hmax_epi32(m);
+  if (raw < int32_t(codecs::kF32InfBits)) {
+    const float s = codecs::group_scale<F>(raw);
+    fp8_quantize8s<F, kSr, true>(true, x, n, s, sr, q);
+    return s;
+  }
+  const float s = codecs::group_scale<F>(finite_abs_max_avx2(x, n));
+  fp8_quantize8s<F, kSr>(true, x, n, s, sr, q);
+  return s;
+}
+
+}  // namespace
+
+CC_AVX2 float fp8_encode_group_avx2(bool e5m2, const float* x, int32_t n, const SrDraws* sr,
+                                    uint8_t* q) {
+  if (e5m2) {
+    if (sr) return fp8_encode_group<codecs::Fp8E5M2, true>(x, n, sr, q);
+    return fp8_encode_group<codecs::Fp8E5M2, false>(x, n, sr, q);
+  }
+  if (sr) return fp8_encode_group<codecs::Fp8E4M3, true>(x, n, sr, q);
+  return fp8_encode_group<codecs::Fp8E4M3, false>(x, n, sr, q);
 }
 
 }  // namespace ccompress::cpu
