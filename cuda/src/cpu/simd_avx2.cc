@@ -169,7 +169,9 @@ CC_AVX2 inline float fp8_encode_group(const float* x, int32_t n, const SrDraws* 
     m = _mm256_max_epi32(m, abs_bits(_mm256_loadu_ps(x + i)));
   }
   const int32_t raw = hmax_epi32(m);
-  if (raw < int32_t(codecs::kF32InfBits)) {
+  // (:sr keeps one copy of its quantize loop: two in one function ran slower, their noise
+  // state spilled.)
+  if (!kSr && raw < int32_t(codecs::kF32InfBits)) {
     const float s = codecs::group_scale<F>(raw);
     fp8_quantize8s<F, kSr, true>(true, x, n, s, sr, q);
     return s;
