@@ -116,7 +116,8 @@ CC_AVX2 float taco_sum_sq_avx2(const float* x, int32_t len) {
 
 namespace {
 
-// With kFinite the caller knows that y has no NaN or Inf (so neither has y / s).
+// With kFinite (round to nearest only) the caller knows that y has no NaN or Inf, so
+// neither has y / s.
 template <class F, bool kSr, bool kFinite = false>
 CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, float s,
                                    const SrDraws* sr, uint8_t* q) {
@@ -126,8 +127,7 @@ CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, flo
   for (int32_t i = 0; i < n; i += 8) {
     const __m256 x = _mm256_loadu_ps(y + i);
     const __m256 t = _mm256_div_ps(x, sv);
-    __m256i k = kSr ? fp8_from_float_sr8<F, kFinite>(t, noise.next())
-                    : fp8_from_float8<F, kFinite>(t);
+    __m256i k = kSr ? fp8_from_float_sr8<F>(t, noise.next()) : fp8_from_float8<F, kFinite>(t);
     // codecs::group_quantize: +-Inf codes as itself (E5M2) or NaN (E4M3)
     if (keep_inf && !kFinite) {
       const __m256i xb = _mm256_castps_si256(x);

@@ -280,8 +280,7 @@ CC_AVX2_INLINE __m256i fp8_from_float8(__m256 x) {
 /// codecs::fp8_from_float_sr<F>(v, u) on 8 lanes. Its a / spacing (spacing = 2^p, a normal
 /// power of two) is computed as a * 2^-p: both are the rounding of the same real number (and
 /// NaN a gives a's NaN either way), so the bits are the same and no division is needed.
-/// @p kFinite: no lane of v is NaN (as fp8_from_float8).
-template <class F, bool kFinite = false>
+template <class F>
 CC_AVX2_INLINE __m256i fp8_from_float_sr8(__m256 v, __m256 u) {
   constexpr int32_t kMinExp = 128 - F::kBias, kMaxExp = F::kMaxF32Bits >> 23;
   const __m256i bits = _mm256_castps_si256(v);
@@ -301,8 +300,7 @@ CC_AVX2_INLINE __m256i fp8_from_float_sr8(__m256 v, __m256 u) {
   const __m256 r = _mm256_mul_ps(_mm256_add_ps(k, sr_step8(u, _mm256_sub_ps(t, k))), spacing);
   const __m256i sign =
       _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int32_t>(0x80000000u)));
-  return fp8_from_float8<F, kFinite>(
-      _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(r), sign)));
+  return fp8_from_float8<F>(_mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(r), sign)));
 }
 
 /// Eight int32 lanes of byte values (0..255) to eight bytes (low 64 bits).
