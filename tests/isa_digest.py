@@ -16,7 +16,9 @@ SPECS = [s for specs in FAMILY_SPECS.values() for s in specs] + [
     # shapes of the AVX2 block kernels the list above leaves out: two s8 scale vectors per
     # block, the E byte, 32- and 64-element blocks, random signs with :sr
     "hint8:g8:h128", "hint8:g32:h32:s8:rs", "hint8:g64:h64:s16:sr:rs", "taco:g64:sr",
-    "taco_e5m2:g128:sr"]
+    "taco_e5m2:g128:sr",
+    # the 4-bit encoders' rotation in the maxima pass: the block sizes FAMILY_SPECS leaves out
+    "hnvfp4:g16", "hnvfp4:g16:h128", "hint4:g16:h32:rs"]
 COLLECTIVE_CODECS = ["none", "bf16", "fp8_e4m3:g128", "fp8_e5m2:g16:sr", "taco:g128", "hint8",
                      "nvfp4", "hint4"]
 SIZES = [1, 17, 1000, 70_001]

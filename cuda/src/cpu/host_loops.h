@@ -16,6 +16,14 @@
 
 namespace ccompress::cpu {
 
+/// The input of the piece after the one a run family encodes (x null and n 0 after the last
+/// piece): a family that reads its piece twice (the 4-bit codecs: maxima, then codes) asks for
+/// it to be cached while it codes the current piece, so its first pass reads it from the cache.
+struct NextPiece {
+  const float* x = nullptr;
+  int64_t n = 0;
+};
+
 /// The block size the raw and FP8 loops stream through a stack buffer; the largest FP8 group.
 constexpr int64_t kBlock = 1024;
 

@@ -6,7 +6,7 @@
 // A family defines, in its own translation unit (anonymous namespace):
 //   int64_t wire_bytes(const Codec& c, int64_t n);      // one piece
 //   void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-//                    uint8_t* dst);
+//                    uint8_t* dst, const NextPiece& next);  // host_loops.h
 //   void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out,
 //                    bool accumulate);  // out = value, or with accumulate out += value
 // then CC_CPU_RUN_FAMILY_HOST_OPS(kHostOps), which defines `const HostOps kHostOps` whose
@@ -28,7 +28,8 @@ inline void run_encode_pieces(const float* x, int64_t n, const Codec& c,
   for_each_piece(c, n, [&](int64_t off, int64_t len) {
     EncodeContext at = ctx;
     at.index += off;
-    F::encode(x + off, len, c, at, dst);
+    const int64_t next = std::min(len, n - off - len);  // the next piece is at most as long
+    F::encode(x + off, len, c, at, dst, NextPiece{next > 0 ? x + off + len : nullptr, next});
     dst += F::piece_bytes(c, len);
   });
 }
@@ -97,8 +98,8 @@ inline void run_decode_reduce_encode(const void* src, const void* x, DType x_dty
   struct RunFamily {                                                                        \
     static int64_t piece_bytes(const Codec& c, int64_t n) { return wire_bytes(c, n); }      \
     static void encode(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx, \
-                       uint8_t* dst) {                                                      \
-      encode_body(x, n, c, ctx, dst);                                                       \
+                       uint8_t* dst, const ::ccompress::cpu::NextPiece& next) {             \
+      encode_body(x, n, c, ctx, dst, next);                                                 \
     }                                                                                       \
     static void decode(const uint8_t* src, int64_t n, const Codec& c, float* out,           \
                        bool accumulate) {                                                   \

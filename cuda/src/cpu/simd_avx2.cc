@@ -116,7 +116,9 @@ CC_AVX2 float taco_sum_sq_avx2(const float* x, int32_t len) {
 
 namespace {
 
-template <class F, bool kSr>
+// With kFinite (round to nearest only) the caller knows that y has no NaN or Inf, so
+// neither has y / s.
+template <class F, bool kSr, bool kFinite = false>
 CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, float s,
                                    const SrDraws* sr, uint8_t* q) {
   const __m256 sv = _mm256_set1_ps(s);
@@ -125,8 +127,9 @@ CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, flo
   for (int32_t i = 0; i < n; i += 8) {
     const __m256 x = _mm256_loadu_ps(y + i);
     const __m256 t = _mm256_div_ps(x, sv);
-    __m256i k = kSr ? fp8_from_float_sr8<F>(t, noise.next()) : fp8_from_float8<F>(t);
-    if (keep_inf) {  // codecs::group_quantize: +-Inf codes as itself (E5M2) or NaN (E4M3)
+    __m256i k = kSr ? fp8_from_float_sr8<F>(t, noise.next()) : fp8_from_float8<F, kFinite>(t);
+    // codecs::group_quantize: +-Inf codes as itself (E5M2) or NaN (E4M3)
+    if (keep_inf && !kFinite) {
       const __m256i xb = _mm256_castps_si256(x);
       const __m256i is_inf =
           _mm256_cmpeq_epi32(_mm256_and_si256(xb, _mm256_set1_epi32(0x7FFFFFFF)), inf);
@@ -152,6 +155,42 @@ CC_AVX2 void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t
   }
   if (sr) return fp8_quantize8s<codecs::Fp8E4M3, true>(keep_inf, y, n, s, sr, q);
   fp8_quantize8s<codecs::Fp8E4M3, false>(keep_inf, y, n, s, sr, q);
+}
+
+namespace {
+
+template <class F>
+CC_AVX2 inline float fp8_encode_group(const float* x, int32_t n, uint8_t* q) {
+  // The raw |bits| maximum first: below Inf's bits, the group is finite, its finite maximum is
+  // that one, and the codes need no NaN or Inf handling.
+  __m256i m = _mm256_setzero_si256();
+  for (int32_t i = 0; i < n; i += 8) {
+    if (i % 16 == 0) prefetch(x + i + kPrefetchAhead / 4, 64);
+    m = _mm256_max_epi32(m, abs_bits(_mm256_loadu_ps(x + i)));
+  }
+  const int32_t raw = hmax_epi32(m);
+  if (raw < int32_t(codecs::kF32InfBits)) {
+    const float s = codecs::group_scale<F>(raw);
+    fp8_quantize8s<F, false, true>(true, x, n, s, nullptr, q);
+    return s;
+  }
+  const float s = codecs::group_scale<F>(finite_abs_max_avx2(x, n));
+  fp8_quantize8s<F, false>(true, x, n, s, nullptr, q);
+  return s;
+}
+
+}  // namespace
+
+CC_AVX2 float fp8_encode_group_avx2(bool e5m2, const float* x, int32_t n, const SrDraws* sr,
+                                    uint8_t* q) {
+  if (sr) {  // the noise dominates: one quantize loop, in its own function
+    const float s = e5m2 ? codecs::group_scale<codecs::Fp8E5M2>(finite_abs_max_avx2(x, n))
+                         : codecs::group_scale<codecs::Fp8E4M3>(finite_abs_max_avx2(x, n));
+    fp8_quantize_avx2(e5m2, true, x, n, s, sr, q);
+    return s;
+  }
+  if (e5m2) return fp8_encode_group<codecs::Fp8E5M2>(x, n, q);
+  return fp8_encode_group<codecs::Fp8E4M3>(x, n, q);
 }
 
 }  // namespace ccompress::cpu

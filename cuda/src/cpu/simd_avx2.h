@@ -55,6 +55,11 @@ float taco_sum_sq_avx2(const float* x, int32_t len);
 /// group_quantize_sr). F is codecs::Fp8E5M2 when @p e5m2, else codecs::Fp8E4M3.
 void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t n, float s,
                        const SrDraws* sr, uint8_t* q);
+/// One group of the fp8 family (group_codec.h) of n (a multiple of 8) values: q[i] =
+/// codecs::group_quantize<F>(x[i], s) (group_quantize_sr with @p sr) for the group's scale
+/// s = codecs::group_scale<F>(its finite maximum), which it returns. F as fp8_quantize_avx2.
+float fp8_encode_group_avx2(bool e5m2, const float* x, int32_t n, const SrDraws* sr,
+                            uint8_t* q);
 #endif
 
 /// v <- the normalised WHT of the h (a power of two) values at src (which may be v).

@@ -141,33 +141,66 @@ CC_AVX2_INLINE __m256i mul64(__m256i a, uint64_t k) {
   return _mm256_add_epi64(_mm256_mul_epu32(a, klo), _mm256_slli_epi64(cross, 32));
 }
 
-/// codecs::mix64(z) >> 40 on four lanes. The finaliser's last step z ^ (z >> 31) leaves bits
-/// 40..63 unchanged (z >> 31 has only 33 bits), so it is skipped.
-CC_AVX2_INLINE __m256i mix64_top24x4(__m256i z) {
-  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), 0xBF58476D1CE4E5B9ull);
-  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), 0x94D049BB133111EBull);
+/// SplitMix64's two multipliers (codecs::mix64).
+constexpr uint64_t kMixMul1 = 0xBF58476D1CE4E5B9ull, kMixMul2 = 0x94D049BB133111EBull;
+
+/// t * kMixMul1 mod 2^64 for t = 0..7 (SrNoise8's table).
+alignas(32) inline constexpr uint64_t kMixMul1Times[8] = {
+    0, kMixMul1, 2 * kMixMul1, 3 * kMixMul1, 4 * kMixMul1, 5 * kMixMul1, 6 * kMixMul1,
+    7 * kMixMul1};
+
+/// The rest of codecs::mix64 after its first product z, >> 40, on four lanes. The finaliser's
+/// last step z ^ (z >> 31) leaves bits 40..63 unchanged (z >> 31 has only 33 bits), so it is
+/// skipped.
+CC_AVX2_INLINE __m256i mix64_tail_top24x4(__m256i z) {
+  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), kMixMul2);
   return _mm256_srli_epi64(z, 40);
+}
+
+/// codecs::mix64(z) >> 40 on four lanes.
+CC_AVX2_INLINE __m256i mix64_top24x4(__m256i z) {
+  return mix64_tail_top24x4(mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), kMixMul1));
 }
 
 /// Draws codecs::sr_uniform_at(prefix, index + i) eight at a time, for consecutive indices.
 struct SrNoise8 {
-  __m256i pre, i0, i1;
+  uint64_t prefix;
+  int64_t index;  ///< of the next draw
 
-  CC_AVX2_INLINE SrNoise8(uint64_t prefix, int64_t index)
-      : pre(_mm256_set1_epi64x(static_cast<int64_t>(prefix))),
-        i0(_mm256_add_epi64(_mm256_set1_epi64x(index), _mm256_setr_epi64x(0, 1, 2, 3))),
-        i1(_mm256_add_epi64(i0, _mm256_set1_epi64x(4))) {}
+  CC_AVX2_INLINE SrNoise8(uint64_t p, int64_t i) : prefix(p), index(i) {}
 
   /// The draws of the next eight indices.
   CC_AVX2_INLINE __m256 next() {
+    __m256i h0, h1;
+    if ((index & 7) == 0) {
+      // Eight indices from a multiple of 8 differ from it in their low three bits only: with
+      // P = prefix ^ index, element j hashes z = P ^ j, so z ^ (z >> 30) = W ^ j for
+      // W = P ^ (P >> 30), and its product (W ^ j) * M = (W & ~7) * M + ((W & 7) ^ j) * M
+      // (mod 2^64): one scalar product plus the table kMixMul1Times, lanes permuted.
+      const uint64_t p = prefix ^ static_cast<uint64_t>(index);
+      const uint64_t w = p ^ (p >> 30);
+      const __m256i base = _mm256_set1_epi64x(static_cast<int64_t>((w & ~uint64_t(7)) * kMixMul1));
+      const int32_t low = static_cast<int32_t>(w & 7);
+      // 64-bit lane l of a table half takes entry l ^ (low & 3): 32-bit lanes m ^ 2 (low & 3).
+      const __m256i perm = _mm256_xor_si256(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32(2 * (low & 3)));
+      const __m256i t0 = _mm256_load_si256(
+          reinterpret_cast<const __m256i*>(kMixMul1Times + (low & 4)));
+      const __m256i t1 = _mm256_load_si256(
+          reinterpret_cast<const __m256i*>(kMixMul1Times + ((low & 4) ^ 4)));
+      h0 = mix64_tail_top24x4(_mm256_add_epi64(base, _mm256_permutevar8x32_epi32(t0, perm)));
+      h1 = mix64_tail_top24x4(_mm256_add_epi64(base, _mm256_permutevar8x32_epi32(t1, perm)));
+    } else {
+      const __m256i pre = _mm256_set1_epi64x(static_cast<int64_t>(prefix));
+      const __m256i i0 =
+          _mm256_add_epi64(_mm256_set1_epi64x(index), _mm256_setr_epi64x(0, 1, 2, 3));
+      h0 = mix64_top24x4(_mm256_xor_si256(pre, i0));
+      h1 = mix64_top24x4(_mm256_xor_si256(pre, _mm256_add_epi64(i0, _mm256_set1_epi64x(4))));
+    }
+    index += 8;
     // The 24 bits sit in the low half of each 64-bit lane: gather the halves in order.
-    const __m256i h0 = mix64_top24x4(_mm256_xor_si256(pre, i0));
-    const __m256i h1 = mix64_top24x4(_mm256_xor_si256(pre, i1));
     const __m256 lo = _mm256_shuffle_ps(_mm256_castsi256_ps(h0), _mm256_castsi256_ps(h1), 0x88);
     const __m256i k = _mm256_permute4x64_epi64(_mm256_castps_si256(lo), 0xD8);
-    const __m256i eight = _mm256_set1_epi64x(8);
-    i0 = _mm256_add_epi64(i0, eight);
-    i1 = _mm256_add_epi64(i1, eight);
     return _mm256_mul_ps(_mm256_cvtepi32_ps(k), _mm256_set1_ps(5.9604644775390625e-8f));  // 2^-24
   }
 };
@@ -218,8 +251,9 @@ CC_AVX2_INLINE __m256 load8_i8_ps(const int8_t* b) {
 
 // ---- FP8 codes ----
 
-/// codecs::fp8_from_float<F> on 8 lanes (int32 codes 0..255).
-template <class F>
+/// codecs::fp8_from_float<F> on 8 lanes (int32 codes 0..255). With @p kFinite the caller
+/// knows that no lane is NaN, and the NaN code is left out.
+template <class F, bool kFinite = false>
 CC_AVX2_INLINE __m256i fp8_from_float8(__m256 x) {
   constexpr int32_t kMinExp = 128 - F::kBias, kMaxExp = F::kMaxF32Bits >> 23;
   const __m256i u = _mm256_castps_si256(x);
@@ -236,8 +270,10 @@ CC_AVX2_INLINE __m256i fp8_from_float8(__m256 x) {
       _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(kMinExp)), F::kMantBits), k);
   const __m256i limit = _mm256_blendv_epi8(_mm256_set1_epi32(F::kMaxCode),
                                            _mm256_set1_epi32(codecs::kFp8NaN), nan);
-  code = _mm256_min_epu32(code, limit);
   const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
+  if (kFinite)
+    return _mm256_or_si256(_mm256_min_epu32(code, _mm256_set1_epi32(F::kMaxCode)), sign);
+  code = _mm256_min_epu32(code, limit);
   return _mm256_or_si256(code, _mm256_andnot_si256(nan, sign));
 }
 

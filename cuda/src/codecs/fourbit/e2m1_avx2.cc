@@ -4,6 +4,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "codecs/fourbit/fourbit.h"
 #include "codecs/int4/int4.h"
 #include "codecs/nvfp4/nvfp4.h"
@@ -63,21 +65,6 @@ __attribute__((target("avx2"))) inline __m256i quantize8(__m256 x, float d) {
   return kInt4 ? quantize8_int4(x, d) : quantize8_e2m1(x, d);
 }
 
-// Largest finite |x| of 16 elements as bits (codecs::finite_abs_bits, then max).
-__attribute__((target("avx2"))) inline int32_t amax16(__m256 x0, __m256 x1) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i inf = _mm256_set1_epi32(0x7F800000);
-  __m256i a0 = _mm256_and_si256(_mm256_castps_si256(x0), abs_mask);
-  __m256i a1 = _mm256_and_si256(_mm256_castps_si256(x1), abs_mask);
-  a0 = _mm256_and_si256(a0, _mm256_cmpgt_epi32(inf, a0));
-  a1 = _mm256_and_si256(a1, _mm256_cmpgt_epi32(inf, a1));
-  __m256i m = _mm256_max_epi32(a0, a1);
-  m = _mm256_max_epi32(m, _mm256_permute2x128_si256(m, m, 1));
-  m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0x4E));
-  m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0xB1));
-  return _mm256_cvtsi256_si32(m);
-}
-
 // Values of 8 nibbles (the low 8 bytes of q8, one nibble each) times d, as
 // codecs::fourbit_dequantize<E2M1>: the magnitude of codes 0..7, bit 3 the sign, and
 // kNibbleNaN alone NaN.
@@ -121,8 +108,7 @@ __attribute__((target("avx2"))) inline __m256 steps8(__m256i q, __m256 vs) {
 // The E4M3 scale codes of 8 groups of largest finite |x| amax (bits) under run scale s, and
 // their steps: codecs::encode_group_scale(amax, qmax, s, 8, false) and steps8, lane by lane:
 // t = (amax / qmax) / s, then fp8_from_float<E4M3>(t) (t is finite and >= 0).
-__attribute__((target("avx2"))) inline void scales8(__m256i amax, float qmax, float s,
-                                                    int32_t* code, float* step) {
+CC_AVX2_INLINE void scales8(__m256i amax, float qmax, float s, __m256i* code, __m256* step) {
   const __m256 vs = _mm256_set1_ps(s);
   const __m256 t = _mm256_div_ps(
       _mm256_div_ps(_mm256_castsi256_ps(amax), _mm256_set1_ps(qmax)), vs);
@@ -143,39 +129,181 @@ __attribute__((target("avx2"))) inline void scales8(__m256i amax, float qmax, fl
   const __m256i limit = _mm256_blendv_epi8(_mm256_set1_epi32(codecs::Fp8E4M3::kMaxCode),
                                            _mm256_set1_epi32(codecs::kFp8NaN), nan);
   q = _mm256_min_epu32(q, limit);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(code), q);
-  _mm256_storeu_ps(step, steps8(q, vs));
+  *code = q;
+  *step = steps8(q, vs);
+}
+
+// Nibbles of 8 finite elements x in a group of step d > 0 (the common case, which the
+// encoder checks per group): what quantize8_e2m1 gives for such x, with fewer operations.
+// With a = min(|x / d|, 6) (6 codes as 7, as every |x / d| > 5 does), the E2M1 code rounded
+// to nearest even is max(ncode, min(RNE(2a), 2)): ncode rounds a's fp32 significand to one
+// bit, ties to even, by an integer add of 0x1FFFFF plus that bit's value, and reads the code
+// (exponent and bit) off bits 22 and up, exact for a >= 1 and at most RNE(2a) below 1, where
+// RNE(2a) (0, 1 or 2) is the code. tests/test_cpu_isa.py and tests/test_nvfp4.py compare the
+// nibbles with the baseline copy and the NumPy reference (ties included); every fp32 a in
+// [0, 6] was checked against E2M1::magnitude_rn when this was written. The sign goes on
+// where the code is non-zero (_mm256_sign_epi32 zeroes it where the code is 0).
+CC_AVX2_INLINE __m256i quantize8_e2m1_finite(__m256 x, __m256 d) {
+  const __m256 v = _mm256_div_ps(x, d);
+  const __m256 a = _mm256_min_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(
+                                                      0x7FFFFFFF))),
+                                 _mm256_set1_ps(6.0f));
+  const __m256i low = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_add_ps(a, a)),
+                                       _mm256_set1_epi32(2));
+  const __m256i ab = _mm256_castps_si256(a);
+  const __m256i bit = _mm256_and_si256(_mm256_srli_epi32(ab, 22), _mm256_set1_epi32(1));
+  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(ab, bit),
+                                     _mm256_set1_epi32(0x1FFFFF - (252 << 22)));  // 1.0f: 2
+  const __m256i m = _mm256_max_epi32(_mm256_srai_epi32(t, 22), low);
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 28),
+                                        _mm256_set1_epi32(8));
+  return _mm256_or_si256(m, _mm256_sign_epi32(sign, m));
+}
+
+// quantize8_int4 for 8 finite elements in a group of step d > 0: RNE(min(|x / d|, 7)) by the
+// conversion (round to nearest even, as the 2^23 trick), two's complement for a negative
+// x / d (whose sign is x's): ((m ^ neg) - neg) & 15.
+CC_AVX2_INLINE __m256i quantize8_int4_finite(__m256 x, __m256 d) {
+  const __m256 v = _mm256_div_ps(x, d);
+  const __m256 a = _mm256_min_ps(
+      _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))), _mm256_set1_ps(7.0f));
+  const __m256i m = _mm256_cvtps_epi32(a);
+  const __m256i neg = _mm256_srai_epi32(_mm256_castps_si256(x), 31);
+  return _mm256_and_si256(_mm256_sub_epi32(_mm256_xor_si256(m, neg), neg),
+                          _mm256_set1_epi32(15));
+}
+
+// The 16 nibbles of group y (int32 lanes, elements 0..7 and 8..15) of step d; @p finite: the
+// group has only finite elements and d > 0.
+template <bool kInt4>
+CC_AVX2_INLINE void quantize16(const float* y, float d, bool finite, __m256i* q) {
+  const __m256 x0 = _mm256_loadu_ps(y), x1 = _mm256_loadu_ps(y + 8);
+  if (finite) {
+    const __m256 vd = _mm256_set1_ps(d);
+    q[0] = kInt4 ? quantize8_int4_finite(x0, vd) : quantize8_e2m1_finite(x0, vd);
+    q[1] = kInt4 ? quantize8_int4_finite(x1, vd) : quantize8_e2m1_finite(x1, vd);
+  } else {
+    q[0] = quantize8<kInt4>(x0, d);
+    q[1] = quantize8<kInt4>(x1, d);
+  }
+}
+
+// Nibbles (int32 lanes 0..15) of 64 elements in order, q[i] elements 8i..8i+7, to 32 bytes:
+// element 2k in the low nibble of byte k, 2k + 1 in the high one.
+CC_AVX2_INLINE void pack64_nibbles(const __m256i* q, uint8_t* out) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i pair = _mm256_set1_epi16(0x1001);  // byte 2k times 1 plus byte 2k + 1 times 16
+  __m256i w[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(q[4 * h], q[4 * h + 1]),
+                                          _mm256_packus_epi32(q[4 * h + 2], q[4 * h + 3]));
+    w[h] = _mm256_maddubs_epi16(_mm256_permutevar8x32_epi32(b, order), pair);
+  }
+  const __m256i v = _mm256_permute4x64_epi64(_mm256_packus_epi16(w[0], w[1]), 0xD8);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v);
 }
 
 template <bool kInt4>
 __attribute__((target("avx2"))) void encode_groups(const float* y, int64_t ngroups, float s,
-                                                   uint8_t* codes, uint8_t* scales) {
+                                                   const int32_t* amax, const uint8_t* special,
+                                                   uint8_t* codes, uint8_t* scales,
+                                                   const float* next, int64_t next_n) {
   const float qmax = kInt4 ? codecs::Int4::kQMax : codecs::E2M1::kQMax;
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // The next piece's share per batch: all of it by the end of this piece's groups.
+  const int64_t ahead = next_n > 0 ? (next_n + ngroups - 1) / ngroups * kBatch : 0;
   for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
     const int64_t nb = ngroups - k0 < kBatch ? ngroups - k0 : kBatch;
-    alignas(32) int32_t amax[kBatch] = {};
-    alignas(32) int32_t code[kBatch];
-    alignas(32) float step[kBatch];
-    for (int64_t j = 0; j < nb; ++j)
-      amax[j] = amax16(_mm256_loadu_ps(y + 16 * (k0 + j)), _mm256_loadu_ps(y + 16 * (k0 + j) + 8));
-    scales8(_mm256_load_si256(reinterpret_cast<const __m256i*>(amax)), qmax, s, code, step);
-    for (int64_t j = 0; j < nb; ++j) scales[k0 + j] = static_cast<uint8_t>(code[j]);
-    for (int64_t j = 0; j < nb; ++j) {
-      const int64_t k = k0 + j;
-      const __m256 x0 = _mm256_loadu_ps(y + 16 * k), x1 = _mm256_loadu_ps(y + 16 * k + 8);
-      // 16 nibbles, one per byte in element order: packs interleave the 128-bit halves,
-      // the permute puts the four 4-byte runs back in order.
-      __m256i n = _mm256_packus_epi32(quantize8<kInt4>(x0, step[j]),
-                                      quantize8<kInt4>(x1, step[j]));
-      n = _mm256_packus_epi16(n, _mm256_setzero_si256());
-      const __m128i e = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(n, order));
-      // Byte pair (2i, 2i+1) as one 16-bit lane: low nibble 2i, high nibble 2i+1.
-      __m128i w = _mm_or_si128(e, _mm_srli_epi16(e, 4));
-      w = _mm_and_si128(w, _mm_set1_epi16(0xFF));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + 8 * k), _mm_packus_epi16(w, w));
+    for (int64_t i = k0 / kBatch * ahead; i < next_n && i < (k0 / kBatch + 1) * ahead; i += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T1);
+    __m256i code;
+    __m256 step;
+    scales8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(amax + k0)), qmax, s, &code,
+            &step);
+    alignas(8) uint8_t code8[kBatch];
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(code8), cpu::avx2::pack8_epu8(code));
+    alignas(32) float d[kBatch];
+    _mm256_store_ps(d, step);
+    // Groups coded by the short path: no non-finite element and a positive step.
+    const int finite =
+        _mm256_movemask_ps(_mm256_cmp_ps(step, _mm256_setzero_ps(), _CMP_GT_OQ)) &
+        ~special[k0 / kBatch];
+    if (nb == kBatch) {
+      std::memcpy(scales + k0, code8, kBatch);
+      for (int64_t j = 0; j < kBatch; j += 4) {
+        __m256i q[8];
+        for (int i = 0; i < 4; ++i)
+          quantize16<kInt4>(y + 16 * (k0 + j + i), d[j + i], (finite >> (j + i)) & 1, q + 2 * i);
+        pack64_nibbles(q, codes + 8 * (k0 + j));
+      }
+      continue;
+    }
+    std::memcpy(scales + k0, code8, static_cast<size_t>(nb));
+    for (int64_t j = 0; j < nb; ++j) {  // the last groups, one at a time
+      __m256i q[8] = {};
+      quantize16<kInt4>(y + 16 * (k0 + j), d[j], (finite >> j) & 1, q);
+      alignas(32) uint8_t b[32];
+      pack64_nibbles(q, b);
+      std::memcpy(codes + 8 * (k0 + j), b, 8);
     }
   }
+}
+
+// The finite maxima (bits) of 8 groups of 16 held in r[0..16) (group j in r[2j], r[2j+1]),
+// group j in lane j, and in *special bit j whether group j has a non-finite element.
+CC_AVX2_INLINE __m256i group_maxima8(const __m256* r, uint8_t* special) {
+  using cpu::avx2::abs_bits;
+  __m256i m[8];
+  for (int j = 0; j < 8; ++j) m[j] = _mm256_max_epi32(abs_bits(r[2 * j]), abs_bits(r[2 * j + 1]));
+  __m256i raw = cpu::avx2::hmax8x8(m);
+  const int nonfinite = _mm256_movemask_ps(_mm256_castsi256_ps(
+      _mm256_cmpgt_epi32(raw, _mm256_set1_epi32(int32_t(codecs::kF32InfBits) - 1))));
+  *special = static_cast<uint8_t>(nonfinite);
+  if (nonfinite) {  // rare: leave NaN and Inf out (codecs::finite_abs_bits)
+    const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
+    for (int j = 0; j < 8; ++j) {
+      __m256i a0 = abs_bits(r[2 * j]), a1 = abs_bits(r[2 * j + 1]);
+      a0 = _mm256_and_si256(a0, _mm256_cmpgt_epi32(inf, a0));
+      a1 = _mm256_and_si256(a1, _mm256_cmpgt_epi32(inf, a1));
+      m[j] = _mm256_max_epi32(a0, a1);
+    }
+    raw = cpu::avx2::hmax8x8(m);
+  }
+  return raw;
+}
+
+// Rotates the 128 values of r in blocks of 8R (R registers each): hadamard.h's normalised
+// transform, after the random signs with @p rs.
+template <int R>
+CC_AVX2_INLINE void rotate128(__m256* r, const __m256* signs, bool rs) {
+  if (rs)
+    for (int i = 0; i < 16; ++i) r[i] = _mm256_mul_ps(r[i], signs[i % R]);
+#pragma GCC unroll 16
+  for (int b = 0; b < 16; b += R) cpu::avx2::wht_normalized_regs<R>(r + b);
+}
+
+template <int R>
+__attribute__((target("avx2"))) int32_t prepare_groups(const float* x, float* y, int64_t ngroups,
+                                                       bool rs, int32_t* amax,
+                                                       uint8_t* special) {
+  __m256 signs[R > 0 ? R : 1];
+  for (int i = 0; i < R; ++i) signs[i] = cpu::avx2::random_signs8(i);
+  __m256i run = _mm256_setzero_si256();
+  for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
+    const int64_t nb = ngroups - k0 < kBatch ? ngroups - k0 : kBatch;
+    const float* in = x + 16 * k0;
+    cpu::avx2::prefetch(in + cpu::avx2::kPrefetchAhead / 4, 512);
+    __m256 r[16];
+    for (int i = 0; i < 16; ++i)
+      r[i] = i < 2 * nb ? _mm256_loadu_ps(in + 8 * i) : _mm256_setzero_ps();
+    if constexpr (R > 0) {  // whole batches only (the caller's contract)
+      rotate128<R>(r, signs, rs);
+      for (int i = 0; i < 16; ++i) _mm256_storeu_ps(y + 16 * k0 + 8 * i, r[i]);
+    }
+    const __m256i m = group_maxima8(r, special + k0 / kBatch);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(amax + k0), m);
+    run = _mm256_max_epi32(run, m);
+  }
+  return cpu::avx2::hmax_epi32(run);
 }
 
 template <bool kInt4>
@@ -205,11 +333,27 @@ __attribute__((target("avx2"))) void decode_groups(const uint8_t* codes, const u
 
 }  // namespace
 
+__attribute__((target("avx2"))) int32_t fourbit_prepare_groups_avx2(
+    const float* x, float* y, int64_t ngroups, int32_t h, bool rs, int32_t* amax,
+    uint8_t* special) {
+  switch (h) {
+    case 16: return prepare_groups<2>(x, y, ngroups, rs, amax, special);
+    case 32: return prepare_groups<4>(x, y, ngroups, rs, amax, special);
+    case 64: return prepare_groups<8>(x, y, ngroups, rs, amax, special);
+    case 128: return prepare_groups<16>(x, y, ngroups, rs, amax, special);
+    default: return prepare_groups<0>(x, y, ngroups, rs, amax, special);
+  }
+}
+
 __attribute__((target("avx2"))) void fourbit_encode_groups_avx2(bool int4, const float* y,
                                                                 int64_t ngroups, float s,
-                                                                uint8_t* codes, uint8_t* scales) {
-  if (int4) return encode_groups<true>(y, ngroups, s, codes, scales);
-  encode_groups<false>(y, ngroups, s, codes, scales);
+                                                                const int32_t* amax,
+                                                                const uint8_t* special,
+                                                                uint8_t* codes, uint8_t* scales,
+                                                                const float* next,
+                                                                int64_t next_n) {
+  if (int4) return encode_groups<true>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+  encode_groups<false>(y, ngroups, s, amax, special, codes, scales, next, next_n);
 }
 
 __attribute__((target("avx2"))) void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes,

@@ -1,9 +1,9 @@
 // NVFP4's and hint4's full 16-element groups (round to nearest, E4M3 group scales) with AVX2
-// intrinsics:
-// two 8-wide vectors per group. They compute exactly what fourbit_cpu.h's scalar loop does for
-// those groups (the same IEEE divisions and multiplies, the same comparisons), so the bits
-// match the scalar loop and the CUDA kernels; tests/test_nvfp4.py and tests/test_cpu_isa.py
-// check it. Callers use them only when cpu_use_avx2() (isa_dispatch.h).
+// intrinsics, two 8-wide vectors per group. They compute what fourbit_cpu.h's scalar loop
+// does for those groups (the same IEEE divisions and multiplies; the nibble of a finite
+// x / d found by operations proven to give the same code as the scalar comparisons), so the
+// bits match the scalar loop and the CUDA kernels; tests/test_nvfp4.py and
+// tests/test_cpu_isa.py check it. Callers use them only when cpu_use_avx2() (isa_dispatch.h).
 #pragma once
 
 #include <cstdint>
@@ -13,11 +13,22 @@
 
 namespace ccompress::cpu4 {
 
-/// Groups 0..ngroups-1 of y (16 elements each) under run scale s: packed nibbles to
-/// codes[8k .. 8k+8), E4M3 scale codes to scales[k]; E2M1 nibbles (NVFP4), or Int4 (hint4)
-/// when @p int4.
+/// The first pass of an encode over groups 0..ngroups-1 (16 elements each) of a run: with
+/// h in {16, 32, 64, 128}, y <- the rotation of x in blocks of h (fourbit.h's rotate_block,
+/// random signs with @p rs; ngroups then a multiple of 8); otherwise y is x and is not
+/// written. amax[k] <- the largest finite |y| (bits) of group k, bit k % 8 of
+/// special[k / 8] <- whether group k has a non-finite element (amax holds a multiple of 8
+/// entries, special ceil(ngroups / 8) bytes). Returns the largest amax[k].
+int32_t fourbit_prepare_groups_avx2(const float* x, float* y, int64_t ngroups, int32_t h,
+                                    bool rs, int32_t* amax, uint8_t* special);
+
+/// Groups 0..ngroups-1 of y under run scale s, with amax and special from
+/// fourbit_prepare_groups_avx2: packed nibbles to codes[8k .. 8k+8), E4M3 scale codes to
+/// scales[k]; E2M1 nibbles (NVFP4), or Int4 (hint4) when @p int4. Meanwhile the next_n
+/// floats at @p next (the next piece's input, or none) are prefetched into the cache.
 void fourbit_encode_groups_avx2(bool int4, const float* y, int64_t ngroups, float s,
-                                uint8_t* codes, uint8_t* scales);
+                                const int32_t* amax, const uint8_t* special, uint8_t* codes,
+                                uint8_t* scales, const float* next, int64_t next_n);
 
 /// The inverse: 16 * ngroups values to out.
 void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes, const uint8_t* scales,

@@ -134,26 +134,55 @@ inline void rotate_run(const float* src, float* v, int64_t n, int32_t h, bool rs
 /// Encodes one run of n fp32 values into fourbit_layout(n, ...).total bytes.
 template <class Q>
 void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                uint8_t* dst) {
+                uint8_t* dst, const cpu::NextPiece& next = {}) {
   if (n == 0) return;
   const int32_t g = c.group, sbits = c.scale_bits, sb = scale_bytes(c);
   const bool sr = c.stochastic;
   const float* y = x;
-  if (c.rotation > 0) {
-    float* buf = coef_scratch(n);
-    rotate_run(x, buf, n, c.rotation, c.random_signs, false);
-    y = buf;
+  float* buf = c.rotation > 0 ? coef_scratch(n) : nullptr;
+  int64_t k = avx2_groups<Q>(n, c);
+  int32_t amax = 0;
+#ifdef CC_HAVE_E2M1_AVX2
+  thread_local std::vector<int32_t> group_amax;
+  thread_local std::vector<uint8_t> special;
+  if (k > 0) {  // one pass: (rotation,) group and run maxima
+    group_amax.resize(static_cast<size_t>(k + 8));
+    special.resize(static_cast<size_t>(k / 8 + 1));
+    // Rotation blocks of h in 16..128 rotate in the same pass, in batches of 128 elements;
+    // the rest of the run rotates first (its blocks are the run's remaining ones).
+    const int32_t h = c.rotation;
+    const bool fused = h >= 16 && h <= 128;
+    const int64_t kf = fused ? k - k % 8 : 0;
+    if (kf > 0) {
+      amax = fourbit_prepare_groups_avx2(x, buf, kf, h, c.random_signs, group_amax.data(),
+                                         special.data());
+    }
+    if (buf) rotate_run(x + 16 * kf, buf + 16 * kf, n - 16 * kf, h, c.random_signs, false);
+    y = buf ? buf : x;
+    if (kf < k) {
+      amax = std::max(amax, fourbit_prepare_groups_avx2(y + 16 * kf, nullptr, k - kf, 0, false,
+                                                        group_amax.data() + kf,
+                                                        special.data() + kf / 8));
+    }
+    amax = std::max(amax, cpu::finite_abs_max_host(y + 16 * k, n - 16 * k));
+  } else
+#endif
+  {
+    if (buf) {
+      rotate_run(x, buf, n, c.rotation, c.random_signs, false);
+      y = buf;
+    }
+    amax = cpu::finite_abs_max_host(y, n);
   }
-  const int32_t amax = cpu::finite_abs_max_host(y, n);
   const float s = codecs::fourbit_run_scale(amax, Q::kQMax, sbits);
   const codecs::FourBitLayout lay = codecs::fourbit_layout(n, g, sb);
   uint8_t nib[1024];  // one group's nibbles (g <= 256 for these codecs)
   float u[1024];      // and its stochastic rounding draws
   const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
-  int64_t k = avx2_groups<Q>(n, c);
 #ifdef CC_HAVE_E2M1_AVX2
   if (k > 0) {
-    fourbit_encode_groups_avx2(std::is_same_v<Q, codecs::Int4>, y, k, s, dst, dst + lay.scales);
+    fourbit_encode_groups_avx2(std::is_same_v<Q, codecs::Int4>, y, k, s, group_amax.data(),
+                               special.data(), dst, dst + lay.scales, next.x, next.n);
   }
 #endif
   for (int64_t off = k * g; off < n; ++k, off += g) {

@@ -85,18 +85,20 @@ float load_scale(const void* wire, int64_t n, int64_t g) {
 template <class F>
 void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t g, int64_t off,
                     const Codec& codec, const EncodeContext& ctx) {
-  const int32_t amax = cpu::finite_abs_max_host(x, len);
-  float s = codecs::group_scale<F>(amax);
   uint8_t* q = static_cast<uint8_t*>(wire) + off;
   const uint64_t prefix =
       codec.stochastic ? codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank) : uint64_t(0);
+  float s;
 #ifdef CC_HAVE_SIMD_AVX2
   if (len % 8 == 0 && cpu_use_avx2()) {
     const cpu::SrDraws sr{prefix, ctx.index + off};
-    cpu::fp8_quantize_avx2(std::is_same_v<F, Fp8E5M2>, true, x, static_cast<int32_t>(len), s,
-                           codec.stochastic ? &sr : nullptr, q);
-  } else
+    s = cpu::fp8_encode_group_avx2(std::is_same_v<F, Fp8E5M2>, x, static_cast<int32_t>(len),
+                                   codec.stochastic ? &sr : nullptr, q);
+    std::memcpy(static_cast<uint8_t*>(wire) + codecs::fp8_scales_offset(n) + 4 * g, &s, 4);
+    return;
+  }
 #endif
+  s = codecs::group_scale<F>(cpu::finite_abs_max_host(x, len));
   if (codec.stochastic) {
     alignas(32) float u[cpu::kBlock];  // the group's stochastic rounding draws
     cpu::sr_uniforms_host(prefix, ctx.index + off, len, u);

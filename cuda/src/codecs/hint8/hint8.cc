@@ -125,7 +125,7 @@ int64_t avx2_blocks(int64_t n, const Codec& c) {
 // Block by block: rotate, group amaxes, (s8) the block exponent, scales, codes. The whole
 // blocks go through the AVX2 block kernel where it applies, the rest one at a time.
 void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                 uint8_t* dst) {
+                 uint8_t* dst, const cpu::NextPiece&) {  // one pass: nothing to prefetch
   alignas(32) float y[kMaxRotation];
   alignas(32) float u[kMaxRotation];  // the block's stochastic rounding draws
   int32_t amax[kMaxRotation / kMinGroup];

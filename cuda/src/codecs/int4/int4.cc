@@ -52,8 +52,8 @@ int64_t wire_bytes(const Codec& c, int64_t n) {
 }
 
 void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                 uint8_t* dst) {
-  cpu4::encode_run<codecs::Int4>(x, n, c, ctx, dst);
+                 uint8_t* dst, const cpu::NextPiece& next) {
+  cpu4::encode_run<codecs::Int4>(x, n, c, ctx, dst, next);
 }
 
 void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {

@@ -54,8 +54,8 @@ int64_t wire_bytes(const Codec&, int64_t n) {
 }
 
 void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                 uint8_t* dst) {
-  cpu4::encode_run<codecs::E2M1>(x, n, c, ctx, dst);
+                 uint8_t* dst, const cpu::NextPiece& next) {
+  cpu4::encode_run<codecs::E2M1>(x, n, c, ctx, dst, next);
 }
 
 void decode_body(const uint8_t* src, int64_t n, const Codec& c, float* out, bool accumulate) {

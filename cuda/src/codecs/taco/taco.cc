@@ -164,7 +164,7 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool 
 }
 
 void encode_body(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
-                 uint8_t* dst) {
+                 uint8_t* dst, const cpu::NextPiece&) {  // one pass: nothing to prefetch
   if (c.fp8_format == 0) {
     encode_run<Fp8E4M3>(x, n, c, ctx, dst);
   } else {
