@@ -12,7 +12,8 @@ non-zero and those that printed that message:
     .venv/bin/python perf/torchrun_exit.py --worker tests/torch_backend/ops.py --arg fp8_e4m3:g128
 
 The built-in script makes the process group, runs 200 delegated all-reduces (MAX, 1000
-floats) and calls ``destroy_process_group`` unless ``--no-destroy``. ``--worker`` runs
+floats; with ``--async-op`` issued asynchronously, waiting for the last one only) and calls
+``destroy_process_group`` unless ``--no-destroy``. ``--worker`` runs
 another script instead (``--arg`` repeatable); ``tests/`` and ``tests/torch_backend/`` are on
 its path, as the test suite puts them.
 """
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ABORT = "terminate called without an active exception"
 
 
-def worker(backend: str, destroy: bool) -> None:
+def worker(backend: str, destroy: bool, async_op: bool) -> None:
     """The built-in script, run by each rank."""
     import torch
     import torch.distributed as dist
@@ -37,8 +38,9 @@ def worker(backend: str, destroy: bool) -> None:
 
     dist.init_process_group(backend)
     x = torch.ones(1000)
-    for _ in range(200):
-        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    works = [dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=async_op) for _ in range(200)]
+    if async_op:
+        works[-1].wait()  # as a training step waits for its last bucket
     if destroy:
         dist.destroy_process_group()
 
@@ -48,6 +50,9 @@ def main() -> int:
     ap.add_argument("--backend", default="ccompress", help="ccompress or gloo (ccompress)")
     ap.add_argument("--no-destroy", action="store_true",
                     help="the built-in script exits without destroy_process_group")
+    ap.add_argument("--async-op", action="store_true",
+                    help="the built-in script issues its all-reduces with async_op=True and "
+                         "waits for the last one only")
     ap.add_argument("--worker", help="run this script instead of the built-in one")
     ap.add_argument("--arg", action="append", default=[], help="an argument of --worker")
     ap.add_argument("--launches", type=int, default=20, help="torchrun launches (20)")
@@ -56,15 +61,15 @@ def main() -> int:
     ap.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a._worker:
-        worker(a.backend, not a.no_destroy)
+        worker(a.backend, not a.no_destroy, a.async_op)
         return 0
     if a.worker:
         script = [str(Path(a.worker).resolve()), *a.arg]
         what = " ".join([a.worker, *a.arg])
     else:
         script = [__file__, "--_worker", "--backend", a.backend] + (
-            ["--no-destroy"] if a.no_destroy else [])
-        what = f"built-in, backend {a.backend}, " + (
+            ["--no-destroy"] if a.no_destroy else []) + (["--async-op"] if a.async_op else [])
+        what = f"built-in, backend {a.backend}, " + ("async, " if a.async_op else "") + (
             "no destroy_process_group" if a.no_destroy else "destroy_process_group")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
                PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "torch_backend"),

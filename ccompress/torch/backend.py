@@ -22,7 +22,7 @@ import atexit
 import threading
 import weakref
 from datetime import timedelta
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -94,7 +94,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
         _LIVE.add(self)
         self._lock = threading.Lock()
         self._broken: Optional[str] = None
-        self._pending: List[torch.futures.Future] = []  # delegated, not yet seen complete
+        self._delegated: List[Tuple[Any, Any]] = []  # (Work, future) not yet seen complete
+        self._retired: List[Any] = []  # Works seen complete by the last call: freed at the next
         self.feedback = BackwardFeedback()
         self.gift: Any = None  # use_gift
 
@@ -339,26 +340,38 @@ class CompressedProcessGroup(dist.ProcessGroup):
         try:
             fut = work.get_future()
         except Exception:  # noqa: BLE001 - a Work without a future: wait() reports errors
-            return work
+            fut = None
         with self._lock:
-            self._pending.append(fut)
+            self._delegated.append((work, fut))
         return work
 
     def _reap(self) -> None:
-        """Records the failure of any delegated collective that has completed since the last
-        call. Polled by the calling thread, never a callback on the future: gloo runs those
-        on its own threads, and one that needs the interpreter after the script ended
-        aborts the process ("terminate called without an active exception")."""
-        done: List[torch.futures.Future] = []
+        """Records the failure of every delegated collective found complete, and lets its
+        Work go one call later.
+
+        gloo's worker thread frees a finished Work whose last reference it holds, and the
+        Work's tensors then release their Python objects, which needs the interpreter: after
+        the script ended, that aborts the process ("terminate called without an active
+        exception"). So this group keeps every delegated Work until a call after the one
+        that saw it complete (by then gloo has let go of it) and frees it here, on the
+        calling thread; those still held at shutdown go with the group object. Failures are
+        polled here too, never by a callback on the future, which gloo would run (and
+        free) on its own thread."""
+        done: List[Tuple[Any, Any]] = []
         with self._lock:
-            pending, self._pending = self._pending, []
-            for fut in pending:
-                (done if fut.done() else self._pending).append(fut)
-        for fut in done:
-            try:
-                fut.wait()
-            except Exception as e:  # noqa: BLE001 - the caller sees it from wait()
-                self._fail(e)
+            delegated, self._delegated = self._delegated, []
+            for item in delegated:
+                work, fut = item
+                finished = fut.done() if fut is not None else work.is_completed()
+                (done if finished else self._delegated).append(item)
+            old, self._retired = self._retired, [work for work, _ in done]
+        for _, fut in done:
+            if fut is not None:
+                try:
+                    fut.wait()
+                except Exception as e:  # noqa: BLE001 - the caller sees it from wait()
+                    self._fail(e)
+        del old  # freed here, by this thread
 
     def shutdown(self) -> None:
         """What ``torch.distributed.destroy_process_group`` calls: ccompress's communicator
@@ -373,7 +386,6 @@ class CompressedProcessGroup(dist.ProcessGroup):
         with self._lock:
             if self._broken is None:
                 self._broken = "it was shut down (destroy_process_group)"
-            self._pending = []  # their tensors are freed here, by this thread
         _LIVE.discard(self)
         comm, pg, self._comm_pg = self._comm, self._comm_pg, None
         if comm is not None:  # kept: bytes_sent still reads it

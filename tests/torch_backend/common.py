@@ -24,10 +24,19 @@ def start(backend="ccompress", timeout_s=60, pg_options=None):
     return dist.get_rank(), dist.get_world_size(), ref
 
 
+# The Works of the reference group's collectives, held to the end: gloo's worker thread
+# frees a finished Work whose last reference it holds, and its tensors' Python objects then
+# need the interpreter, which aborts the process when the script has ended (the checks below
+# are a worker's last collectives). Freed by the main thread when the script's globals go.
+_WORKS = []
+
+
 def gather(t, ref):
     """Every rank's copy of ``t`` (exact, over the gloo group), in rank order."""
     out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, t.contiguous(), group=ref)
+    work = dist.all_gather(out, t.contiguous(), group=ref, async_op=True)
+    work.wait()
+    _WORKS.append(work)
     return out
 
 
@@ -38,11 +47,15 @@ def digest(tensors):
     return h.hexdigest()
 
 
+def digests(tensors, ref):
+    """Every rank's digest of ``tensors``, in rank order."""
+    mine = torch.frombuffer(bytearray.fromhex(digest(tensors)), dtype=torch.uint8)
+    return [bytes(d.tolist()).hex() for d in gather(mine, ref)]
+
+
 def same_on_all_ranks(tensors, ref):
     """Whether the bytes of ``tensors`` are the same on every rank."""
-    d = [None] * dist.get_world_size()
-    dist.all_gather_object(d, digest(tensors), group=ref)
-    return len(set(d)) == 1
+    return len(set(digests(tensors, ref))) == 1
 
 
 def ok(name):

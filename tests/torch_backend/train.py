@@ -12,7 +12,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from common import digest, ok, same_on_all_ranks, start
+from common import digest, digests, ok, same_on_all_ranks, start
 from ccompress import CCompressError
 from ccompress.torch import compressed_group
 
@@ -73,8 +73,7 @@ if ef:
         "the restored checkpoint did not replay the step"
 full = full_params()
 assert same_on_all_ranks(full, ref), "replicas differ between ranks"
-shards = [None] * size
-dist.all_gather_object(shards, digest(local_params()), group=ref)
+shards = digests(local_params(), ref)
 if rank == 0:
     with open(out_path, "w") as f:
         json.dump(dict(losses=losses, full=digest(full), shards=shards,
