@@ -84,13 +84,15 @@ def main() -> int:
             p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                 f"--nproc_per_node={a.nproc}", *script], cwd=cwd, env=env,
                                capture_output=True, text=True, timeout=600)
+            hit = ABORT in p.stdout + p.stderr
             failed += p.returncode != 0
-            aborted += ABORT in p.stdout + p.stderr
+            aborted += hit
             print(f"[exit] launch {i + 1}/{a.launches}: rc {p.returncode}"
-                  f"{' (aborted at exit)' if ABORT in p.stdout + p.stderr else ''}", flush=True)
+                  f"{' (aborted at exit)' if hit else ''}", flush=True)
     finally:
         for h in hogs:
             h.kill()
+            h.wait()
     print(f"{what}: {a.nproc} ranks, {a.hogs} CPU hogs on {os.cpu_count()} cores: "
           f"{failed} of {a.launches} launches failed, {aborted} aborted at exit "
           f"({time.time() - t0:.0f} s)")
