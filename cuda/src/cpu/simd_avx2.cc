@@ -71,13 +71,11 @@ CC_AVX2 void wht_normalized_blocks_avx2(const float* src, float* v, int64_t len,
 }
 
 CC_AVX2 int32_t finite_abs_max_avx2(const float* v, int64_t n) {
-  const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
   __m256i m = _mm256_setzero_si256();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     if (i % 16 == 0) prefetch(v + i + kPrefetchAhead / 4, 64);
-    const __m256i a = abs_bits(_mm256_loadu_ps(v + i));
-    m = _mm256_max_epi32(m, _mm256_and_si256(a, _mm256_cmpgt_epi32(inf, a)));
+    m = _mm256_max_epi32(m, finite_bits(abs_bits(_mm256_loadu_ps(v + i))));
   }
   int32_t r = hmax_epi32(m);
   for (; i < n; ++i) r = std::max(r, codecs::finite_abs_bits(v[i]));

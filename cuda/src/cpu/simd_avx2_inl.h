@@ -89,6 +89,12 @@ CC_AVX2_INLINE __m256i abs_bits(__m256 v) {
   return _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF));
 }
 
+/// The lanes of a (|x| as bits) with NaN and Inf lanes set to 0: codecs::finite_abs_bits.
+CC_AVX2_INLINE __m256i finite_bits(__m256i a) {
+  const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
+  return _mm256_and_si256(a, _mm256_cmpgt_epi32(inf, a));
+}
+
 CC_AVX2_INLINE int32_t hmax_epi32(__m256i m) {
   m = _mm256_max_epi32(m, _mm256_permute2x128_si256(m, m, 1));
   m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0x4E));

@@ -252,20 +252,16 @@ __attribute__((target("avx2"))) void encode_groups(const float* y, int64_t ngrou
 // group j in lane j, and in *special bit j whether group j has a non-finite element.
 CC_AVX2_INLINE __m256i group_maxima8(const __m256* r, uint8_t* special) {
   using cpu::avx2::abs_bits;
-  __m256i m[8];
-  for (int j = 0; j < 8; ++j) m[j] = _mm256_max_epi32(abs_bits(r[2 * j]), abs_bits(r[2 * j + 1]));
-  __m256i raw = cpu::avx2::hmax8x8(m);
+  using cpu::avx2::finite_bits;
+  __m256i raw;
+  cpu::avx2::group_abs_max_regs<16, 2>(r, &raw);
   const int nonfinite = _mm256_movemask_ps(_mm256_castsi256_ps(
       _mm256_cmpgt_epi32(raw, _mm256_set1_epi32(int32_t(codecs::kF32InfBits) - 1))));
   *special = static_cast<uint8_t>(nonfinite);
   if (nonfinite) {  // rare: leave NaN and Inf out (codecs::finite_abs_bits)
-    const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
-    for (int j = 0; j < 8; ++j) {
-      __m256i a0 = abs_bits(r[2 * j]), a1 = abs_bits(r[2 * j + 1]);
-      a0 = _mm256_and_si256(a0, _mm256_cmpgt_epi32(inf, a0));
-      a1 = _mm256_and_si256(a1, _mm256_cmpgt_epi32(inf, a1));
-      m[j] = _mm256_max_epi32(a0, a1);
-    }
+    __m256i m[8];
+    for (int j = 0; j < 8; ++j)
+      m[j] = _mm256_max_epi32(finite_bits(abs_bits(r[2 * j])), finite_bits(abs_bits(r[2 * j + 1])));
     raw = cpu::avx2::hmax8x8(m);
   }
   return raw;

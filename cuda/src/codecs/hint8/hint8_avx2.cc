@@ -222,8 +222,8 @@ CC_AVX2 void encode_blocks(const Hint8Shape& sh, const float* x, int64_t nblocks
     uint8_t* out = sc;
     if (sh.scale_bits == 8) {
       // The block exponent from the largest finite group maximum (lanes past K are 0).
-      __m256i m = _mm256_and_si256(amax[0], _mm256_cmpgt_epi32(inf, amax[0]));
-      if (NV > 1) m = _mm256_max_epi32(m, _mm256_and_si256(amax[1], _mm256_cmpgt_epi32(inf, amax[1])));
+      __m256i m = finite_bits(amax[0]);
+      if (NV > 1) m = _mm256_max_epi32(m, finite_bits(amax[1]));
       const uint32_t e = codecs::s8_block_exp(hmax_epi32(m));
       const S8Table table = s8_table(e);
       if (kEByte) *out++ = static_cast<uint8_t>(e);
