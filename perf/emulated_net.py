@@ -99,9 +99,14 @@ class Network:
             self.created.append(["ip", "link", "del", veth])
             sh("ip", "link", "set", veth, "master", self.bridge)
             sh("ip", "link", "set", veth, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{subnet}.{i + 1}/24", "dev", "eth0")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.address(i)}/24", "dev",
+               "eth0")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+
+    def address(self, i: int) -> str:
+        """The IPv4 address of namespace i's eth0 (after :meth:`create`)."""
+        return f"{self.subnet}.{i + 1}"
 
     def devices(self):
         """(command prefix, device) of both ends of every veth."""

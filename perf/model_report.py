@@ -122,20 +122,20 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
 
 
 def summarize(rows: List[dict]) -> None:
-    for label, part in (("outside the burst", [r for r in rows if not r["in_burst"]]),
-                        ("inside the burst (*)", [r for r in rows if r["in_burst"]])):
+    """Median and max |error| of the rows outside and inside the tbf burst, then per rate of
+    those outside it and of all."""
+    def line(label: str, part: List[dict]) -> None:
         if part:
             errs = [abs(r["error"]) for r in part]
             print(f"# {label}: median |error| {100 * statistics.median(errs):.1f}%, max "
-                  f"{100 * max(errs):.1f}% over {len(part)} rows")
+                  f"{100 * max(errs):.1f}% over {len(errs)} rows")
+
+    outside = [r for r in rows if not r["in_burst"]]
+    line("outside the burst", outside)
+    line("inside the burst (*)", [r for r in rows if r["in_burst"]])
     for rate in sorted({r["gbit"] for r in rows}):
-        for label, part in (("outside the burst", [r for r in rows if not r["in_burst"]]),
-                            ("all rows", rows)):
-            errs = [abs(r["error"]) for r in part if r["gbit"] == rate]
-            if errs:
-                print(f"# {rate:g} Gbit/s, {label}: median |error| "
-                      f"{100 * statistics.median(errs):.1f}%, max {100 * max(errs):.1f}% over "
-                      f"{len(errs)} rows")
+        line(f"{rate:g} Gbit/s, outside the burst", [r for r in outside if r["gbit"] == rate])
+        line(f"{rate:g} Gbit/s, all rows", [r for r in rows if r["gbit"] == rate])
 
 
 def calibrate(spec: str, costs: Dict[str, pm.CodecCost], shm: float, per_message: float,

@@ -95,7 +95,7 @@ def transfer(net: en.Network, pairs: List[Tuple[int, int]], size: int, reps: int
     period = GAP_S + 1.5 * expected + 0.02
     start = time.time() + 0.5
     procs = [subprocess.Popen(["ip", "netns", "exec", net.ns[i], sys.executable, "-c", SENDER,
-                               f"{net.subnet}.{j + 1}", str(PORT), str(size), str(reps + 1),
+                               net.address(j), str(PORT), str(size), str(reps + 1),
                                str(start), str(period)], stdout=subprocess.PIPE, text=True)
              for i, j in pairs]
     times = []

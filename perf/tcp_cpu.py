@@ -26,7 +26,6 @@ import os
 import resource
 import socket
 import statistics
-import subprocess
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -157,12 +156,7 @@ def veth_ends() -> Tuple[Tuple[str, str], Tuple[str, str]]:
 
     net = Network(2)
     net.create()
-    ends = []
-    for ns in net.ns:
-        out = subprocess.run(["ip", "netns", "exec", ns, "ip", "-o", "-4", "addr", "show", "eth0"],
-                             capture_output=True, text=True, check=True).stdout
-        ends.append((ns, out.split()[3].split("/")[0]))
-    return ends[0], ends[1]
+    return (net.ns[0], net.address(0)), (net.ns[1], net.address(1))
 
 
 def fit(points: List[Tuple[int, float]], total: int) -> Tuple[float, float]:
@@ -192,6 +186,8 @@ def main(argv=None) -> int:
                          "memory, or TCP over loopback with MPIR_CVAR_NOLOCAL=1")
     ap.add_argument("--json", help="write the fit and the raw figures here")
     args = ap.parse_args(argv)
+    total = parse_size(args.bytes)
+    sizes = [parse_size(s) for s in args.messages.split(",")]
     ends = veth_ends() if args.netns else (None, None)
     path = "two namespaces through veths and a bridge" if args.netns else "loopback"
     transfer = lambda t, m: one_transfer(t, m, ends)  # noqa: E731
@@ -201,12 +197,10 @@ def main(argv=None) -> int:
         path = f"MPI between 2 ranks ({'TCP' if os.environ.get('MPIR_CVAR_NOLOCAL') else 'shared memory'})"
         transfer = mpi_transfer
         if MPI.COMM_WORLD.rank:
-            for m in [parse_size(s) for s in args.messages.split(",")]:
+            for m in sizes:
                 for _ in range(args.reps):
-                    mpi_transfer(parse_size(args.bytes), m)
+                    mpi_transfer(total, m)
             return 0
-    total = parse_size(args.bytes)
-    sizes = [parse_size(s) for s in args.messages.split(",")]
     print(f"# TCP over {path}, {total} bytes per transfer, {os.cpu_count()} cpus; "
           f"CPU time of sender + receiver, median of {args.reps}")
     print(f"{'message':>9} {'send ms':>8} {'recv ms':>8} {'ns/byte':>8}")
