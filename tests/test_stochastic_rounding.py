@@ -65,6 +65,37 @@ def test_fp8_sr_bytes_match_numpy(rng, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_sr_bytes_at_the_draw_boundary(rng, fmt):
+    """Values one dropped-mantissa step either side of their draw (u < frac or not): each group
+    holds FP8_MAX (so s = 1 and y = x) and normals whose dropped bits D are N >> (m+1) - 1,
+    N >> (m+1) and N >> (m+1) + 1 for the draw N * 2^-24 of their element, every binade from
+    FP8's smallest normal to its largest; every 4th group also has values below the normal
+    range (zeros, FP8 and fp32 subnormals), which the 8-lane kernels code another way."""
+    _, fmax, m, emin, emax = FP8[fmt]
+    g, groups, ctx = 128, 48, (99, 5, 1, 0)
+    n = g * groups
+    drop = 23 - m
+    nd = ref.sr_uniform(*ctx[:3], ctx[3] + np.arange(n)).astype(np.float64) * 2.0 ** 24
+    d = (nd.astype(np.int64) >> (m + 1)) + rng.integers(-1, 2, n)
+    d = np.clip(d, 0, (1 << drop) - 1)
+    e = rng.integers(emin, emax + 1, n)
+    bits = (e << 23) | (rng.integers(0, 1 << m, n) << drop) | d
+    x = bits.astype(np.uint32).view(F32).copy()
+    x = np.minimum(x, F32(fmax)) * rng.choice([F32(-1), F32(1)], n)
+    x[::g] = fmax
+    small = np.flatnonzero((np.arange(n) // g) % 4 == 3)
+    pick = small[rng.random(small.size) < 0.1]
+    x[pick] = rng.choice([0.0, -0.0, 2.0 ** (emin - 128), 3.0 * 2.0 ** (emin - 131), 1e-40],
+                         pick.size).astype(F32)
+    x[small[small % g == 0]] = fmax
+    spec = f"{fmt}:g{g}:sr"
+    wire = encode(spec, x, *ctx)
+    want = ref_fp8_sr(x, fmt, g, *ctx)
+    bad = np.flatnonzero(wire != want)
+    assert bad.size == 0, f"{spec}: bytes {bad[:8]} differ"
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
 def test_fp8_sr_error_is_within_twice_the_rounding_bound(rng, fmt):
     """codec.h: the round-to-nearest bound min(s H, |x| 2^-(m+1) + s 2^(emin-m-1))(1 + 2^-16)
     doubles under :sr (an error up to a whole FP8 step instead of half of one)."""

@@ -143,15 +143,59 @@ CC_AVX2 inline void fp8_quantize8s(bool keep_inf, const float* y, int32_t n, flo
   }
 }
 
+// The :sr codes of y / s, 8 at a time, in integers (fp8_from_float_sr8_normal); `offset`
+// keeps the unsigned maximum of fp8_sr_normal_offset8, which says whether every y / s was in
+// the range they code.
+template <class F>
+struct Fp8SrNormalCodes {
+  const float* y;
+  __m256 sv;
+  SrNoise8 noise;
+  __m256i offset = _mm256_setzero_si256();
+
+  CC_AVX2_INLINE __m256i next(int32_t i) {
+    const __m256i bits = _mm256_castps_si256(_mm256_div_ps(_mm256_loadu_ps(y + i), sv));
+    const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
+    offset = _mm256_max_epu32(offset, fp8_sr_normal_offset8<F>(abs));
+    return fp8_from_float_sr8_normal<F>(bits, abs, noise.next_bits());
+  }
+};
+
+// fp8_quantize8s<F, true> with the codes found in integers where every y / s is an FP8 normal
+// or larger and finite; the 8-element pieces with another value (a zero, a tiny, Inf or NaN
+// one) are coded again by fp8_quantize8s, after the loop, so that the loop has no branch.
+template <class F>
+CC_AVX2 inline void fp8_quantize_sr(bool keep_inf, const float* y, int32_t n, float s,
+                                    const SrDraws& sr, uint8_t* q) {
+  Fp8SrNormalCodes<F> codes{y, _mm256_set1_ps(s), SrNoise8(sr.prefix, sr.index)};
+  int32_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i k0 = codes.next(i), k1 = codes.next(i + 8), k2 = codes.next(i + 16),
+                  k3 = codes.next(i + 24);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), pack32_epu8(k0, k1, k2, k3));
+  }
+  for (; i < n; i += 8)
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), pack8_epu8(codes.next(i)));
+  if (!fp8_sr_outside_normals<F>(codes.offset)) return;
+  for (i = 0; i < n; i += 8) {
+    Fp8SrNormalCodes<F> piece{y, codes.sv, SrNoise8(sr.prefix, sr.index + i)};
+    piece.next(i);
+    if (fp8_sr_outside_normals<F>(piece.offset)) {
+      const SrDraws draws{sr.prefix, sr.index + i};
+      fp8_quantize8s<F, true>(keep_inf, y + i, 8, s, &draws, q + i);
+    }
+  }
+}
+
 }  // namespace
 
 CC_AVX2 void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t n, float s,
                                const SrDraws* sr, uint8_t* q) {
   if (e5m2) {
-    if (sr) return fp8_quantize8s<codecs::Fp8E5M2, true>(keep_inf, y, n, s, sr, q);
+    if (sr) return fp8_quantize_sr<codecs::Fp8E5M2>(keep_inf, y, n, s, *sr, q);
     return fp8_quantize8s<codecs::Fp8E5M2, false>(keep_inf, y, n, s, sr, q);
   }
-  if (sr) return fp8_quantize8s<codecs::Fp8E4M3, true>(keep_inf, y, n, s, sr, q);
+  if (sr) return fp8_quantize_sr<codecs::Fp8E4M3>(keep_inf, y, n, s, *sr, q);
   fp8_quantize8s<codecs::Fp8E4M3, false>(keep_inf, y, n, s, sr, q);
 }
 

@@ -150,22 +150,29 @@ CC_AVX2_INLINE __m256i mul64(__m256i a, uint64_t k) {
 /// SplitMix64's two multipliers (codecs::mix64).
 constexpr uint64_t kMixMul1 = 0xBF58476D1CE4E5B9ull, kMixMul2 = 0x94D049BB133111EBull;
 
-/// t * kMixMul1 mod 2^64 for t = 0..7 (SrNoise8's table).
-alignas(32) inline constexpr uint64_t kMixMul1Times[8] = {
-    0, kMixMul1, 2 * kMixMul1, 3 * kMixMul1, 4 * kMixMul1, 5 * kMixMul1, 6 * kMixMul1,
-    7 * kMixMul1};
+/// Row l of SrNoise8's table: (l ^ j) * kMixMul1 mod 2^64 for j = 0..7.
+struct MixMul1Rows {
+  alignas(32) uint64_t row[8][8];
+  constexpr MixMul1Rows() : row() {
+    for (int l = 0; l < 8; ++l)
+      for (int j = 0; j < 8; ++j) row[l][j] = static_cast<uint64_t>(l ^ j) * kMixMul1;
+  }
+};
+inline constexpr MixMul1Rows kMixMul1Rows{};
 
-/// The rest of codecs::mix64 after its first product z, >> 40, on four lanes. The finaliser's
-/// last step z ^ (z >> 31) leaves bits 40..63 unchanged (z >> 31 has only 33 bits), so it is
-/// skipped.
-CC_AVX2_INLINE __m256i mix64_tail_top24x4(__m256i z) {
-  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), kMixMul2);
-  return _mm256_srli_epi64(z, 40);
-}
-
-/// codecs::mix64(z) >> 40 on four lanes.
-CC_AVX2_INLINE __m256i mix64_top24x4(__m256i z) {
-  return mix64_tail_top24x4(mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), kMixMul1));
+/// The rest of codecs::mix64 after its first product z, on four lanes, as far as
+/// codecs::sr_uniform_at uses it (h >> 40): the high 32-bit half of each 64-bit lane holds
+/// bits 32..63 of the second product (the low half is not meaningful). The finaliser's last
+/// step z ^ (z >> 31) leaves bits 40..63 unchanged (z >> 31 has only 33 bits), so it is
+/// skipped; and the high half of w * M mod 2^64 is hi(lo(w) lo(M)) + lo(w) hi(M) + hi(w) lo(M)
+/// mod 2^32: one 32 x 32 -> 64 product and one 32-bit multiply of both halves at once
+/// (lo(w) hi(M) in the low half, hi(w) lo(M) in the high half), instead of three products.
+CC_AVX2_INLINE __m256i mix64_tail_hi32x4(__m256i z) {
+  const __m256i w = _mm256_xor_si256(z, _mm256_srli_epi64(z, 27));
+  const __m256i lolo = _mm256_mul_epu32(w, _mm256_set1_epi64x(int64_t(kMixMul2 & 0xFFFFFFFFu)));
+  const __m256i cross = _mm256_mullo_epi32(
+      w, _mm256_set1_epi64x(int64_t((kMixMul2 << 32) | (kMixMul2 >> 32))));
+  return _mm256_add_epi32(lolo, _mm256_add_epi32(cross, _mm256_slli_epi64(cross, 32)));
 }
 
 /// Draws codecs::sr_uniform_at(prefix, index + i) eight at a time, for consecutive indices.
@@ -175,39 +182,44 @@ struct SrNoise8 {
 
   CC_AVX2_INLINE SrNoise8(uint64_t p, int64_t i) : prefix(p), index(i) {}
 
-  /// The draws of the next eight indices.
-  CC_AVX2_INLINE __m256 next() {
+  /// The draws of the next eight indices as their 24-bit integers N (the draw is N * 2^-24:
+  /// codecs::mix64(prefix ^ index) >> 40), in eight int32 lanes.
+  CC_AVX2_INLINE __m256i next_bits() {
     __m256i h0, h1;
     if ((index & 7) == 0) {
       // Eight indices from a multiple of 8 differ from it in their low three bits only: with
       // P = prefix ^ index, element j hashes z = P ^ j, so z ^ (z >> 30) = W ^ j for
       // W = P ^ (P >> 30), and its product (W ^ j) * M = (W & ~7) * M + ((W & 7) ^ j) * M
-      // (mod 2^64): one scalar product plus the table kMixMul1Times, lanes permuted.
+      // (mod 2^64): one scalar product plus row W & 7 of the table kMixMul1Rows.
       const uint64_t p = prefix ^ static_cast<uint64_t>(index);
       const uint64_t w = p ^ (p >> 30);
       const __m256i base = _mm256_set1_epi64x(static_cast<int64_t>((w & ~uint64_t(7)) * kMixMul1));
-      const int32_t low = static_cast<int32_t>(w & 7);
-      // 64-bit lane l of a table half takes entry l ^ (low & 3): 32-bit lanes m ^ 2 (low & 3).
-      const __m256i perm = _mm256_xor_si256(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                            _mm256_set1_epi32(2 * (low & 3)));
-      const __m256i t0 = _mm256_load_si256(
-          reinterpret_cast<const __m256i*>(kMixMul1Times + (low & 4)));
-      const __m256i t1 = _mm256_load_si256(
-          reinterpret_cast<const __m256i*>(kMixMul1Times + ((low & 4) ^ 4)));
-      h0 = mix64_tail_top24x4(_mm256_add_epi64(base, _mm256_permutevar8x32_epi32(t0, perm)));
-      h1 = mix64_tail_top24x4(_mm256_add_epi64(base, _mm256_permutevar8x32_epi32(t1, perm)));
+      const uint64_t* row = kMixMul1Rows.row[w & 7];  // ((W & 7) ^ j) * M, j = 0..7
+      h0 = mix64_tail_hi32x4(
+          _mm256_add_epi64(base, _mm256_load_si256(reinterpret_cast<const __m256i*>(row))));
+      h1 = mix64_tail_hi32x4(
+          _mm256_add_epi64(base, _mm256_load_si256(reinterpret_cast<const __m256i*>(row + 4))));
     } else {
       const __m256i pre = _mm256_set1_epi64x(static_cast<int64_t>(prefix));
       const __m256i i0 =
           _mm256_add_epi64(_mm256_set1_epi64x(index), _mm256_setr_epi64x(0, 1, 2, 3));
-      h0 = mix64_top24x4(_mm256_xor_si256(pre, i0));
-      h1 = mix64_top24x4(_mm256_xor_si256(pre, _mm256_add_epi64(i0, _mm256_set1_epi64x(4))));
+      const __m256i z0 = _mm256_xor_si256(pre, i0);
+      const __m256i z1 = _mm256_xor_si256(pre, _mm256_add_epi64(i0, _mm256_set1_epi64x(4)));
+      h0 = mix64_tail_hi32x4(mul64(_mm256_xor_si256(z0, _mm256_srli_epi64(z0, 30)), kMixMul1));
+      h1 = mix64_tail_hi32x4(mul64(_mm256_xor_si256(z1, _mm256_srli_epi64(z1, 30)), kMixMul1));
     }
     index += 8;
-    // The 24 bits sit in the low half of each 64-bit lane: gather the halves in order.
-    const __m256 lo = _mm256_shuffle_ps(_mm256_castsi256_ps(h0), _mm256_castsi256_ps(h1), 0x88);
-    const __m256i k = _mm256_permute4x64_epi64(_mm256_castps_si256(lo), 0xD8);
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(k), _mm256_set1_ps(5.9604644775390625e-8f));  // 2^-24
+    // Bits 32..63 sit in the high half of each 64-bit lane: gather the halves in order, >> 8.
+    const __m256 hi = _mm256_shuffle_ps(_mm256_castsi256_ps(h0), _mm256_castsi256_ps(h1), 0xDD);
+    return _mm256_srli_epi32(_mm256_permute4x64_epi64(_mm256_castps_si256(hi), 0xD8), 8);
+  }
+
+  /// The draws of the next eight indices: codecs::sr_uniform_at, N * 2^-24 (exact).
+  CC_AVX2_INLINE __m256 next() { return uniform8(next_bits()); }
+
+  /// The draws N * 2^-24 of eight 24-bit integers N.
+  static CC_AVX2_INLINE __m256 uniform8(__m256i n) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(5.9604644775390625e-8f));
   }
 };
 
@@ -307,6 +319,62 @@ CC_AVX2_INLINE __m256i fp8_from_float_sr8(__m256 v, __m256 u) {
   const __m256i sign =
       _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int32_t>(0x80000000u)));
   return fp8_from_float8<F>(_mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(r), sign)));
+}
+
+/// The lanes that fp8_from_float_sr8_normal codes: |v| (fp32 bits @p abs) from FP8's smallest
+/// normal to the largest finite fp32. Returned is abs less the normal's bits, as unsigned: it
+/// exceeds kFp8SrNormalSpan<F> exactly in the other lanes (zeros, values below FP8's normal
+/// range, Inf, NaN), so a loop keeps the unsigned maximum and checks it once.
+template <class F>
+CC_AVX2_INLINE __m256i fp8_sr_normal_offset8(__m256i abs) {
+  return _mm256_sub_epi32(abs, _mm256_set1_epi32((128 - F::kBias) << 23));
+}
+template <class F>
+inline constexpr uint32_t kFp8SrNormalSpan = codecs::kF32InfBits - 1u - ((128u - F::kBias) << 23);
+
+/// True where some lane of fp8_sr_normal_offset8's unsigned maximum @p m is out of the span.
+template <class F>
+CC_AVX2_INLINE bool fp8_sr_outside_normals(__m256i m) {
+  const __m256i span = _mm256_set1_epi32(static_cast<int32_t>(kFp8SrNormalSpan<F>));
+  const __m256i out = _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_max_epu32(m, span), span),
+                                       _mm256_set1_epi32(-1));
+  return !_mm256_testz_si256(out, out);
+}
+
+/// fp8_from_float_sr8<F>(v, N * 2^-24), for the 24-bit integers N of SrNoise8::next_bits, in
+/// the lanes fp8_sr_normal_offset8 accepts (@p bits of v, @p abs its |bits|), in integers:
+/// with |v| (clamped to FP8_MAX) = (k + D / 2^d) * spacing, D the d = 23 - m mantissa bits
+/// below the kept ones, the reference steps up iff N * 2^-24 < D * 2^-d, i.e.
+/// N >> (m + 1) < D, i.e. iff D + (2^d - 1 - (N >> (m + 1))) carries out of those d bits; so
+/// the code is the fp32 bits plus that, shifted right by d, less the exponent offset (a carry
+/// out of the mantissa steps into the next binade, as k + 1 does; at FP8_MAX, D = 0 and it
+/// never carries), with v's sign.
+template <class F>
+CC_AVX2_INLINE __m256i fp8_from_float_sr8_normal(__m256i bits, __m256i abs, __m256i n) {
+  constexpr int32_t kMinExp = 128 - F::kBias, kDrop = 23 - F::kMantBits;
+  // clamp_f(|v|, 0, FP8_MAX) as bits
+  const __m256i a = _mm256_min_epi32(abs, _mm256_set1_epi32(int32_t(F::kMaxF32Bits)));
+  const __m256i carry =
+      _mm256_xor_si256(_mm256_srli_epi32(n, F::kMantBits + 1), _mm256_set1_epi32((1 << kDrop) - 1));
+  const __m256i code =
+      _mm256_sub_epi32(_mm256_srli_epi32(_mm256_add_epi32(a, carry), kDrop),
+                       _mm256_set1_epi32((kMinExp - 1) << F::kMantBits));
+  return _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi32(bits, 24), _mm256_set1_epi32(0x80)));
+}
+
+/// The integer floor(t) + [u < t - floor(t)] of codecs::hint8_quantize_sr (before its clamp)
+/// on 8 lanes of finite t (|t| <= 2^22). floor is roundps's, which equals floor_small for every
+/// such t but -0: there floor_small gives +0, so the reference's fraction -0 + -(+0) is -0,
+/// whose bits exceed every u's, and it steps up to 1; roundps gives -0 and t - floor(t) = +0,
+/// so t = -0 steps up explicitly. Elsewhere t - floor(t) is the reference's fraction (+0 or
+/// positive), and u < frac as floats orders like sr_step's comparison of their bits.
+CC_AVX2_INLINE __m256i sr_floor_step8(__m256 t, __m256 u) {
+  const __m256 f = _mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m256i minus0 = _mm256_cmpeq_epi32(_mm256_castps_si256(t),
+                                            _mm256_set1_epi32(static_cast<int32_t>(0x80000000u)));
+  const __m256i up = _mm256_or_si256(
+      _mm256_castps_si256(_mm256_cmp_ps(u, _mm256_sub_ps(t, f), _CMP_LT_OQ)), minus0);
+  return _mm256_sub_epi32(_mm256_cvttps_epi32(f), up);  // up is -1 where it applies
 }
 
 /// Eight int32 lanes of byte values (0..255) to eight bytes (low 64 bits).

@@ -254,14 +254,8 @@ CC_AVX2 void encode_blocks(const Hint8Shape& sh, const float* x, int64_t nblocks
 #pragma GCC unroll 16
       for (int j = i * G; j < (i + 1) * G; ++j) {
         const __m256 t = _mm256_div_ps(r[j], sv);
-        __m256 rr;
-        if (kSr) {
-          const __m256 f = floor_small8(t);
-          rr = _mm256_add_ps(f, sr_step8(noise.next(), _mm256_sub_ps(t, f)));
-        } else {
-          rr = _mm256_sub_ps(_mm256_add_ps(t, rne), rne);
-        }
-        kq[j] = _mm256_cvttps_epi32(rr);
+        kq[j] = kSr ? sr_floor_step8(t, noise.next())
+                    : _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(t, rne), rne));
       }
     }
     if constexpr (R == 2) {
@@ -394,14 +388,10 @@ CC_AVX2 void hint8_quantize_avx2(const float* y, int32_t len, int32_t g, const f
       continue;
     }
     const __m256 t = _mm256_div_ps(_mm256_loadu_ps(y + i), _mm256_set1_ps(s));
-    __m256 r;
-    if (u != nullptr) {  // hint8_quantize_sr: floor(t) + [u < frac]
-      const __m256 k = floor_small8(t);
-      r = _mm256_add_ps(k, sr_step8(_mm256_loadu_ps(u + i), _mm256_sub_ps(t, k)));
-    } else {  // hint8_quantize: RNE by +- 1.5 * 2^23
-      r = _mm256_sub_ps(_mm256_add_ps(t, c), c);
-    }
-    const __m256i k = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(r), lo), hi);
+    // hint8_quantize_sr: floor(t) + [u < frac]; hint8_quantize: RNE by +- 1.5 * 2^23
+    const __m256i r = u != nullptr ? sr_floor_step8(t, _mm256_loadu_ps(u + i))
+                                   : _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(t, c), c));
+    const __m256i k = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), pack8_epi8(k));
   }
 }

@@ -62,10 +62,25 @@ CC_AVX2 void encode_blocks(const float* x, int64_t nblocks, uint64_t prefix, int
       const __m256 sv = _mm256_set1_ps(s);
       SrNoise8 noise(prefix, index + b * kH);
       __m256i k[R];
+      __m256i offset = _mm256_setzero_si256();  // :sr: see fp8_sr_normal_offset8
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) {
         const __m256 t = _mm256_div_ps(r[i], sv);
-        k[i] = kSr ? fp8_from_float_sr8<F>(t, noise.next()) : fp8_from_float8<F>(t);
+        if (kSr) {  // in integers where every |t| is an FP8 normal or larger
+          const __m256i bits = _mm256_castps_si256(t);
+          const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
+          offset = _mm256_max_epu32(offset, fp8_sr_normal_offset8<F>(abs));
+          k[i] = fp8_from_float_sr8_normal<F>(bits, abs, noise.next_bits());
+        } else {
+          // Every y of a block that gets here is finite and s >= amax / FP8_MAX or y / s is
+          // below FP8_MAX anyway (s at its ceiling): no lane of t is NaN.
+          k[i] = fp8_from_float8<F, true>(t);
+        }
+      }
+      if (kSr && fp8_sr_outside_normals<F>(offset)) {  // a zero or tiny t: the float steps
+        SrNoise8 again(prefix, index + b * kH);
+        for (int i = 0; i < R; ++i)
+          k[i] = fp8_from_float_sr8<F>(_mm256_div_ps(r[i], sv), again.next());
       }
 #pragma GCC unroll 4
       for (int i = 0; i < R; i += 4)
