@@ -21,8 +21,10 @@ call, so part of its traffic passed at veth speed).
 unlimited-link times (ms, 4 ranks on one level, 64 MiB float32, two_shot: what
 ``emulated_net.py --overlap`` prints first), least squares in relative error; the CPU per
 message comes from perf/tcp_cpu.py --mpi over TCP (--tcp-cpu), the CPU per byte through
-shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu) and the CPU per copied
-byte from the memcpy rate of the --throughput file. No validation row is used.
+shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu), the CPU per copied
+byte from the memcpy rate of the --throughput file and the shaper's CPU per TCP byte from
+perf/tcp_cpu.py --netns with and without --gbps (--shaper-cpu; only rate-limited links pay
+it). No validation row is used.
 
 The projections use GPU codec rates derived from the H100 datasheet (marked as assumptions)
 until a GPU table is measured.
@@ -99,7 +101,7 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
           f"{host.copy_per_byte * 1e9:.3f} ns/copied byte, {host.shaper_per_byte * 1e9:.3f} "
           "ns/shaped TCP byte)")
     print(f"{'file':>18} {'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} "
-          f"{'model ms':>9} {'error':>7}")
+          f"{'model ms':>9} {'error':>7} {'samples ms':>13}")
     for path in emulated:
         for run in json.load(open(path)):
             if run["rate_gbit"] is None:  # the unlimited links: calibration data only
@@ -121,9 +123,11 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
                        "model_s": model, "error": (model - measured) / measured,
                        "in_burst": bool(flag)}
                 out.append(row)
+                times = r.get("times_us") or [r["time_us"]]
                 print(f"{row['file']:>18} {row['gbit']:6.2f} {g:2d} {r['codec']:>14} "
                       f"{r['algo']:>9} {measured * 1e3:11.1f} {model * 1e3:9.1f} "
-                      f"{100 * row['error']:+6.1f}%{'*' if flag else ''}")
+                      f"{100 * row['error']:+6.1f}%{'*' if flag else ' '} "
+                      f"{min(times) / 1e3:6.1f}-{max(times) / 1e3:6.1f}")
     summarize(out)
     return out
 
