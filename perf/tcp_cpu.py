@@ -15,7 +15,12 @@ machine shared with other jobs gives comparable figures (cache contention aside)
 Path: the loopback interface by default; with ``--netns`` (root), the path of
 perf/emulated_net.py without its rate limit: two network namespaces, each on a veth pair
 into one bridge (its Network class, removed at exit). Loopback leaves out the veths and the
-bridge, so its per-byte figure is a lower bound for the emulated network's.
+bridge, so its per-byte figure is a lower bound for the emulated network's. With ``--gbps R``
+the veths carry emulated_net.py's shaper (tbf) at R Gbit/s: the difference to ``--netns``
+alone is the shaper's CPU per byte (the model's ``HostTransport.shaper_per_byte``). The
+``machine ns/byte`` column is every core's busy time (/proc/stat) over the transfer, the
+kernel's work outside both processes included, but also whatever else the machine does
+meanwhile: printed for comparison only.
 """
 from __future__ import annotations
 
@@ -201,6 +206,8 @@ def main(argv=None) -> int:
                          "memory, or TCP over loopback with MPIR_CVAR_NOLOCAL=1")
     ap.add_argument("--json", help="write the fit and the raw figures here")
     args = ap.parse_args(argv)
+    if args.gbps and not args.netns:
+        ap.error("--gbps shapes the namespaces' veths: it needs --netns")
     total = parse_size(args.bytes)
     sizes = [parse_size(s) for s in args.messages.split(",")]
     ends = veth_ends(args.gbps) if args.netns else (None, None)
