@@ -263,7 +263,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks-per-node", type=int, default=1,
                     help="MPI ranks in each namespace: shared memory inside it, the "
                          "rate-limited link to the others")
-    ap.add_argument("--rates", default="0.5,1,2.5", help="Gbit/s per link, comma separated")
+    ap.add_argument("--rates", default="0.5,1,2.5",
+                    help="Gbit/s per link, comma separated ('none': with --overlap, only the "
+                         "unlimited links)")
     ap.add_argument("--tbf", default=TBF, type=checked_tbf,
                     help=f"the shaper, BURST/LATENCY_MS or 'old' (default {TBF})")
     ap.add_argument("--json", help="write every row, with rate and link counters, here")
@@ -292,11 +294,18 @@ def main(argv=None) -> int:
             proc = run_perf(net, perf_args, jpath, args.ranks_per_node)
             # before any limit(): the veths run at their own speed
             print("# unlimited links (the CPU's time):\n" + proc.stdout, flush=True)
-            free = json.load(open(jpath))["rows"]
+            free_run = json.load(open(jpath))
+            free = free_run["rows"]
+            for r in free:
+                r["rate_gbit"] = None
+            # rate_gbit None: the unlimited links (calibration data, never validation rows)
+            all_rows.append({"rate_gbit": None, "ranks": free_run["ranks"], "nodes": net.ranks,
+                             "ranks_per_node": args.ranks_per_node, "rows": free})
             overlap.append(f"{'Gbit/s':>6} {'size':>11} {'codec':>16} {'algo':>9} "
                            f"{'t_cpu(ms)':>10} {'t_wire(ms)':>10} {'t(ms)':>10} "
                            f"{'serial':>10} {'overlap':>10} {'hidden':>7}")
-        for gbit in [float(r) for r in args.rates.split(",")]:
+        rates = [] if args.rates == "none" else [float(r) for r in args.rates.split(",")]
+        for gbit in rates:
             burst, latency_ms = tbf_setting(args.tbf, gbit)
             net.limit(gbit, burst, latency_ms)
             lines.append(f"# {gbit} Gbit/s: tbf burst {burst} bytes, latency {latency_ms} ms, "

@@ -21,8 +21,10 @@ call, so part of its traffic passed at veth speed).
 unlimited-link times (ms, 4 ranks on one level, 64 MiB float32, two_shot: what
 ``emulated_net.py --overlap`` prints first), least squares in relative error; the CPU per
 message comes from perf/tcp_cpu.py --mpi over TCP (--tcp-cpu), the CPU per byte through
-shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu) and the CPU per copied
-byte from the memcpy rate of the --throughput file. No validation row is used.
+shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu), the CPU per copied
+byte from the memcpy rate of the --throughput file and the shaper's CPU per TCP byte from
+perf/tcp_cpu.py --netns with and without --gbps (--shaper-cpu; only rate-limited links pay
+it). No validation row is used.
 
 The projections use GPU codec rates derived from the H100 datasheet (marked as assumptions)
 until a GPU table is measured.
@@ -76,6 +78,10 @@ def model_row(system: pm.System, codec: str, algo: str, n: int, dbytes: int,
 
 def base_system(costs: Dict[str, pm.CodecCost], ranks: int, gbit: float, g: int,
                 intra_gbs: float, host: pm.HostTransport) -> pm.System:
+    """The emulated system of a run (perfmodel.emulated_system) with ``host`` as its
+    transport; at UNLIMITED_GBIT the links carry no shaper, so no shaper CPU either."""
+    if gbit >= UNLIMITED_GBIT:
+        host = replace(host, shaper_per_byte=0.0)
     none = costs.get("none")
     system = pm.emulated_system(ranks, gbit, os.cpu_count() or 1, g, intra_gbs,
                                 none.decode if none else 2e9)
@@ -92,11 +98,14 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
           f"us, shared memory {intra_gbs:g} GB/s, {os.cpu_count()} cores shared by the ranks, "
           f"host transport: {host.tcp_per_byte * 1e9:.3f} ns/TCP byte, "
           f"{host.per_message * 1e6:.1f} us/message, {host.shm_per_byte * 1e9:.3f} ns/shm byte, "
-          f"{host.copy_per_byte * 1e9:.3f} ns/copied byte)")
+          f"{host.copy_per_byte * 1e9:.3f} ns/copied byte, {host.shaper_per_byte * 1e9:.3f} "
+          "ns/shaped TCP byte)")
     print(f"{'file':>18} {'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} "
-          f"{'model ms':>9} {'error':>7}")
+          f"{'model ms':>9} {'error':>7} {'samples ms':>13}")
     for path in emulated:
         for run in json.load(open(path)):
+            if run["rate_gbit"] is None:  # the unlimited links: calibration data only
+                continue
             g = run.get("ranks_per_node", 1)
             system = base_system(costs, run["ranks"], run["rate_gbit"], g, intra_gbs, host)
             burst = run.get("burst_bytes", 0)
@@ -114,9 +123,11 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
                        "model_s": model, "error": (model - measured) / measured,
                        "in_burst": bool(flag)}
                 out.append(row)
+                times = r.get("times_us") or [r["time_us"]]
                 print(f"{row['file']:>18} {row['gbit']:6.2f} {g:2d} {r['codec']:>14} "
                       f"{r['algo']:>9} {measured * 1e3:11.1f} {model * 1e3:9.1f} "
-                      f"{100 * row['error']:+6.1f}%{'*' if flag else ''}")
+                      f"{100 * row['error']:+6.1f}%{'*' if flag else ' '} "
+                      f"{min(times) / 1e3:6.1f}-{max(times) / 1e3:6.1f}")
     summarize(out)
     return out
 
@@ -138,8 +149,29 @@ def summarize(rows: List[dict]) -> None:
         line(f"{rate:g} Gbit/s, all rows", [r for r in rows if r["gbit"] == rate])
 
 
+def unlimited_times(path: str) -> str:
+    """The "codec=ms,..." spec of --calibrate from the unlimited-link rows (rate_gbit None)
+    of a flat run of ``emulated_net.py --overlap --json PATH``, each row's median."""
+    for run in json.load(open(path)):
+        if run["rate_gbit"] is None and run.get("ranks_per_node", 1) == 1:
+            return ",".join(f"{r['codec']}={r['time_us'] / 1e3:.1f}" for r in run["rows"])
+    raise SystemExit(f"{path} has no unlimited-link rows of a flat run (emulated_net.py --overlap)")
+
+
+def shaper_cpu(shaped: str, unshaped: str, message: int = 1 << 18) -> float:
+    """CPU seconds per byte the shaper adds: perf/tcp_cpu.py --netns --gbps RATE (``shaped``)
+    minus perf/tcp_cpu.py --netns (``unshaped``), sender + receiver, medians at ``message``
+    bytes (default 256 KiB, about one slice's message)."""
+    def per_byte(path: str) -> float:
+        d = json.load(open(path))
+        return statistics.median(s + r for s, r in d["raw_cpu_s"][str(message)]) / d["bytes"]
+
+    return per_byte(shaped) - per_byte(unshaped)
+
+
 def calibrate(spec: str, costs: Dict[str, pm.CodecCost], shm: float, per_message: float,
-              copy: float, ranks: int = 4, n: int = 16 << 20, algo: str = "two_shot") -> pm.HostTransport:
+              copy: float, shaper: float = 0.0, ranks: int = 4, n: int = 16 << 20,
+              algo: str = "two_shot") -> pm.HostTransport:
     """The CPU per TCP byte that best explains unlimited-link times ``spec``
     ("codec=ms,..."): the model is linear in it there (t = a + c * b per row), so the least
     squares fit in relative error is closed-form. Prints each row's residual."""
@@ -147,7 +179,7 @@ def calibrate(spec: str, costs: Dict[str, pm.CodecCost], shm: float, per_message
     for item in spec.split(","):
         codec, ms = item.split("=")
         measured[codec.strip()] = float(ms) / 1e3
-    zero = pm.HostTransport(0.0, per_message, shm, copy)
+    zero = pm.HostTransport(0.0, per_message, shm, copy, shaper_per_byte=shaper)
     one = replace(zero, tcp_per_byte=1e-9)
     rows = []
     for codec, t in measured.items():
@@ -161,7 +193,8 @@ def calibrate(spec: str, costs: Dict[str, pm.CodecCost], shm: float, per_message
     print(f"# calibration on unlimited links ({ranks} ranks, {n} float32, {algo}): "
           f"{c * 1e9:.3f} ns of CPU per TCP byte; {per_message * 1e6:.1f} us per message and "
           f"{shm * 1e9:.3f} ns per shared-memory byte (perf/tcp_cpu.py --mpi), "
-          f"{copy * 1e9:.3f} ns per copied byte (memcpy)")
+          f"{copy * 1e9:.3f} ns per copied byte (memcpy), {shaper * 1e9:.3f} ns per TCP byte "
+          "through a shaper (perf/tcp_cpu.py --netns --gbps)")
     for codec, t, a, b in rows:
         print(f"#   {codec:>14}: measured {t * 1e3:7.1f} ms, model {(a + c * b) * 1e3:7.1f} ms "
               f"({100 * (a + c * b - t) / t:+5.1f}%)")
@@ -233,13 +266,17 @@ def main(argv=None) -> int:
                     help="JSON from perf/codec_throughput.py --json (repeatable)")
     ap.add_argument("--intra-gbs", type=float, default=4.0,
                     help="GB/s between the ranks of an emulated node (shared memory)")
-    ap.add_argument("--calibrate", metavar="CODEC=MS,...",
-                    help="fit the CPU per TCP byte on these unlimited-link times, then "
+    ap.add_argument("--calibrate", metavar="CODEC=MS,...|RUN.json",
+                    help="fit the CPU per TCP byte on these unlimited-link times (or on the "
+                         "unlimited rows of an emulated_net.py --overlap json), then "
                          "validate with it (default: perfmodel.EMULATED_HOST)")
     ap.add_argument("--tcp-cpu", help="JSON from perf/tcp_cpu.py --mpi --json over TCP: its "
                                       "CPU per message")
     ap.add_argument("--shm-cpu", help="JSON from perf/tcp_cpu.py --mpi --json in one host: its "
                                       "CPU per byte through shared memory")
+    ap.add_argument("--shaper-cpu", nargs=2, metavar=("SHAPED", "UNSHAPED"),
+                    help="JSONs of perf/tcp_cpu.py --netns --gbps RATE --json and perf/tcp_cpu.py "
+                         "--netns --json: the shaper's CPU per byte (default: EMULATED_HOST's)")
     ap.add_argument("--no-projection", action="store_true", help="validation only")
     ap.add_argument("--plots", help="folder for projection plots (needs matplotlib)")
     args = ap.parse_args(argv)
@@ -249,8 +286,11 @@ def main(argv=None) -> int:
         per_message = json.load(open(args.tcp_cpu))["per_message_s"] if args.tcp_cpu \
             else host.per_message
         shm = json.load(open(args.shm_cpu))["per_byte_s"] if args.shm_cpu else host.shm_per_byte
-        host = calibrate(args.calibrate, costs, shm, per_message,
-                         copy_per_byte(args.throughput) or host.copy_per_byte)
+        spec = unlimited_times(args.calibrate) if args.calibrate.endswith(".json") \
+            else args.calibrate
+        shaper = shaper_cpu(*args.shaper_cpu) if args.shaper_cpu else host.shaper_per_byte
+        host = calibrate(spec, costs, shm, per_message,
+                         copy_per_byte(args.throughput) or host.copy_per_byte, shaper)
     if args.emulated and costs:
         validate(args.emulated, costs, args.intra_gbs, host)
     if not args.no_projection:

@@ -15,7 +15,12 @@ machine shared with other jobs gives comparable figures (cache contention aside)
 Path: the loopback interface by default; with ``--netns`` (root), the path of
 perf/emulated_net.py without its rate limit: two network namespaces, each on a veth pair
 into one bridge (its Network class, removed at exit). Loopback leaves out the veths and the
-bridge, so its per-byte figure is a lower bound for the emulated network's.
+bridge, so its per-byte figure is a lower bound for the emulated network's. With ``--gbps R``
+the veths carry emulated_net.py's shaper (tbf) at R Gbit/s: the difference to ``--netns``
+alone is the shaper's CPU per byte (the model's ``HostTransport.shaper_per_byte``). The
+``machine ns/byte`` column is every core's busy time (/proc/stat) over the transfer, the
+kernel's work outside both processes included, but also whatever else the machine does
+meanwhile: printed for comparison only.
 """
 from __future__ import annotations
 
@@ -32,6 +37,16 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ccompress.perf import parse_size
 
 CLONE_NEWNET = 0x40000000
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all of this machine's cores have been busy since boot (/proc/stat: user,
+    nice, system, irq, softirq, steal): counts the kernel's work outside any process too,
+    e.g. a shaper's timer-driven softirqs."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds() -> float:
@@ -148,14 +163,17 @@ def mpi_transfer(total: int, message: int) -> Tuple[float, float]:
     return (both[0], both[1]) if comm.rank == 0 else (0.0, 0.0)
 
 
-def veth_ends() -> Tuple[Tuple[str, str], Tuple[str, str]]:
-    """Two namespaces joined through a bridge, as perf/emulated_net.py builds them (no rate
-    limit): ((namespace, address), (namespace, address)) of the two ends."""
+def veth_ends(gbit: Optional[float] = None) -> Tuple[Tuple[str, str], Tuple[str, str]]:
+    """Two namespaces joined through a bridge, as perf/emulated_net.py builds them, its
+    shaper at ``gbit`` when given (else no rate limit): ((namespace, address), (namespace,
+    address)) of the two ends."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from emulated_net import Network
+    from emulated_net import TBF, Network, tbf_setting
 
     net = Network(2)
     net.create()
+    if gbit:
+        net.limit(gbit, *tbf_setting(TBF, gbit))
     return (net.ns[0], net.address(0)), (net.ns[1], net.address(1))
 
 
@@ -181,15 +199,21 @@ def main(argv=None) -> int:
     ap.add_argument("--netns", action="store_true",
                     help="through two namespaces and a bridge (perf/emulated_net.py's path, "
                          "unlimited) instead of loopback; needs root")
+    ap.add_argument("--gbps", type=float,
+                    help="--netns: with emulated_net.py's shaper at this rate on both veths")
     ap.add_argument("--mpi", action="store_true",
                     help="through MPI between two ranks (run under mpiexec -n 2): shared "
                          "memory, or TCP over loopback with MPIR_CVAR_NOLOCAL=1")
     ap.add_argument("--json", help="write the fit and the raw figures here")
     args = ap.parse_args(argv)
+    if args.gbps and not args.netns:
+        ap.error("--gbps shapes the namespaces' veths: it needs --netns")
     total = parse_size(args.bytes)
     sizes = [parse_size(s) for s in args.messages.split(",")]
-    ends = veth_ends() if args.netns else (None, None)
+    ends = veth_ends(args.gbps) if args.netns else (None, None)
     path = "two namespaces through veths and a bridge" if args.netns else "loopback"
+    if args.netns and args.gbps:
+        path += f", shaped at {args.gbps:g} Gbit/s"
     transfer = lambda t, m: one_transfer(t, m, ends)  # noqa: E731
     if args.mpi:
         from mpi4py import MPI
@@ -203,23 +227,31 @@ def main(argv=None) -> int:
             return 0
     print(f"# TCP over {path}, {total} bytes per transfer, {os.cpu_count()} cpus; "
           f"CPU time of sender + receiver, median of {args.reps}")
-    print(f"{'message':>9} {'send ms':>8} {'recv ms':>8} {'ns/byte':>8}")
+    print(f"{'message':>9} {'send ms':>8} {'recv ms':>8} {'ns/byte':>8} {'machine ns/byte':>16}")
     points: List[Tuple[int, float]] = []
     raw: Dict[str, List[List[float]]] = {}
+    machine: Dict[str, float] = {}
     for m in sizes:
-        runs = [transfer(total, m) for _ in range(args.reps)]
+        runs, busy = [], []
+        for _ in range(args.reps):
+            b0 = machine_busy_seconds()
+            runs.append(transfer(total, m))
+            busy.append(machine_busy_seconds() - b0)
         raw[str(m)] = [list(r) for r in runs]
+        machine[str(m)] = statistics.median(busy) / total
         t = statistics.median(s + r for s, r in runs)
         points.append((m, t))
         print(f"{m:9d} {statistics.median(s for s, _ in runs) * 1e3:8.1f} "
-              f"{statistics.median(r for _, r in runs) * 1e3:8.1f} {t / total * 1e9:8.3f}")
+              f"{statistics.median(r for _, r in runs) * 1e3:8.1f} {t / total * 1e9:8.3f} "
+              f"{machine[str(m)] * 1e9:16.3f}")
     per_byte, per_message = fit(points, total)
     print(f"# fit: {per_byte * 1e9:.3f} ns per byte, {per_message * 1e6:.2f} us per message "
           "(sender + receiver)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"path": path, "bytes": total, "cpus": os.cpu_count(), "per_byte_s": per_byte,
-                       "per_message_s": per_message, "raw_cpu_s": raw}, f, indent=1)
+                       "per_message_s": per_message, "raw_cpu_s": raw,
+                       "gbps": args.gbps, "machine_busy_s_per_byte": machine}, f, indent=1)
     return 0
 
 

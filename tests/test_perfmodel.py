@@ -1,4 +1,6 @@
 """The alpha-beta model's formulas, checked against hand computations."""
+from dataclasses import replace
+
 import pytest
 
 from ccompress import perfmodel as pm
@@ -125,6 +127,31 @@ def test_host_transport_cpu_counts_bytes_messages_and_shared_memory():
     assert system().transport_time(1e6, 2e6, 5) == 0.0  # no host transport: no term
 
 
+def test_a_shaper_adds_its_cpu_per_tcp_byte_only():
+    # 0.4 ns more per TCP byte through a rate limit; shared memory and messages unchanged
+    shaped = replace(HOST, shaper_per_byte=0.4e-9)
+    assert shaped.cpu(1e6, 2e6, 5) == pytest.approx(1.4e-3 + 1e-3 + 50e-6)
+    # model_report: the unlimited links of a run carry no shaper, the rate-limited ones do
+    mr = _model_report()
+    costs = {"none": pm.CodecCost("none", 4.0, 2e9, 1.5e9)}
+    assert mr.base_system(costs, 4, mr.UNLIMITED_GBIT, 1, 4.0, shaped).host.shaper_per_byte == 0
+    assert mr.base_system(costs, 4, 1.0, 1, 4.0, shaped).host.shaper_per_byte == 0.4e-9
+
+
+def test_shaper_cpu_is_the_shaped_minus_the_unshaped_transfer(tmp_path):
+    # perf/tcp_cpu.py's json: (sender, receiver) CPU s per transfer of `bytes`, per message
+    # size; medians of sender + receiver at 256 KiB: 0.3 s and 0.1 s for 1e9 bytes
+    import json
+
+    mr = _model_report()
+    for name, runs in (("shaped", [[0.2, 0.1], [0.25, 0.1], [0.1, 0.1]]),
+                       ("free", [[0.05, 0.05], [0.06, 0.06], [0.01, 0.01]])):
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"bytes": 10**9, "raw_cpu_s": {str(1 << 18): runs, str(1 << 20): [[9.0, 9.0]]}}))
+    got = mr.shaper_cpu(str(tmp_path / "shaped.json"), str(tmp_path / "free.json"))
+    assert got == pytest.approx(0.2e-9)
+
+
 def test_framing_takes_the_headers_off_the_link():
     # TCP/IP over Ethernet: 1448 payload bytes in a 1514-byte frame; a transfer-bound
     # two_shot (free kernels and CPU) moves 2 (p-1)/p n payload bytes at 1448/1514 of the rate.
@@ -234,8 +261,13 @@ def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_er
     run = [{"rate_gbit": 1.0, "ranks": 4, "ranks_per_node": 1, "burst_bytes": 10**6,
             "rows": [{"count": n, "size": 4 * n, "codec": "fp8_e4m3:g128", "algo": "two_shot",
                       "time_us": 1.1 * t * 1e6, "wire_bytes": 26 * 10**6, "in_burst": False}]}]
+    # the run's unlimited links (emulated_net.py --overlap): calibration data, not validated
+    run.insert(0, {"rate_gbit": None, "ranks": 4, "ranks_per_node": 1,
+                   "rows": [{"codec": "MPI_Allreduce", "time_us": 250e3},
+                            {"codec": "fp8_e4m3:g128", "time_us": 180.04e3}]})
     path = tmp_path / "run.json"
     path.write_text(json.dumps(run))
+    assert mr.unlimited_times(str(path)) == "MPI_Allreduce=250.0,fp8_e4m3:g128=180.0"
     rows = mr.validate([str(path)], costs, 4.0, truth)
     assert [round(r["error"], 4) for r in rows] == [round(1 / 1.1 - 1, 4)]
     assert "outside the burst: median |error| 9.1%" in capsys.readouterr().out
