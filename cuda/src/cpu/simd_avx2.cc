@@ -235,6 +235,47 @@ CC_AVX2 float fp8_encode_group_avx2(bool e5m2, const float* x, int32_t n, const 
   return fp8_encode_group<codecs::Fp8E4M3>(x, n, q);
 }
 
+namespace {
+
+/// a[i] = codecs::mul_rn(lut[q[i]], s) (accumulated by codecs::add_rn) for 0 <= i < n.
+void lut_decode(const float* lut, const uint8_t* q, int64_t n, float s, float* a,
+                bool accumulate) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = codecs::mul_rn(lut[q[i]], s);
+    a[i] = accumulate ? codecs::add_rn(a[i], v) : v;
+  }
+}
+
+}  // namespace
+
+CC_AVX2 void fp8_decode_avx2(bool e5m2, const float* lut, const uint8_t* q, int64_t n, float s,
+                             float* a, bool accumulate) {
+  // |code| << shift is the code's value as an fp32 bit pattern scaled by 2^-(127 - bias), so
+  // one exact multiplication by 2^(127 - bias) gives lut[code] (subnormal codes included);
+  // an 8-code piece with an Inf or NaN code, and the tail, take the table.
+  const __m128i count = _mm_cvtsi32_si128(e5m2 ? 21 : 20);
+  const __m256 unbias = _mm256_set1_ps(e5m2 ? 0x1p112f : 0x1p120f);
+  const __m256i special = _mm256_set1_epi32(e5m2 ? 0x7c : 0x7f);  // exponent (e5m2) / code bits
+  const __m256i mag = _mm256_set1_epi32(0x7f);
+  const __m256 sv = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
+    const __m256i c = _mm256_cvtepu8_epi32(b);
+    const __m256i m = _mm256_and_si256(c, mag);
+    const __m256i hit = _mm256_cmpeq_epi32(_mm256_and_si256(m, special), special);
+    if (!_mm256_testz_si256(hit, hit)) {  // an Inf or NaN code: these 8 from the table
+      lut_decode(lut, q + i, 8, s, a + i, accumulate);
+      continue;
+    }
+    const __m256i sign = _mm256_slli_epi32(_mm256_xor_si256(c, m), 24);
+    const __m256i bits = _mm256_or_si256(sign, _mm256_sll_epi32(m, count));
+    const __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(bits), unbias);
+    emit8(a + i, _mm256_mul_ps(v, sv), accumulate);
+  }
+  lut_decode(lut, q + i, n - i, s, a + i, accumulate);
+}
+
 }  // namespace ccompress::cpu
 
 #endif

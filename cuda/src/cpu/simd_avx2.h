@@ -60,6 +60,11 @@ void fp8_quantize_avx2(bool e5m2, bool keep_inf, const float* y, int32_t n, floa
 /// s = codecs::group_scale<F>(its finite maximum), which it returns. F as fp8_quantize_avx2.
 float fp8_encode_group_avx2(bool e5m2, const float* x, int32_t n, const SrDraws* sr,
                             uint8_t* q);
+/// a[i] = codecs::mul_rn(lut[q[i]], s), or with @p accumulate codecs::add_rn(a[i], that), for
+/// 0 <= i < n, where lut is the fp8 code table of the format (E5M2 when @p e5m2, else E4M3):
+/// the codes decoded by integer shifts and one exact scaling, the table only for Inf / NaN.
+void fp8_decode_avx2(bool e5m2, const float* lut, const uint8_t* q, int64_t n, float s,
+                     float* a, bool accumulate);
 #endif
 
 /// v <- the normalised WHT of the h (a power of two) values at src (which may be v).

@@ -153,6 +153,10 @@ void host_decode_accumulate_body(const void* src, int64_t n, const Codec& codec,
     cpu::for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
       float s = load_scale(src, n, g);
       float* a = acc + off;
+#ifdef CC_HAVE_SIMD_AVX2
+      if (cpu_use_avx2())
+        return cpu::fp8_decode_avx2(std::is_same_v<F, Fp8E5M2>, lut, q + off, len, s, a, !assign);
+#endif
       if (assign) {
         for (int64_t i = 0; i < len; ++i) a[i] = codecs::mul_rn(lut[q[off + i]], s);
       } else {
