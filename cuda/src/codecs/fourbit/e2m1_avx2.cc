@@ -133,74 +133,112 @@ CC_AVX2_INLINE void scales8(__m256i amax, float qmax, float s, __m256i* code, __
   *step = steps8(q, vs);
 }
 
-// Nibbles of 8 finite elements x in a group of step d > 0 (the common case, which the
-// encoder checks per group): what quantize8_e2m1 gives for such x, with fewer operations.
-// With a = min(|x / d|, 6) (6 codes as 7, as every |x / d| > 5 does), the E2M1 code rounded
-// to nearest even is max(ncode, min(RNE(2a), 2)): ncode rounds a's fp32 significand to one
-// bit, ties to even, by an integer add of 0x1FFFFF plus that bit's value, and reads the code
-// (exponent and bit) off bits 22 and up, exact for a >= 1 and at most RNE(2a) below 1, where
-// RNE(2a) (0, 1 or 2) is the code. tests/test_cpu_isa.py and tests/test_nvfp4.py compare the
-// nibbles with the baseline copy and the NumPy reference (ties included); every fp32 a in
-// [0, 6] was checked against E2M1::magnitude_rn when this was written. The sign goes on
-// where the code is non-zero (_mm256_sign_epi32 zeroes it where the code is 0).
-CC_AVX2_INLINE __m256i quantize8_e2m1_finite(__m256 x, __m256 d) {
-  const __m256 v = _mm256_div_ps(x, d);
-  const __m256 a = _mm256_min_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(
-                                                      0x7FFFFFFF))),
-                                 _mm256_set1_ps(6.0f));
-  const __m256i low = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_add_ps(a, a)),
-                                       _mm256_set1_epi32(2));
-  const __m256i ab = _mm256_castps_si256(a);
-  const __m256i bit = _mm256_and_si256(_mm256_srli_epi32(ab, 22), _mm256_set1_epi32(1));
-  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(ab, bit),
-                                     _mm256_set1_epi32(0x1FFFFF - (252 << 22)));  // 1.0f: 2
-  const __m256i m = _mm256_max_epi32(_mm256_srai_epi32(t, 22), low);
-  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 28),
-                                        _mm256_set1_epi32(8));
-  return _mm256_or_si256(m, _mm256_sign_epi32(sign, m));
+// The short path of a group with only finite elements and a step d that the encoder checks
+// (see short_path_steps): signed codes s in -7..7 (int32 lanes) whose nibble is
+// nibble_of_signed<kInt4>(s): the code of |x / d| with x's sign where the code is non-zero
+// (_mm256_sign_epi32 gives 0 for a zero code, so a zero is written as +0).
+//
+// E2M1, with h = d / 2 (exact: d >= 2^-125 here): b = min(|x / h|, 12) = 2 min(|x / d|, 6)
+// (the division by h is 2 x / d rounded once, as 2 RN(x / d) wherever x / d is normal; below,
+// both code 0), since 6 codes as 7 as every |x / d| > 5 does. The E2M1 grid in the binade of
+// b / 2 is the integer grid of p = b / 2^f, f = clamp(exponent(b) - 1, 0, 2) (0 for b < 4,
+// 1 for b in [4, 8), 2 for b in [8, 12]), and the code is RNE(p) + 2f: the conversion rounds
+// to nearest even, and the code's parity is the integer's. p is b with f taken off its
+// exponent field (exact: b >= 4 where f > 0); f is one saturating 16-bit subtract.
+// Every fp32 b in [0, 12] was checked against E2M1::magnitude_rn(b / 2) when this was
+// written; tests/test_cpu_isa.py and tests/test_nvfp4.py compare the nibbles with the baseline
+// copy and the NumPy reference (ties included).
+CC_AVX2_INLINE __m256i quantize8_e2m1_finite(__m256 x, __m256 h) {
+  const __m256 b = _mm256_min_ps(
+      _mm256_and_ps(_mm256_div_ps(x, h), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))),
+      _mm256_set1_ps(12.0f));
+  const __m256i bb = _mm256_castps_si256(b);
+  const __m256i f = _mm256_subs_epu16(_mm256_srli_epi32(bb, 23), _mm256_set1_epi32(128));
+  const __m256 p = _mm256_castsi256_ps(_mm256_sub_epi32(bb, _mm256_slli_epi32(f, 23)));
+  const __m256i m = _mm256_add_epi32(_mm256_cvtps_epi32(p), _mm256_add_epi32(f, f));
+  return _mm256_sign_epi32(m, _mm256_castps_si256(x));
 }
 
-// quantize8_int4 for 8 finite elements in a group of step d > 0: RNE(min(|x / d|, 7)) by the
-// conversion (round to nearest even, as the 2^23 trick), two's complement for a negative
-// x / d (whose sign is x's): ((m ^ neg) - neg) & 15.
+// quantize8_int4 for 8 finite elements in a group of step d > 0, as signed codes: RNE of
+// x / d clamped to [-7, 7] by the conversion (round to nearest even, symmetric), which is
+// RNE(min(|x / d|, 7)) with x / d's sign (x's), the nibble its two's complement (s & 15).
 CC_AVX2_INLINE __m256i quantize8_int4_finite(__m256 x, __m256 d) {
   const __m256 v = _mm256_div_ps(x, d);
-  const __m256 a = _mm256_min_ps(
-      _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))), _mm256_set1_ps(7.0f));
-  const __m256i m = _mm256_cvtps_epi32(a);
-  const __m256i neg = _mm256_srai_epi32(_mm256_castps_si256(x), 31);
-  return _mm256_and_si256(_mm256_sub_epi32(_mm256_xor_si256(m, neg), neg),
-                          _mm256_set1_epi32(15));
+  return _mm256_cvtps_epi32(
+      _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-7.0f)), _mm256_set1_ps(7.0f)));
 }
 
-// The 16 nibbles of group y (int32 lanes, elements 0..7 and 8..15) of step d; @p finite: the
-// group has only finite elements and d > 0.
+// The signed code (as the short paths give) of nibbles n (int32 lanes, 0..15) of the general
+// path: int4's nibble is its own (s & 15 = n); E2M1's sign-magnitude nibble 8 + m (m > 0) is
+// -m, and kNibbleNaN stays 8 (nibble_of_signed maps 8 to 8).
 template <bool kInt4>
-CC_AVX2_INLINE void quantize16(const float* y, float d, bool finite, __m256i* q) {
+CC_AVX2_INLINE __m256i signed_of_nibble(__m256i n) {
+  if (kInt4) return n;
+  const __m256i neg = _mm256_cmpgt_epi32(n, _mm256_set1_epi32(8));
+  return _mm256_blendv_epi8(n, _mm256_sub_epi32(_mm256_set1_epi32(8), n), neg);
+}
+
+// The nibbles of signed codes s (bytes, -7..8): int4's two's complement s & 15; E2M1's
+// sign-magnitude, 8 + m for s = -m (from s & 15 = 16 - m by a table), s itself for s >= 0.
+template <bool kInt4>
+CC_AVX2_INLINE __m256i nibble_of_signed(__m256i s) {
+  const __m256i low = _mm256_and_si256(s, _mm256_set1_epi8(0x0F));
+  if (kInt4) return low;
+  const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 15, 14, 13, 12, 11, 10, 9,
+                                         0, 1, 2, 3, 4, 5, 6, 7, 8, 15, 14, 13, 12, 11, 10, 9);
+  return _mm256_shuffle_epi8(table, low);
+}
+
+// The steps at which a group takes the short path (with only finite elements): d > 0, and
+// for E2M1 d >= 2^-125, so that d / 2 is a normal number (exact).
+template <bool kInt4>
+CC_AVX2_INLINE int short_path_steps(__m256 step) {
+  const float min = kInt4 ? 0.0f : 2.35098870164457501594e-38f;  // 2^-125
+  return _mm256_movemask_ps(_mm256_cmp_ps(step, _mm256_set1_ps(min), kInt4 ? _CMP_GT_OQ
+                                                                            : _CMP_GE_OQ));
+}
+
+// The signed codes of the 16 elements of group y (int32 lanes, elements 0..7 and 8..15) of
+// step d (short-path divisor: d, or d / 2 for E2M1, in @p sd); @p fast: the group takes the
+// short path.
+template <bool kInt4>
+CC_AVX2_INLINE void quantize16(const float* y, float d, float sd, bool fast, __m256i* q) {
   const __m256 x0 = _mm256_loadu_ps(y), x1 = _mm256_loadu_ps(y + 8);
-  if (finite) {
-    const __m256 vd = _mm256_set1_ps(d);
+  if (fast) {
+    const __m256 vd = _mm256_set1_ps(sd);
     q[0] = kInt4 ? quantize8_int4_finite(x0, vd) : quantize8_e2m1_finite(x0, vd);
     q[1] = kInt4 ? quantize8_int4_finite(x1, vd) : quantize8_e2m1_finite(x1, vd);
   } else {
-    q[0] = quantize8<kInt4>(x0, d);
-    q[1] = quantize8<kInt4>(x1, d);
+    q[0] = signed_of_nibble<kInt4>(quantize8<kInt4>(x0, d));
+    q[1] = signed_of_nibble<kInt4>(quantize8<kInt4>(x1, d));
   }
 }
 
-// Nibbles (int32 lanes 0..15) of 64 elements in order, q[i] elements 8i..8i+7, to 32 bytes:
-// element 2k in the low nibble of byte k, 2k + 1 in the high one.
+// Signed codes (int32 lanes, -7..8) of 64 elements in order, q[i] elements 8i..8i+7, to 32
+// bytes of nibbles: element 2k in the low nibble of byte k, 2k + 1 in the high one.
+template <bool kInt4>
 CC_AVX2_INLINE void pack64_nibbles(const __m256i* q, uint8_t* out) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256i pair = _mm256_set1_epi16(0x1001);  // byte 2k times 1 plus byte 2k + 1 times 16
   __m256i w[2];
   for (int h = 0; h < 2; ++h) {
-    const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(q[4 * h], q[4 * h + 1]),
-                                          _mm256_packus_epi32(q[4 * h + 2], q[4 * h + 3]));
-    w[h] = _mm256_maddubs_epi16(_mm256_permutevar8x32_epi32(b, order), pair);
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[4 * h], q[4 * h + 1]),
+                                         _mm256_packs_epi32(q[4 * h + 2], q[4 * h + 3]));
+    w[h] = _mm256_maddubs_epi16(
+        nibble_of_signed<kInt4>(_mm256_permutevar8x32_epi32(b, order)), pair);
   }
   const __m256i v = _mm256_permute4x64_epi64(_mm256_packus_epi16(w[0], w[1]), 0xD8);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v);
+}
+
+// Codes 4 groups of 16 (y, y + 16, ...) whose short-path divisors are sd[0..4), all on the
+// short path, to 32 bytes at out.
+template <bool kInt4>
+CC_AVX2_INLINE void code64_short(const float* y, const float* sd, uint8_t* out) {
+  __m256i q[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) quantize16<kInt4>(y + 16 * i, 0.0f, sd[i], true, q + 2 * i);
+  pack64_nibbles<kInt4>(q, out);
 }
 
 template <bool kInt4>
@@ -221,28 +259,33 @@ __attribute__((target("avx2"))) void encode_groups(const float* y, int64_t ngrou
             &step);
     alignas(8) uint8_t code8[kBatch];
     _mm_storel_epi64(reinterpret_cast<__m128i*>(code8), cpu::avx2::pack8_epu8(code));
-    alignas(32) float d[kBatch];
+    alignas(32) float d[kBatch], sd[kBatch];
     _mm256_store_ps(d, step);
-    // Groups coded by the short path: no non-finite element and a positive step.
-    const int finite =
-        _mm256_movemask_ps(_mm256_cmp_ps(step, _mm256_setzero_ps(), _CMP_GT_OQ)) &
-        ~special[k0 / kBatch];
+    _mm256_store_ps(sd, kInt4 ? step : _mm256_mul_ps(step, _mm256_set1_ps(0.5f)));
+    // Groups coded by the short path: no non-finite element and a step it takes.
+    const int fast = short_path_steps<kInt4>(step) & ~special[k0 / kBatch];
     if (nb == kBatch) {
       std::memcpy(scales + k0, code8, kBatch);
+      if (fast == 0xFF) {  // the common case: all eight, unrolled
+        code64_short<kInt4>(y + 16 * k0, sd, codes + 8 * k0);
+        code64_short<kInt4>(y + 16 * (k0 + 4), sd + 4, codes + 8 * (k0 + 4));
+        continue;
+      }
       for (int64_t j = 0; j < kBatch; j += 4) {
         __m256i q[8];
         for (int i = 0; i < 4; ++i)
-          quantize16<kInt4>(y + 16 * (k0 + j + i), d[j + i], (finite >> (j + i)) & 1, q + 2 * i);
-        pack64_nibbles(q, codes + 8 * (k0 + j));
+          quantize16<kInt4>(y + 16 * (k0 + j + i), d[j + i], sd[j + i], (fast >> (j + i)) & 1,
+                            q + 2 * i);
+        pack64_nibbles<kInt4>(q, codes + 8 * (k0 + j));
       }
       continue;
     }
     std::memcpy(scales + k0, code8, static_cast<size_t>(nb));
     for (int64_t j = 0; j < nb; ++j) {  // the last groups, one at a time
       __m256i q[8] = {};
-      quantize16<kInt4>(y + 16 * (k0 + j), d[j], (finite >> j) & 1, q);
+      quantize16<kInt4>(y + 16 * (k0 + j), d[j], sd[j], (fast >> j) & 1, q);
       alignas(32) uint8_t b[32];
-      pack64_nibbles(q, b);
+      pack64_nibbles<kInt4>(q, b);
       std::memcpy(codes + 8 * (k0 + j), b, 8);
     }
   }
