@@ -154,10 +154,8 @@ struct Fp8SrNormalCodes {
   __m256i offset = _mm256_setzero_si256();
 
   CC_AVX2_INLINE __m256i next(int32_t i) {
-    const __m256i bits = _mm256_castps_si256(_mm256_div_ps(_mm256_loadu_ps(y + i), sv));
-    const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
-    offset = _mm256_max_epu32(offset, fp8_sr_normal_offset8<F>(abs));
-    return fp8_from_float_sr8_normal<F>(bits, abs, noise.next_bits());
+    return fp8_sr_normal_code8<F>(_mm256_div_ps(_mm256_loadu_ps(y + i), sv), noise.next_bits(),
+                                  offset);
   }
 };
 
@@ -235,19 +233,6 @@ CC_AVX2 float fp8_encode_group_avx2(bool e5m2, const float* x, int32_t n, const 
   return fp8_encode_group<codecs::Fp8E4M3>(x, n, q);
 }
 
-namespace {
-
-/// a[i] = codecs::mul_rn(lut[q[i]], s) (accumulated by codecs::add_rn) for 0 <= i < n.
-void lut_decode(const float* lut, const uint8_t* q, int64_t n, float s, float* a,
-                bool accumulate) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = codecs::mul_rn(lut[q[i]], s);
-    a[i] = accumulate ? codecs::add_rn(a[i], v) : v;
-  }
-}
-
-}  // namespace
-
 CC_AVX2 void fp8_decode_avx2(bool e5m2, const float* lut, const uint8_t* q, int64_t n, float s,
                              float* a, bool accumulate) {
   // |code| << shift is the code's value as an fp32 bit pattern scaled by 2^-(127 - bias), so
@@ -265,7 +250,7 @@ CC_AVX2 void fp8_decode_avx2(bool e5m2, const float* lut, const uint8_t* q, int6
     const __m256i m = _mm256_and_si256(c, mag);
     const __m256i hit = _mm256_cmpeq_epi32(_mm256_and_si256(m, special), special);
     if (!_mm256_testz_si256(hit, hit)) {  // an Inf or NaN code: these 8 from the table
-      lut_decode(lut, q + i, 8, s, a + i, accumulate);
+      fp8_lut_decode(lut, q + i, 8, s, a + i, accumulate);
       continue;
     }
     const __m256i sign = _mm256_slli_epi32(_mm256_xor_si256(c, m), 24);
@@ -273,7 +258,7 @@ CC_AVX2 void fp8_decode_avx2(bool e5m2, const float* lut, const uint8_t* q, int6
     const __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(bits), unbias);
     emit8(a + i, _mm256_mul_ps(v, sv), accumulate);
   }
-  lut_decode(lut, q + i, n - i, s, a + i, accumulate);
+  fp8_lut_decode(lut, q + i, n - i, s, a + i, accumulate);
 }
 
 }  // namespace ccompress::cpu

@@ -67,6 +67,17 @@ void fp8_decode_avx2(bool e5m2, const float* lut, const uint8_t* q, int64_t n, f
                      float* a, bool accumulate);
 #endif
 
+/// a[i] = codecs::mul_rn(lut[q[i]], s), or with @p accumulate codecs::add_rn(a[i], that), for
+/// 0 <= i < n: the table decode of fp8 codes (fp8_decode_avx2's reference and its Inf / NaN
+/// pieces and tail).
+inline void fp8_lut_decode(const float* lut, const uint8_t* q, int64_t n, float s, float* a,
+                           bool accumulate) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = codecs::mul_rn(lut[q[i]], s);
+    a[i] = accumulate ? codecs::add_rn(a[i], v) : v;
+  }
+}
+
 /// v <- the normalised WHT of the h (a power of two) values at src (which may be v).
 inline void wht_normalized_host(const float* src, float* v, int32_t h) {
 #ifdef CC_HAVE_SIMD_AVX2

@@ -362,6 +362,17 @@ CC_AVX2_INLINE __m256i fp8_from_float_sr8_normal(__m256i bits, __m256i abs, __m2
   return _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi32(bits, 24), _mm256_set1_epi32(0x80)));
 }
 
+/// fp8_from_float_sr8_normal of the quotient @p t with the draws @p n, and @p offset raised to
+/// fp8_sr_normal_offset8 of |t| (the check, once per run of calls, that every lane was one it
+/// codes).
+template <class F>
+CC_AVX2_INLINE __m256i fp8_sr_normal_code8(__m256 t, __m256i n, __m256i& offset) {
+  const __m256i bits = _mm256_castps_si256(t);
+  const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
+  offset = _mm256_max_epu32(offset, fp8_sr_normal_offset8<F>(abs));
+  return fp8_from_float_sr8_normal<F>(bits, abs, n);
+}
+
 /// The integer floor(t) + [u < t - floor(t)] of codecs::hint8_quantize_sr (before its clamp)
 /// on 8 lanes of finite t (|t| <= 2^22). floor is roundps's, which equals floor_small for every
 /// such t but -0: there floor_small gives +0, so the reference's fraction -0 + -(+0) is -0,

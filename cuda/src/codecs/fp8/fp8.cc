@@ -157,12 +157,7 @@ void host_decode_accumulate_body(const void* src, int64_t n, const Codec& codec,
       if (cpu_use_avx2())
         return cpu::fp8_decode_avx2(std::is_same_v<F, Fp8E5M2>, lut, q + off, len, s, a, !assign);
 #endif
-      if (assign) {
-        for (int64_t i = 0; i < len; ++i) a[i] = codecs::mul_rn(lut[q[off + i]], s);
-      } else {
-        for (int64_t i = 0; i < len; ++i)
-          a[i] = codecs::add_rn(a[i], codecs::mul_rn(lut[q[off + i]], s));
-      }
+      cpu::fp8_lut_decode(lut, q + off, len, s, a, !assign);
     });
   });
 }

@@ -67,10 +67,7 @@ CC_AVX2 void encode_blocks(const float* x, int64_t nblocks, uint64_t prefix, int
       for (int i = 0; i < R; ++i) {
         const __m256 t = _mm256_div_ps(r[i], sv);
         if (kSr) {  // in integers where every |t| is an FP8 normal or larger
-          const __m256i bits = _mm256_castps_si256(t);
-          const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
-          offset = _mm256_max_epu32(offset, fp8_sr_normal_offset8<F>(abs));
-          k[i] = fp8_from_float_sr8_normal<F>(bits, abs, noise.next_bits());
+          k[i] = fp8_sr_normal_code8<F>(t, noise.next_bits(), offset);
         } else {
           // Every y of a block that gets here is finite and s >= amax / FP8_MAX or y / s is
           // below FP8_MAX anyway (s at its ceiling): no lane of t is NaN.
