@@ -332,7 +332,7 @@ def main(argv=None) -> int:
                   flush=True)
             lines[at] += f"; they dropped {drops} packets"
             lines += speedup_table(rows, gbit, burst)
-            if free is not None:
+            if free is not None and args.ranks_per_node == 1:
                 overlap += overlap_table(free, rows, gbit)
             for r in rows:
                 r["rate_gbit"] = gbit
@@ -344,7 +344,12 @@ def main(argv=None) -> int:
                  "or the baseline's): up to burst/wire of its traffic passed at veth speed, so "
                  "the speedup is not a link-limited figure")
     print("\n".join(lines))
-    if overlap:
+    if overlap and args.ranks_per_node > 1:
+        # wire(B) is a rank's bytes to every peer, its own node's (shared memory) included,
+        # while a node's link carries the inter-node bytes of all its ranks: no t_wire from it.
+        print(f"\n# CPU time hidden behind transfers: not computed for nodes of "
+              f"{args.ranks_per_node} ranks (wire(B) counts the bytes that stay inside a node)")
+    elif overlap:
         print("\n# CPU time hidden behind transfers (--overlap; see overlap_table):\n"
               + "\n".join(overlap))
     if args.json:

@@ -18,13 +18,15 @@ separately for the rows inside the tbf burst (``in_burst``: a rank moved under 1
 call, so part of its traffic passed at veth speed).
 
 --calibrate fits the host transport's CPU per TCP byte, the model's one free parameter, on
-unlimited-link times (ms, 4 ranks on one level, 64 MiB float32, two_shot: what
-``emulated_net.py --overlap`` prints first), least squares in relative error; the CPU per
-message comes from perf/tcp_cpu.py --mpi over TCP (--tcp-cpu), the CPU per byte through
+unlimited-link times: every row of the unlimited-link runs that ``emulated_net.py --overlap``
+makes first (flat or on nodes; --calibrate repeatable, one fit over all files' rows), or
+"codec=ms" times of 4 ranks on one level, 64 MiB float32, two_shot; least squares in
+relative error. The CPU per message comes from perf/tcp_cpu.py --mpi over TCP (--tcp-cpu), the CPU per byte through
 shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu), the CPU per copied
 byte from the memcpy rate of the --throughput file and the shaper's CPU per TCP byte from
 perf/tcp_cpu.py --netns with and without --gbps (--shaper-cpu; only rate-limited links pay
-it). No validation row is used.
+it), or, with --fit-shaper, from the rate-limited rows of the --calibrate runs (then validate
+on other runs). No validation row is used.
 
 The projections use GPU codec rates derived from the H100 datasheet (marked as assumptions)
 until a GPU table is measured.
@@ -88,20 +90,11 @@ def base_system(costs: Dict[str, pm.CodecCost], ranks: int, gbit: float, g: int,
     return replace(system, host=host)
 
 
-def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: float = 4.0,
-             host: pm.HostTransport = pm.EMULATED_HOST) -> List[dict]:
-    """One dict per measured row the model covers (rate, G, codec, algo, measured and model
-    seconds, signed error, in_burst), printed as a table with the median and max |error| of
-    the rows outside and inside the tbf burst."""
+def predict(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: float,
+            host: pm.HostTransport) -> List[dict]:
+    """One dict per rate-limited row of the runs that the model covers: file, rate, G,
+    codec, algo, measured and model seconds, signed error, in_burst, the samples."""
     out = []
-    print(f"# model validation against perf/emulated_net.py (alpha {pm.EMULATED_ALPHA * 1e6:.0f} "
-          f"us, shared memory {intra_gbs:g} GB/s, {os.cpu_count()} cores shared by the ranks, "
-          f"host transport: {host.tcp_per_byte * 1e9:.3f} ns/TCP byte, "
-          f"{host.per_message * 1e6:.1f} us/message, {host.shm_per_byte * 1e9:.3f} ns/shm byte, "
-          f"{host.copy_per_byte * 1e9:.3f} ns/copied byte, {host.shaper_per_byte * 1e9:.3f} "
-          "ns/shaped TCP byte)")
-    print(f"{'file':>18} {'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} "
-          f"{'model ms':>9} {'error':>7} {'samples ms':>13}")
     for path in emulated:
         for run in json.load(open(path)):
             if run["rate_gbit"] is None:  # the unlimited links: calibration data only
@@ -118,16 +111,32 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
                 flag = r.get("in_burst")
                 if flag is None:  # the baseline's own row: the same rule on its own bytes
                     flag = r["wire_bytes"] < 10 * burst
-                row = {"file": os.path.basename(path), "gbit": run["rate_gbit"], "g": g,
-                       "codec": r["codec"], "algo": r["algo"], "measured_s": measured,
-                       "model_s": model, "error": (model - measured) / measured,
-                       "in_burst": bool(flag)}
-                out.append(row)
-                times = r.get("times_us") or [r["time_us"]]
-                print(f"{row['file']:>18} {row['gbit']:6.2f} {g:2d} {r['codec']:>14} "
-                      f"{r['algo']:>9} {measured * 1e3:11.1f} {model * 1e3:9.1f} "
-                      f"{100 * row['error']:+6.1f}%{'*' if flag else ' '} "
-                      f"{min(times) / 1e3:6.1f}-{max(times) / 1e3:6.1f}")
+                out.append({"file": os.path.basename(path), "gbit": run["rate_gbit"], "g": g,
+                            "codec": r["codec"], "algo": r["algo"], "measured_s": measured,
+                            "model_s": model, "error": (model - measured) / measured,
+                            "in_burst": bool(flag), "times_us": r.get("times_us") or [r["time_us"]]})
+    return out
+
+
+def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: float = 4.0,
+             host: pm.HostTransport = pm.EMULATED_HOST) -> List[dict]:
+    """predict's rows, printed as a table with the median and max |error| of the rows
+    outside and inside the tbf burst."""
+    print(f"# model validation against perf/emulated_net.py (alpha {pm.EMULATED_ALPHA * 1e6:.0f} "
+          f"us, shared memory {intra_gbs:g} GB/s, {os.cpu_count()} cores shared by the ranks, "
+          f"host transport: {host.tcp_per_byte * 1e9:.3f} ns/TCP byte, "
+          f"{host.per_message * 1e6:.1f} us/message, {host.shm_per_byte * 1e9:.3f} ns/shm byte, "
+          f"{host.copy_per_byte * 1e9:.3f} ns/copied byte, {host.shaper_per_byte * 1e9:.3f} "
+          "ns/shaped TCP byte)")
+    print(f"{'file':>18} {'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} "
+          f"{'model ms':>9} {'error':>7} {'samples ms':>13}")
+    out = predict(emulated, costs, intra_gbs, host)
+    for row in out:
+        times = row["times_us"]
+        print(f"{row['file']:>18} {row['gbit']:6.2f} {row['g']:2d} {row['codec']:>14} "
+              f"{row['algo']:>9} {row['measured_s'] * 1e3:11.1f} {row['model_s'] * 1e3:9.1f} "
+              f"{100 * row['error']:+6.1f}%{'*' if row['in_burst'] else ' '} "
+              f"{min(times) / 1e3:6.1f}-{max(times) / 1e3:6.1f}")
     summarize(out)
     return out
 
@@ -149,13 +158,27 @@ def summarize(rows: List[dict]) -> None:
         line(f"{rate:g} Gbit/s, all rows", [r for r in rows if r["gbit"] == rate])
 
 
-def unlimited_times(path: str) -> str:
-    """The "codec=ms,..." spec of --calibrate from the unlimited-link rows (rate_gbit None)
-    of a flat run of ``emulated_net.py --overlap --json PATH``, each row's median."""
-    for run in json.load(open(path)):
-        if run["rate_gbit"] is None and run.get("ranks_per_node", 1) == 1:
-            return ",".join(f"{r['codec']}={r['time_us'] / 1e3:.1f}" for r in run["rows"])
-    raise SystemExit(f"{path} has no unlimited-link rows of a flat run (emulated_net.py --overlap)")
+def unlimited_rows(path: str) -> List[dict]:
+    """The calibration rows of ``emulated_net.py --overlap --json PATH``: every row of its
+    unlimited-link runs (rate_gbit None), flat or on nodes, with the run's ranks and
+    ranks_per_node, each row's median time."""
+    rows = [dict(r, ranks=run["ranks"], ranks_per_node=run.get("ranks_per_node", 1))
+            for run in json.load(open(path)) if run["rate_gbit"] is None for r in run["rows"]]
+    if not rows:
+        raise SystemExit(f"{path} has no unlimited-link rows (emulated_net.py --overlap)")
+    return rows
+
+
+def spec_rows(spec: str, ranks: int = 4, n: int = 16 << 20) -> List[dict]:
+    """Calibration rows from "codec=ms,...": unlimited-link times of ``ranks`` ranks on one
+    level, ``n`` float32, two_shot (MPI_Allreduce for the baseline)."""
+    rows = []
+    for item in spec.split(","):
+        codec, ms = item.split("=")
+        rows.append({"codec": codec.strip(), "algo": "-" if codec.strip() == "MPI_Allreduce"
+                     else "two_shot", "count": n, "size": 4 * n, "time_us": float(ms) * 1e3,
+                     "ranks": ranks, "ranks_per_node": 1})
+    return rows
 
 
 def shaper_cpu(shaped: str, unshaped: str, message: int = 1 << 18) -> float:
@@ -169,36 +192,52 @@ def shaper_cpu(shaped: str, unshaped: str, message: int = 1 << 18) -> float:
     return per_byte(shaped) - per_byte(unshaped)
 
 
-def calibrate(spec: str, costs: Dict[str, pm.CodecCost], shm: float, per_message: float,
-              copy: float, shaper: float = 0.0, ranks: int = 4, n: int = 16 << 20,
-              algo: str = "two_shot") -> pm.HostTransport:
-    """The CPU per TCP byte that best explains unlimited-link times ``spec``
-    ("codec=ms,..."): the model is linear in it there (t = a + c * b per row), so the least
+def calibrate(rows: List[dict], costs: Dict[str, pm.CodecCost], shm: float, per_message: float,
+              copy: float, shaper: float = 0.0) -> pm.HostTransport:
+    """The CPU per TCP byte that best explains the unlimited-link ``rows`` (unlimited_rows,
+    spec_rows): the model is linear in it there (t = a + c * b per row), so the least
     squares fit in relative error is closed-form. Prints each row's residual."""
-    measured = {}
-    for item in spec.split(","):
-        codec, ms = item.split("=")
-        measured[codec.strip()] = float(ms) / 1e3
     zero = pm.HostTransport(0.0, per_message, shm, copy, shaper_per_byte=shaper)
     one = replace(zero, tcp_per_byte=1e-9)
-    rows = []
-    for codec, t in measured.items():
-        at = [model_row(base_system(costs, ranks, UNLIMITED_GBIT, 1, 4.0, h), codec, algo,
-                        n, 4, costs) for h in (zero, one)]
+    fit = []
+    for r in rows:
+        n, dbytes, g = r["count"], r["size"] // max(r["count"], 1), r["ranks_per_node"]
+        at = [model_row(base_system(costs, r["ranks"], UNLIMITED_GBIT, g, 4.0, h), r["codec"],
+                        r["algo"], n, dbytes, costs) for h in (zero, one)]
         if at[0] is None:
-            raise SystemExit(f"no codec rate for {codec}: add a --throughput file that has it")
-        rows.append((codec, t, at[0], (at[1] - at[0]) / 1e-9))
-    c = sum(b / t * (t - a) / t for _, t, a, b in rows) / sum((b / t) ** 2 for _, t, _, b in rows)
+            raise SystemExit(f"no codec rate for {r['codec']}: add a --throughput file that has it")
+        fit.append((r, r["time_us"] / 1e6, at[0], (at[1] - at[0]) / 1e-9))
+    c = sum(b / t * (t - a) / t for _, t, a, b in fit) / sum((b / t) ** 2 for _, t, _, b in fit)
     host = replace(zero, tcp_per_byte=c, source="calibrated on unlimited links")
-    print(f"# calibration on unlimited links ({ranks} ranks, {n} float32, {algo}): "
-          f"{c * 1e9:.3f} ns of CPU per TCP byte; {per_message * 1e6:.1f} us per message and "
-          f"{shm * 1e9:.3f} ns per shared-memory byte (perf/tcp_cpu.py --mpi), "
-          f"{copy * 1e9:.3f} ns per copied byte (memcpy), {shaper * 1e9:.3f} ns per TCP byte "
-          "through a shaper (perf/tcp_cpu.py --netns --gbps)")
-    for codec, t, a, b in rows:
-        print(f"#   {codec:>14}: measured {t * 1e3:7.1f} ms, model {(a + c * b) * 1e3:7.1f} ms "
+    print(f"# calibration on {len(fit)} unlimited-link rows: {c * 1e9:.3f} ns of CPU per TCP "
+          f"byte; {per_message * 1e6:.1f} us per message and {shm * 1e9:.3f} ns per "
+          f"shared-memory byte (perf/tcp_cpu.py --mpi), {copy * 1e9:.3f} ns per copied byte "
+          f"(memcpy), {shaper * 1e9:.3f} ns per TCP byte through a shaper (perf/tcp_cpu.py "
+          "--netns --gbps)")
+    for r, t, a, b in fit:
+        print(f"#   {r['ranks']} ranks, G {r['ranks_per_node']}, {r['codec']:>14} "
+              f"{r['algo']:>9}: measured {t * 1e3:7.1f} ms, model {(a + c * b) * 1e3:7.1f} ms "
               f"({100 * (a + c * b - t) / t:+5.1f}%)")
     return host
+
+
+def fit_shaper(runs: List[str], costs: Dict[str, pm.CodecCost], host: pm.HostTransport,
+               intra_gbs: float, top: float = 2e-9, step: float = 0.005e-9) -> pm.HostTransport:
+    """``host`` with the shaper's CPU per TCP byte that best explains the rate-limited rows
+    of ``runs`` outside the tbf burst: least squares in relative error over a grid from 0 to
+    ``top`` (the model is not linear in it there: the wire time or the CPU, whichever is
+    longer). Prints the fit."""
+    best = None
+    for k in range(int(round(top / step)) + 1):
+        h = replace(host, shaper_per_byte=k * step)
+        rows = [r for r in predict(runs, costs, intra_gbs, h) if not r["in_burst"]]
+        sse = sum(r["error"] ** 2 for r in rows)
+        if best is None or sse < best[0]:
+            best = (sse, h, len(rows))
+    _, h, count = best
+    print(f"# shaper fitted on {count} rate-limited rows of {', '.join(map(os.path.basename, runs))}: "
+          f"{h.shaper_per_byte * 1e9:.3f} ns of CPU per TCP byte")
+    return h
 
 
 # Message sizes (elements) of the projections: tensor-parallel activations (sequence 4096,
@@ -266,10 +305,12 @@ def main(argv=None) -> int:
                     help="JSON from perf/codec_throughput.py --json (repeatable)")
     ap.add_argument("--intra-gbs", type=float, default=4.0,
                     help="GB/s between the ranks of an emulated node (shared memory)")
-    ap.add_argument("--calibrate", metavar="CODEC=MS,...|RUN.json",
-                    help="fit the CPU per TCP byte on these unlimited-link times (or on the "
-                         "unlimited rows of an emulated_net.py --overlap json), then "
-                         "validate with it (default: perfmodel.EMULATED_HOST)")
+    ap.add_argument("--calibrate", metavar="CODEC=MS,...|RUN.json", action="append",
+                    help="fit the CPU per TCP byte on these unlimited-link times (4 ranks, "
+                         "16M float32, two_shot) or on every unlimited row of an "
+                         "emulated_net.py --overlap json, flat or on nodes (repeatable: one "
+                         "fit over all), then validate with it (default: "
+                         "perfmodel.EMULATED_HOST)")
     ap.add_argument("--tcp-cpu", help="JSON from perf/tcp_cpu.py --mpi --json over TCP: its "
                                       "CPU per message")
     ap.add_argument("--shm-cpu", help="JSON from perf/tcp_cpu.py --mpi --json in one host: its "
@@ -277,6 +318,10 @@ def main(argv=None) -> int:
     ap.add_argument("--shaper-cpu", nargs=2, metavar=("SHAPED", "UNSHAPED"),
                     help="JSONs of perf/tcp_cpu.py --netns --gbps RATE --json and perf/tcp_cpu.py "
                          "--netns --json: the shaper's CPU per byte (default: EMULATED_HOST's)")
+    ap.add_argument("--fit-shaper", action="store_true",
+                    help="fit the shaper's CPU per TCP byte on the rate-limited rows of the "
+                         "--calibrate RUN.json files (instead of --shaper-cpu's measurement); "
+                         "validate on other runs")
     ap.add_argument("--no-projection", action="store_true", help="validation only")
     ap.add_argument("--plots", help="folder for projection plots (needs matplotlib)")
     args = ap.parse_args(argv)
@@ -286,11 +331,21 @@ def main(argv=None) -> int:
         per_message = json.load(open(args.tcp_cpu))["per_message_s"] if args.tcp_cpu \
             else host.per_message
         shm = json.load(open(args.shm_cpu))["per_byte_s"] if args.shm_cpu else host.shm_per_byte
-        spec = unlimited_times(args.calibrate) if args.calibrate.endswith(".json") \
-            else args.calibrate
+        rows = [r for c in args.calibrate
+                for r in (unlimited_rows(c) if c.endswith(".json") else spec_rows(c))]
         shaper = shaper_cpu(*args.shaper_cpu) if args.shaper_cpu else host.shaper_per_byte
-        host = calibrate(spec, costs, shm, per_message,
+        host = calibrate(rows, costs, shm, per_message,
                          copy_per_byte(args.throughput) or host.copy_per_byte, shaper)
+        if args.fit_shaper:
+            runs = [c for c in args.calibrate if c.endswith(".json")]
+            if not runs:
+                raise SystemExit("--fit-shaper fits on the rate-limited rows of --calibrate "
+                                 "RUN.json files: give at least one")
+            host = fit_shaper(runs, costs, host, args.intra_gbs)
+            reused = [e for e in args.emulated if e in runs]
+            if reused:
+                print(f"# note: {', '.join(reused)} also fitted the shaper: their rows below "
+                      "are not held out")
     if args.emulated and costs:
         validate(args.emulated, costs, args.intra_gbs, host)
     if not args.no_projection:

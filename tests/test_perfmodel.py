@@ -208,7 +208,9 @@ def test_hier_cpu_bound_counts_tcp_between_and_shared_memory_inside():
     n, g, p = 1 << 20, 2, 4
     c = pm.CodecCost("x", 1.0, 1e9, 1e9)
     exact = pm.CodecCost("none", 4.0, 2e9, 2e9)
-    kernels = n / 2e9 + n / 2e9 + (n / g + n / p) / 1e9 + (n / g + n) / 1e9
+    # the exact level: the (g-1)/g of the tensor the other rank collects encoded, and the
+    # collector's g terms of n/g summed; the codec: n/g + n/p encoded, n/g + n decoded
+    kernels = (g - 1) / g * n / 2e9 + n / 2e9 + (n / g + n / p) / 1e9 + (n / g + n) / 1e9
     transport = 2 * n / p * 1e-9 + n / 2 * 5 * 0.5e-9 + 6 * 10e-6
     fill = (1 << 18) * (1 / 1e9 + 1 / 0.5e9)         # one slice's encodes, half a core
     t = pm.hier_time(host_system(g=g), n, 4, c, intra=exact)
@@ -253,7 +255,16 @@ def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_er
         return mr.model_row(s, codec, "two_shot", n, 4, costs)
 
     spec = ",".join(f"{c}={unlimited(c) * 1e3!r}" for c in ("MPI_Allreduce", "fp8_e4m3:g128"))
-    got = mr.calibrate(spec, costs, truth.shm_per_byte, truth.per_message, truth.copy_per_byte)
+    got = mr.calibrate(mr.spec_rows(spec), costs, truth.shm_per_byte, truth.per_message,
+                       truth.copy_per_byte)
+    assert got.tcp_per_byte == pytest.approx(truth.tcp_per_byte, rel=1e-9)
+    # rows on nodes (2 x 2, hier) fit alongside the flat ones
+    s2 = mr.base_system(costs, 4, mr.UNLIMITED_GBIT, 2, 4.0, truth)
+    hier = {"codec": "fp8_e4m3:g128", "algo": "hier", "count": n, "size": 4 * n,
+            "ranks": 4, "ranks_per_node": 2,
+            "time_us": mr.model_row(s2, "fp8_e4m3:g128", "hier", n, 4, costs) * 1e6}
+    got = mr.calibrate(mr.spec_rows(spec) + [hier], costs, truth.shm_per_byte,
+                       truth.per_message, truth.copy_per_byte)
     assert got.tcp_per_byte == pytest.approx(truth.tcp_per_byte, rel=1e-9)
     # a run measured 10% slower than the model: validation says -9.1% (model under)
     s1 = mr.base_system(costs, 4, 1.0, 1, 4.0, truth)
@@ -267,7 +278,32 @@ def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_er
                             {"codec": "fp8_e4m3:g128", "time_us": 180.04e3}]})
     path = tmp_path / "run.json"
     path.write_text(json.dumps(run))
-    assert mr.unlimited_times(str(path)) == "MPI_Allreduce=250.0,fp8_e4m3:g128=180.0"
+    assert [(r["codec"], r["time_us"], r["ranks_per_node"]) for r in mr.unlimited_rows(str(path))] \
+        == [("MPI_Allreduce", 250e3, 1), ("fp8_e4m3:g128", 180.04e3, 1)]
     rows = mr.validate([str(path)], costs, 4.0, truth)
     assert [round(r["error"], 4) for r in rows] == [round(1 / 1.1 - 1, 4)]
     assert "outside the burst: median |error| 9.1%" in capsys.readouterr().out
+
+
+def test_fit_shaper_recovers_the_shapers_cpu_from_rate_limited_rows(tmp_path, capsys):
+    import json
+
+    mr = _model_report()
+    costs = {"none": pm.CodecCost("none", 4.0, 2e9, 1.5e9),
+             "fp8_e4m3:g128": pm.CodecCost("fp8_e4m3:g128", 1.03, 1.4e9, 1.2e9)}
+    truth = pm.HostTransport(0.9e-9, 30e-6, 0.4e-9, 0.1e-9, shaper_per_byte=0.35e-9)
+    n = 16 << 20
+    runs = []
+    for gbit in (1.0, 10.0):  # CPU-bound at 10 Gbit/s: there the shaper's CPU shows
+        s = mr.base_system(costs, 4, gbit, 1, 4.0, truth)
+        rows = [{"count": n, "size": 4 * n, "codec": c, "algo": "two_shot", "in_burst": False,
+                 "wire_bytes": 26 * 10**6,
+                 "time_us": mr.model_row(s, c, "two_shot", n, 4, costs) * 1e6}
+                for c in ("MPI_Allreduce", "fp8_e4m3:g128")]
+        runs.append({"rate_gbit": gbit, "ranks": 4, "ranks_per_node": 1,
+                     "burst_bytes": 10**5, "rows": rows})
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(runs))
+    got = mr.fit_shaper([str(path)], costs, replace(truth, shaper_per_byte=0.0), 4.0)
+    assert got.shaper_per_byte == pytest.approx(truth.shaper_per_byte, abs=0.005e-9)
+    assert "shaper fitted on 4 rate-limited rows" in capsys.readouterr().out
