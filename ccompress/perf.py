@@ -333,8 +333,12 @@ def model_table(rows: List[Dict[str, Any]], rates: List[float], P: int, esize: i
     S = max(r["size"] for r in rows)
     count = S // esize
     cores = os.cpu_count() or 1
-    g = ranks_per_node if ranks_per_node > 1 and P % ranks_per_node == 0 else 1
-    say(f"# MODEL, not measured: {P} ranks in nodes of {g}, each node's full-duplex link at "
+    # All ranks in one node (one host): no link between them to model, so each rank is
+    # modelled as a node of its own, which is what the rates ask about.
+    g = ranks_per_node if 1 < ranks_per_node < P and P % ranks_per_node == 0 else 1
+    own = " (this run's ranks share one host: modelled one per node)" \
+        if ranks_per_node >= P > 1 else ""
+    say(f"# MODEL, not measured: {P} ranks in nodes of {g}{own}, each node's full-duplex link at "
         f"each rate (alpha {pm.EMULATED_ALPHA * 1e6:.0f} us), MPI over TCP (the host "
         f"transport's CPU: perfmodel.EMULATED_HOST), the ranks sharing {cores} cores, codec "
         "rates measured now on one thread; model err: the model's median (max) |error| "

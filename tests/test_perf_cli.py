@@ -33,6 +33,20 @@ def test_perf_inproc_prints_measured_then_model_rows(tmp_path, capsys):
     assert fp8_1g["model_error"] == pm.VALIDATION_ERROR[1.0]
 
 
+def test_perf_model_rows_of_one_host_model_a_node_per_rank(tmp_path, capsys):
+    """Ranks that all share one node (mpiexec on one machine) have no link between them:
+    the model rows put each on its own node, so the link rate changes their times."""
+    out = tmp_path / "rows.json"
+    rc = perf.main(["allreduce", "--inproc", "2", "--ranks-per-node", "2", "-b", "64K",
+                    "-e", "64K", "-n", "1", "-w", "0", "--codec", "fp8_e4m3:g128",
+                    "--algo", "two_shot", "--link-gbps", "1,10", "--json", str(out)])
+    assert rc == 0
+    assert "modelled one per node" in capsys.readouterr().out
+    rows = json.loads(out.read_text())["model_rows"]
+    t = {r["gbit"]: r["model_baseline_us"] for r in rows}
+    assert t[1] > 2 * t[10], rows  # the uncompressed baseline is wire-bound at 1 Gbit/s
+
+
 def test_perf_without_model_rows(capsys):
     rc = perf.main(["allreduce", "--inproc", "2", "-b", "4K", "-e", "4K", "-n", "1", "-w", "0",
                     "--codec", "bf16", "--link-gbps", "none"])
