@@ -341,14 +341,9 @@ CC_AVX2_INLINE bool fp8_sr_outside_normals(__m256i m) {
   return !_mm256_testz_si256(out, out);
 }
 
-/// fp8_from_float_sr8<F>(v, N * 2^-24), for the 24-bit integers N of SrNoise8::next_bits, in
-/// the lanes fp8_sr_normal_offset8 accepts (@p bits of v, @p abs its |bits|), in integers:
-/// with |v| (clamped to FP8_MAX) = (k + D / 2^d) * spacing, D the d = 23 - m mantissa bits
-/// below the kept ones, the reference steps up iff N * 2^-24 < D * 2^-d, i.e.
-/// N >> (m + 1) < D, i.e. iff D + (2^d - 1 - (N >> (m + 1))) carries out of those d bits; so
-/// the code is the fp32 bits plus that, shifted right by d, less the exponent offset (a carry
-/// out of the mantissa steps into the next binade, as k + 1 does; at FP8_MAX, D = 0 and it
-/// never carries), with v's sign.
+/// codecs::fp8_from_float_sr_normal<F> (group_codec.h) on 8 lanes: fp8_from_float_sr8<F>(v,
+/// N * 2^-24) in integers, for the 24-bit integers N of SrNoise8::next_bits, in the lanes
+/// fp8_sr_normal_offset8 accepts (@p bits of v, @p abs its |bits|).
 template <class F>
 CC_AVX2_INLINE __m256i fp8_from_float_sr8_normal(__m256i bits, __m256i abs, __m256i n) {
   constexpr int32_t kMinExp = 128 - F::kBias, kDrop = 23 - F::kMantBits;

@@ -102,7 +102,14 @@ void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t 
   if (codec.stochastic) {
     alignas(32) float u[cpu::kBlock];  // the group's stochastic rounding draws
     cpu::sr_uniforms_host(prefix, ctx.index + off, len, u);
-    for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize_sr<F>(x[i], s, u[i]);
+    for (int64_t i = 0; i < len; ++i) {
+      // x / s an FP8 normal or larger and finite, nearly always: its code in integers
+      const uint32_t y = codecs::f32_bits(codecs::div_rn(x[i], s));
+      q[i] = codecs::fp8_sr_normal_range<F>(y & codecs::kF32AbsMask)
+                 ? codecs::fp8_from_float_sr_normal<F>(
+                       y, static_cast<uint32_t>(codecs::mul_rn(u[i], 16777216.0f)))
+                 : codecs::group_quantize_sr<F>(x[i], s, u[i]);
+    }
   } else {
     for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize<F>(x[i], s);
   }

@@ -88,6 +88,32 @@ CC_HOST_DEVICE uint8_t fp8_from_float_sr(float v, float u) {
   return fp8_from_float<F>(f32_from_bits(f32_bits(r) | (bits & 0x80000000u)));
 }
 
+/// True for the fp32 bits @p abs of |v| from FP8's smallest normal to the largest finite
+/// fp32: where fp8_from_float_sr_normal codes v.
+template <class F>
+CC_HOST_DEVICE bool fp8_sr_normal_range(uint32_t abs) {
+  constexpr uint32_t kMinNormal = (128u - F::kBias) << 23;
+  return abs - kMinNormal <= kF32InfBits - 1u - kMinNormal;
+}
+
+/// fp8_from_float_sr<F>(v, N * 2^-24) in integers, for v (fp32 bits @p bits) in
+/// fp8_sr_normal_range and N the draw's 24-bit integer: with |v| (clamped to FP8_MAX) =
+/// (k + D / 2^d) * spacing, D the d = 23 - m mantissa bits below the kept ones, the
+/// reference steps up iff N * 2^-24 < D * 2^-d, i.e. N >> (m + 1) < D, i.e. iff
+/// D + (2^d - 1 - (N >> (m + 1))) carries out of those d bits; so the code is the fp32 bits
+/// plus that, shifted right by d, less the exponent offset (a carry out of the mantissa steps
+/// into the next binade, as k + 1 does; at FP8_MAX, D = 0 and it never carries), with v's
+/// sign.
+template <class F>
+CC_HOST_DEVICE uint8_t fp8_from_float_sr_normal(uint32_t bits, uint32_t n) {
+  constexpr uint32_t kMinExp = 128 - F::kBias, kDrop = 23 - F::kMantBits;
+  const uint32_t abs = bits & kF32AbsMask;
+  const uint32_t a = abs < F::kMaxF32Bits ? abs : F::kMaxF32Bits;
+  const uint32_t carry = (n >> (F::kMantBits + 1)) ^ ((1u << kDrop) - 1u);
+  const uint32_t code = ((a + carry) >> kDrop) - ((kMinExp - 1) << F::kMantBits);
+  return static_cast<uint8_t>(code | ((bits >> 24) & 0x80u));
+}
+
 /// Stochastic rounding (`:sr`) of x / s to one of its two neighbouring FP8 values, the upper
 /// one with probability exactly (|y| - lo) / (hi - lo) (fp8_from_float_sr); non-finite x codes
 /// as in group_quantize.
