@@ -345,6 +345,92 @@ __attribute__((target("avx2"))) int32_t prepare_groups(const float* x, float* y,
   return cpu::avx2::hmax_epi32(run);
 }
 
+// Transposes the 4 x 4 blocks of a[0..4) in each 128-bit half: half h of b[e] holds element e
+// of half h of a[0], a[1], a[2], a[3]. Its own inverse.
+CC_AVX2_INLINE void transpose4x4_halves(const __m256* a, __m256* b) {
+  const __m256 t0 = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
+  b[0] = _mm256_shuffle_ps(t0, t2, 0x44);
+  b[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+  b[2] = _mm256_shuffle_ps(t1, t3, 0x44);
+  b[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+}
+
+// The 8 groups of 16 at g (group j at g + 16j) as 16 columns: lane j of t[e] is element e of
+// group j.
+CC_AVX2_INLINE void load_columns16(const float* g, __m256* t) {
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {  // elements 4q .. 4q + 3
+    __m256 a[4];
+    for (int i = 0; i < 4; ++i)
+      a[i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(g + 16 * i + 4 * q)),
+                                  _mm_loadu_ps(g + 16 * (i + 4) + 4 * q), 1);
+    transpose4x4_halves(a, t + 4 * q);
+  }
+}
+
+// The inverse of load_columns16: columns t[0..16) back to 8 groups of 16 at g.
+CC_AVX2_INLINE void store_columns16(const __m256* t, float* g) {
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m256 a[4];
+    transpose4x4_halves(t + 4 * q, a);
+    for (int i = 0; i < 4; ++i) {
+      _mm_storeu_ps(g + 16 * i + 4 * q, _mm256_castps256_ps128(a[i]));
+      _mm_storeu_ps(g + 16 * (i + 4) + 4 * q, _mm256_extractf128_ps(a[i], 1));
+    }
+  }
+}
+
+// prepare_groups for rotation blocks of 16 (one per group), 8 groups at a time held as
+// columns (load_columns16): the butterflies of every stage are then whole-register adds and
+// subtracts, with no lane shuffles or blends between the stages, and each group's maximum is
+// a lane of a vertical max. The operations on each element are wht_normalized_regs<2>'s (the
+// same adds and subtracts of the same operands, stage by stage, then times wht_norm(16)), so
+// the bits are the same.
+__attribute__((target("avx2"))) int32_t prepare_groups_h16(const float* x, float* y,
+                                                           int64_t ngroups, bool rs,
+                                                           int32_t* amax, uint8_t* special) {
+  using cpu::avx2::abs_bits;
+  using cpu::avx2::finite_bits;
+  float sign[16];
+  for (int e = 0; e < 16; ++e) sign[e] = codecs::random_sign(static_cast<uint32_t>(e));
+  const __m256 norm = _mm256_set1_ps(codecs::wht_norm(16));
+  const __m256i below_inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits) - 1);
+  __m256i run = _mm256_setzero_si256();
+  for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {  // whole batches only
+    const float* in = x + 16 * k0;
+    cpu::avx2::prefetch(in + cpu::avx2::kPrefetchAhead / 4, 512);
+    __m256 t[16];
+    load_columns16(in, t);
+    if (rs)
+      for (int e = 0; e < 16; ++e) t[e] = _mm256_mul_ps(t[e], _mm256_set1_ps(sign[e]));
+#pragma GCC unroll 4
+    for (int len = 1; len < 16; len <<= 1)
+#pragma GCC unroll 16
+      for (int e = 0; e < 16; ++e) {
+        if (e & len) continue;
+        const __m256 a = t[e], b = t[e + len];
+        t[e] = _mm256_add_ps(a, b);
+        t[e + len] = _mm256_sub_ps(a, b);
+      }
+#pragma GCC unroll 16
+    for (int e = 0; e < 16; ++e) t[e] = _mm256_mul_ps(t[e], norm);
+    store_columns16(t, y + 16 * k0);
+    __m256i m = abs_bits(t[0]);
+    for (int e = 1; e < 16; ++e) m = _mm256_max_epi32(m, abs_bits(t[e]));
+    const int nonfinite = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m, below_inf)));
+    special[k0 / kBatch] = static_cast<uint8_t>(nonfinite);
+    if (nonfinite) {  // rare: leave NaN and Inf out (codecs::finite_abs_bits)
+      m = finite_bits(abs_bits(t[0]));
+      for (int e = 1; e < 16; ++e) m = _mm256_max_epi32(m, finite_bits(abs_bits(t[e])));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(amax + k0), m);
+    run = _mm256_max_epi32(run, m);
+  }
+  return cpu::avx2::hmax_epi32(run);
+}
+
 template <bool kInt4>
 __attribute__((target("avx2"))) void decode_groups(const uint8_t* codes, const uint8_t* scales,
                                                    int64_t ngroups, float s, float* out) {
@@ -376,7 +462,7 @@ __attribute__((target("avx2"))) int32_t fourbit_prepare_groups_avx2(
     const float* x, float* y, int64_t ngroups, int32_t h, bool rs, int32_t* amax,
     uint8_t* special) {
   switch (h) {
-    case 16: return prepare_groups<2>(x, y, ngroups, rs, amax, special);
+    case 16: return prepare_groups_h16(x, y, ngroups, rs, amax, special);
     case 32: return prepare_groups<4>(x, y, ngroups, rs, amax, special);
     case 64: return prepare_groups<8>(x, y, ngroups, rs, amax, special);
     case 128: return prepare_groups<16>(x, y, ngroups, rs, amax, special);
