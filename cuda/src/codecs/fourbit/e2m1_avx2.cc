@@ -241,7 +241,83 @@ CC_AVX2_INLINE void code64_short(const float* y, const float* sd, uint8_t* out) 
   pack64_nibbles<kInt4>(q, out);
 }
 
+// Transposes the 4 x 4 blocks of a[0..4) in each 128-bit half: half h of b[e] holds element e
+// of half h of a[0], a[1], a[2], a[3]. Its own inverse.
+CC_AVX2_INLINE void transpose4x4_halves(const __m256* a, __m256* b) {
+  const __m256 t0 = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
+  b[0] = _mm256_shuffle_ps(t0, t2, 0x44);
+  b[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+  b[2] = _mm256_shuffle_ps(t1, t3, 0x44);
+  b[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+}
+
+// The 8 groups of 16 at g (group j at g + 16j) as 16 columns: lane j of t[e] is element e of
+// group j.
+CC_AVX2_INLINE void load_columns16(const float* g, __m256* t) {
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {  // elements 4q .. 4q + 3
+    __m256 a[4];
+    for (int i = 0; i < 4; ++i)
+      a[i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(g + 16 * i + 4 * q)),
+                                  _mm_loadu_ps(g + 16 * (i + 4) + 4 * q), 1);
+    transpose4x4_halves(a, t + 4 * q);
+  }
+}
+
+// The inverse of load_columns16: columns t[0..16) back to 8 groups of 16 at g.
+CC_AVX2_INLINE void store_columns16(const __m256* t, float* g) {
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m256 a[4];
+    transpose4x4_halves(t + 4 * q, a);
+    for (int i = 0; i < 4; ++i) {
+      _mm_storeu_ps(g + 16 * i + 4 * q, _mm256_castps256_ps128(a[i]));
+      _mm_storeu_ps(g + 16 * (i + 4) + 4 * q, _mm256_extractf128_ps(a[i], 1));
+    }
+  }
+}
+
+// The nibble bytes of pairs of signed codes (bytes of two two's complement nibbles, as
+// quantize8_*_finite's s & 15): nibble_of_signed of each half.
 template <bool kInt4>
+CC_AVX2_INLINE __m256i nibble_pairs_of_signed(__m256i b) {
+  if (kInt4) return b;
+  return _mm256_or_si256(nibble_of_signed<kInt4>(b),
+                         _mm256_slli_epi16(nibble_of_signed<kInt4>(_mm256_srli_epi16(b, 4)), 4));
+}
+
+// Codes a batch of 8 groups held as columns (y[8e .. 8e + 8) lane j: element e of group j;
+// load_columns16), all on the short path with divisors sd (lane j: group j's), to 64 bytes
+// at out. Lane j of p[k] is byte k of group j, two's complement nibbles of elements 2k and
+// 2k + 1 (in -112..127, so the signed packs keep it); the packs and a 4 x 4 byte transpose
+// put each group's 8 bytes together.
+template <bool kInt4>
+CC_AVX2_INLINE void code128_columns(const float* y, __m256 sd, uint8_t* out) {
+  __m256i p[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    const __m256 x0 = _mm256_loadu_ps(y + 16 * k), x1 = _mm256_loadu_ps(y + 16 * k + 8);
+    const __m256i q0 = kInt4 ? quantize8_int4_finite(x0, sd) : quantize8_e2m1_finite(x0, sd);
+    const __m256i q1 = kInt4 ? quantize8_int4_finite(x1, sd) : quantize8_e2m1_finite(x1, sd);
+    p[k] = _mm256_add_epi32(_mm256_and_si256(q0, _mm256_set1_epi32(15)), _mm256_slli_epi32(q1, 4));
+  }
+  // Half h of a: byte 4k + i is byte k of group 4h + i (k < 4); b the same for k = 4..7.
+  __m256i a = _mm256_packs_epi16(_mm256_packs_epi32(p[0], p[1]), _mm256_packs_epi32(p[2], p[3]));
+  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(p[4], p[5]), _mm256_packs_epi32(p[6], p[7]));
+  const __m256i by_group = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                            0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  a = _mm256_shuffle_epi8(a, by_group);  // dword i of half h: bytes 0..3 of group 4h + i
+  b = _mm256_shuffle_epi8(b, by_group);
+  const __m256i u = _mm256_unpacklo_epi32(a, b), v = _mm256_unpackhi_epi32(a, b);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      nibble_pairs_of_signed<kInt4>(_mm256_permute2x128_si256(u, v, 0x20)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32),
+                      nibble_pairs_of_signed<kInt4>(_mm256_permute2x128_si256(u, v, 0x31)));
+}
+
+// kColumns: y's batches are columns (fourbit_prepare_groups_avx2 for h = 16), whole batches.
+template <bool kInt4, bool kColumns>
 __attribute__((target("avx2"))) void encode_groups(const float* y, int64_t ngroups, float s,
                                                    const int32_t* amax, const uint8_t* special,
                                                    uint8_t* codes, uint8_t* scales,
@@ -259,22 +335,35 @@ __attribute__((target("avx2"))) void encode_groups(const float* y, int64_t ngrou
             &step);
     alignas(8) uint8_t code8[kBatch];
     _mm_storel_epi64(reinterpret_cast<__m128i*>(code8), cpu::avx2::pack8_epu8(code));
+    const __m256 vsd = kInt4 ? step : _mm256_mul_ps(step, _mm256_set1_ps(0.5f));
     alignas(32) float d[kBatch], sd[kBatch];
     _mm256_store_ps(d, step);
-    _mm256_store_ps(sd, kInt4 ? step : _mm256_mul_ps(step, _mm256_set1_ps(0.5f)));
+    _mm256_store_ps(sd, vsd);
     // Groups coded by the short path: no non-finite element and a step it takes.
     const int fast = short_path_steps<kInt4>(step) & ~special[k0 / kBatch];
     if (nb == kBatch) {
       std::memcpy(scales + k0, code8, kBatch);
       if (fast == 0xFF) {  // the common case: all eight, unrolled
-        code64_short<kInt4>(y + 16 * k0, sd, codes + 8 * k0);
-        code64_short<kInt4>(y + 16 * (k0 + 4), sd + 4, codes + 8 * (k0 + 4));
+        if constexpr (kColumns) {
+          code128_columns<kInt4>(y + 16 * k0, vsd, codes + 8 * k0);
+        } else {
+          code64_short<kInt4>(y + 16 * k0, sd, codes + 8 * k0);
+          code64_short<kInt4>(y + 16 * (k0 + 4), sd + 4, codes + 8 * (k0 + 4));
+        }
         continue;
+      }
+      const float* yb = y + 16 * k0;
+      alignas(32) float groups[16 * kBatch];
+      if constexpr (kColumns) {  // rare: the groups back in order
+        __m256 t[16];
+        for (int e = 0; e < 16; ++e) t[e] = _mm256_loadu_ps(yb + 8 * e);
+        store_columns16(t, groups);
+        yb = groups;
       }
       for (int64_t j = 0; j < kBatch; j += 4) {
         __m256i q[8];
         for (int i = 0; i < 4; ++i)
-          quantize16<kInt4>(y + 16 * (k0 + j + i), d[j + i], sd[j + i], (fast >> (j + i)) & 1,
+          quantize16<kInt4>(yb + 16 * (j + i), d[j + i], sd[j + i], (fast >> (j + i)) & 1,
                             q + 2 * i);
         pack64_nibbles<kInt4>(q, codes + 8 * (k0 + j));
       }
@@ -345,49 +434,13 @@ __attribute__((target("avx2"))) int32_t prepare_groups(const float* x, float* y,
   return cpu::avx2::hmax_epi32(run);
 }
 
-// Transposes the 4 x 4 blocks of a[0..4) in each 128-bit half: half h of b[e] holds element e
-// of half h of a[0], a[1], a[2], a[3]. Its own inverse.
-CC_AVX2_INLINE void transpose4x4_halves(const __m256* a, __m256* b) {
-  const __m256 t0 = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
-  b[0] = _mm256_shuffle_ps(t0, t2, 0x44);
-  b[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
-  b[2] = _mm256_shuffle_ps(t1, t3, 0x44);
-  b[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
-}
-
-// The 8 groups of 16 at g (group j at g + 16j) as 16 columns: lane j of t[e] is element e of
-// group j.
-CC_AVX2_INLINE void load_columns16(const float* g, __m256* t) {
-#pragma GCC unroll 4
-  for (int q = 0; q < 4; ++q) {  // elements 4q .. 4q + 3
-    __m256 a[4];
-    for (int i = 0; i < 4; ++i)
-      a[i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(g + 16 * i + 4 * q)),
-                                  _mm_loadu_ps(g + 16 * (i + 4) + 4 * q), 1);
-    transpose4x4_halves(a, t + 4 * q);
-  }
-}
-
-// The inverse of load_columns16: columns t[0..16) back to 8 groups of 16 at g.
-CC_AVX2_INLINE void store_columns16(const __m256* t, float* g) {
-#pragma GCC unroll 4
-  for (int q = 0; q < 4; ++q) {
-    __m256 a[4];
-    transpose4x4_halves(t + 4 * q, a);
-    for (int i = 0; i < 4; ++i) {
-      _mm_storeu_ps(g + 16 * i + 4 * q, _mm256_castps256_ps128(a[i]));
-      _mm_storeu_ps(g + 16 * (i + 4) + 4 * q, _mm256_extractf128_ps(a[i], 1));
-    }
-  }
-}
-
 // prepare_groups for rotation blocks of 16 (one per group), 8 groups at a time held as
 // columns (load_columns16): the butterflies of every stage are then whole-register adds and
 // subtracts, with no lane shuffles or blends between the stages, and each group's maximum is
 // a lane of a vertical max. The operations on each element are wht_normalized_regs<2>'s (the
 // same adds and subtracts of the same operands, stage by stage, then times wht_norm(16)), so
-// the bits are the same.
+// the bits are the same. y keeps the columns, batch by batch (encode_groups<., true> reads
+// them).
 __attribute__((target("avx2"))) int32_t prepare_groups_h16(const float* x, float* y,
                                                            int64_t ngroups, bool rs,
                                                            int32_t* amax, uint8_t* special) {
@@ -416,7 +469,7 @@ __attribute__((target("avx2"))) int32_t prepare_groups_h16(const float* x, float
       }
 #pragma GCC unroll 16
     for (int e = 0; e < 16; ++e) t[e] = _mm256_mul_ps(t[e], norm);
-    store_columns16(t, y + 16 * k0);
+    for (int e = 0; e < 16; ++e) _mm256_storeu_ps(y + 16 * k0 + 8 * e, t[e]);
     __m256i m = abs_bits(t[0]);
     for (int e = 1; e < 16; ++e) m = _mm256_max_epi32(m, abs_bits(t[e]));
     const int nonfinite = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m, below_inf)));
@@ -476,9 +529,15 @@ __attribute__((target("avx2"))) void fourbit_encode_groups_avx2(bool int4, const
                                                                 const uint8_t* special,
                                                                 uint8_t* codes, uint8_t* scales,
                                                                 const float* next,
-                                                                int64_t next_n) {
-  if (int4) return encode_groups<true>(y, ngroups, s, amax, special, codes, scales, next, next_n);
-  encode_groups<false>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+                                                                int64_t next_n, bool columns) {
+  if (columns) {
+    if (int4)
+      return encode_groups<true, true>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+    return encode_groups<false, true>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+  }
+  if (int4)
+    return encode_groups<true, false>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+  encode_groups<false, false>(y, ngroups, s, amax, special, codes, scales, next, next_n);
 }
 
 __attribute__((target("avx2"))) void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes,
