@@ -144,7 +144,9 @@ CC_AVX2_INLINE void scales8(__m256i amax, float qmax, float s, __m256i* code, __
 // b / 2 is the integer grid of p = b / 2^f, f = clamp(exponent(b) - 1, 0, 2) (0 for b < 4,
 // 1 for b in [4, 8), 2 for b in [8, 12]), and the code is RNE(p) + 2f: the conversion rounds
 // to nearest even, and the code's parity is the integer's. p is b with f taken off its
-// exponent field (exact: b >= 4 where f > 0); f is one saturating 16-bit subtract.
+// exponent field (exact: b >= 4 where f > 0); f << 23 is b's biased exponent less 128,
+// saturating at 0, by one saturating 16-bit subtract on the upper half of each lane, the
+// mantissa bits then masked off, and 2f is that shifted down by 22.
 // Every fp32 b in [0, 12] was checked against E2M1::magnitude_rn(b / 2) when this was
 // written; tests/test_cpu_isa.py and tests/test_nvfp4.py compare the nibbles with the baseline
 // copy and the NumPy reference (ties included).
@@ -153,9 +155,10 @@ CC_AVX2_INLINE __m256i quantize8_e2m1_finite(__m256 x, __m256 h) {
       _mm256_and_ps(_mm256_div_ps(x, h), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))),
       _mm256_set1_ps(12.0f));
   const __m256i bb = _mm256_castps_si256(b);
-  const __m256i f = _mm256_subs_epu16(_mm256_srli_epi32(bb, 23), _mm256_set1_epi32(128));
-  const __m256 p = _mm256_castsi256_ps(_mm256_sub_epi32(bb, _mm256_slli_epi32(f, 23)));
-  const __m256i m = _mm256_add_epi32(_mm256_cvtps_epi32(p), _mm256_add_epi32(f, f));
+  const __m256i f23 = _mm256_and_si256(_mm256_subs_epu16(bb, _mm256_set1_epi32(128 << 23)),
+                                       _mm256_set1_epi32(0x7F800000));
+  const __m256 p = _mm256_castsi256_ps(_mm256_sub_epi32(bb, f23));
+  const __m256i m = _mm256_add_epi32(_mm256_cvtps_epi32(p), _mm256_srli_epi32(f23, 22));
   return _mm256_sign_epi32(m, _mm256_castps_si256(x));
 }
 
