@@ -281,42 +281,40 @@ CC_AVX2_INLINE void store_columns16(const __m256* t, float* g) {
   }
 }
 
-// The nibble bytes of pairs of signed codes (bytes of two two's complement nibbles, as
-// quantize8_*_finite's s & 15): nibble_of_signed of each half.
-template <bool kInt4>
-CC_AVX2_INLINE __m256i nibble_pairs_of_signed(__m256i b) {
-  if (kInt4) return b;
-  return _mm256_or_si256(nibble_of_signed<kInt4>(b),
-                         _mm256_slli_epi16(nibble_of_signed<kInt4>(_mm256_srli_epi16(b, 4)), 4));
-}
-
 // Codes a batch of 8 groups held as columns (y[8e .. 8e + 8) lane j: element e of group j;
 // load_columns16), all on the short path with divisors sd (lane j: group j's), to 64 bytes
-// at out. Lane j of p[k] is byte k of group j, two's complement nibbles of elements 2k and
-// 2k + 1 (in -112..127, so the signed packs keep it); the packs and a 4 x 4 byte transpose
-// put each group's 8 bytes together.
+// at out. The signed packs of the even and the odd columns put the codes of elements 2k and
+// 2k + 1 of a group at the same byte of two registers, whose nibbles make byte k; a 4 x 4
+// byte transpose and two unpacks then put each group's 8 bytes together.
 template <bool kInt4>
 CC_AVX2_INLINE void code128_columns(const float* y, __m256 sd, uint8_t* out) {
-  __m256i p[8];
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    const __m256 x0 = _mm256_loadu_ps(y + 16 * k), x1 = _mm256_loadu_ps(y + 16 * k + 8);
-    const __m256i q0 = kInt4 ? quantize8_int4_finite(x0, sd) : quantize8_e2m1_finite(x0, sd);
-    const __m256i q1 = kInt4 ? quantize8_int4_finite(x1, sd) : quantize8_e2m1_finite(x1, sd);
-    p[k] = _mm256_add_epi32(_mm256_and_si256(q0, _mm256_set1_epi32(15)), _mm256_slli_epi32(q1, 4));
+  __m256i q[16];
+#pragma GCC unroll 16
+  for (int e = 0; e < 16; ++e) {
+    const __m256 x = _mm256_loadu_ps(y + 8 * e);
+    q[e] = kInt4 ? quantize8_int4_finite(x, sd) : quantize8_e2m1_finite(x, sd);
   }
-  // Half h of a: byte 4k + i is byte k of group 4h + i (k < 4); b the same for k = 4..7.
-  __m256i a = _mm256_packs_epi16(_mm256_packs_epi32(p[0], p[1]), _mm256_packs_epi32(p[2], p[3]));
-  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(p[4], p[5]), _mm256_packs_epi32(p[6], p[7]));
+  // Half h of bytes[0]: byte 4k + i is byte k of group 4h + i (k < 4); bytes[1] the same for
+  // k = 4..7.
+  __m256i bytes[2];
+  for (int c = 0; c < 2; ++c) {
+    const __m256i* r = q + 8 * c;
+    const __m256i even = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[2]),
+                                            _mm256_packs_epi32(r[4], r[6]));
+    const __m256i odd = _mm256_packs_epi16(_mm256_packs_epi32(r[1], r[3]),
+                                           _mm256_packs_epi32(r[5], r[7]));
+    bytes[c] = _mm256_or_si256(nibble_of_signed<kInt4>(even),
+                               _mm256_slli_epi16(nibble_of_signed<kInt4>(odd), 4));
+  }
   const __m256i by_group = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
                                             0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  a = _mm256_shuffle_epi8(a, by_group);  // dword i of half h: bytes 0..3 of group 4h + i
-  b = _mm256_shuffle_epi8(b, by_group);
+  // dword i of half h: bytes 0..3 (a) and 4..7 (b) of group 4h + i
+  const __m256i a = _mm256_shuffle_epi8(bytes[0], by_group);
+  const __m256i b = _mm256_shuffle_epi8(bytes[1], by_group);
   const __m256i u = _mm256_unpacklo_epi32(a, b), v = _mm256_unpackhi_epi32(a, b);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                      nibble_pairs_of_signed<kInt4>(_mm256_permute2x128_si256(u, v, 0x20)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(u, v, 0x20));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32),
-                      nibble_pairs_of_signed<kInt4>(_mm256_permute2x128_si256(u, v, 0x31)));
+                      _mm256_permute2x128_si256(u, v, 0x31));
 }
 
 // kColumns: y's batches are columns (fourbit_prepare_groups_avx2 for h = 16), whole batches.
