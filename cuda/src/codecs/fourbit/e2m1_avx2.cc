@@ -144,7 +144,9 @@ CC_AVX2_INLINE void scales8(__m256i amax, float qmax, float s, __m256i* code, __
 // b / 2 is the integer grid of p = b / 2^f, f = clamp(exponent(b) - 1, 0, 2) (0 for b < 4,
 // 1 for b in [4, 8), 2 for b in [8, 12]), and the code is RNE(p) + 2f: the conversion rounds
 // to nearest even, and the code's parity is the integer's. p is b with f taken off its
-// exponent field (exact: b >= 4 where f > 0); f is one saturating 16-bit subtract.
+// exponent field (exact: b >= 4 where f > 0); f << 23 is b's biased exponent less 128,
+// saturating at 0, by one saturating 16-bit subtract on the upper half of each lane, the
+// mantissa bits then masked off, and 2f is that shifted down by 22.
 // Every fp32 b in [0, 12] was checked against E2M1::magnitude_rn(b / 2) when this was
 // written; tests/test_cpu_isa.py and tests/test_nvfp4.py compare the nibbles with the baseline
 // copy and the NumPy reference (ties included).
@@ -153,9 +155,10 @@ CC_AVX2_INLINE __m256i quantize8_e2m1_finite(__m256 x, __m256 h) {
       _mm256_and_ps(_mm256_div_ps(x, h), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))),
       _mm256_set1_ps(12.0f));
   const __m256i bb = _mm256_castps_si256(b);
-  const __m256i f = _mm256_subs_epu16(_mm256_srli_epi32(bb, 23), _mm256_set1_epi32(128));
-  const __m256 p = _mm256_castsi256_ps(_mm256_sub_epi32(bb, _mm256_slli_epi32(f, 23)));
-  const __m256i m = _mm256_add_epi32(_mm256_cvtps_epi32(p), _mm256_add_epi32(f, f));
+  const __m256i f23 = _mm256_and_si256(_mm256_subs_epu16(bb, _mm256_set1_epi32(128 << 23)),
+                                       _mm256_set1_epi32(0x7F800000));
+  const __m256 p = _mm256_castsi256_ps(_mm256_sub_epi32(bb, f23));
+  const __m256i m = _mm256_add_epi32(_mm256_cvtps_epi32(p), _mm256_srli_epi32(f23, 22));
   return _mm256_sign_epi32(m, _mm256_castps_si256(x));
 }
 
@@ -241,7 +244,81 @@ CC_AVX2_INLINE void code64_short(const float* y, const float* sd, uint8_t* out) 
   pack64_nibbles<kInt4>(q, out);
 }
 
+// Transposes the 4 x 4 blocks of a[0..4) in each 128-bit half: half h of b[e] holds element e
+// of half h of a[0], a[1], a[2], a[3]. Its own inverse.
+CC_AVX2_INLINE void transpose4x4_halves(const __m256* a, __m256* b) {
+  const __m256 t0 = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
+  b[0] = _mm256_shuffle_ps(t0, t2, 0x44);
+  b[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+  b[2] = _mm256_shuffle_ps(t1, t3, 0x44);
+  b[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+}
+
+// The 8 groups of 16 at g (group j at g + 16j) as 16 columns: lane j of t[e] is element e of
+// group j.
+CC_AVX2_INLINE void load_columns16(const float* g, __m256* t) {
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {  // elements 4q .. 4q + 3
+    __m256 a[4];
+    for (int i = 0; i < 4; ++i)
+      a[i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(g + 16 * i + 4 * q)),
+                                  _mm_loadu_ps(g + 16 * (i + 4) + 4 * q), 1);
+    transpose4x4_halves(a, t + 4 * q);
+  }
+}
+
+// The inverse of load_columns16: columns t[0..16) back to 8 groups of 16 at g.
+CC_AVX2_INLINE void store_columns16(const __m256* t, float* g) {
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m256 a[4];
+    transpose4x4_halves(t + 4 * q, a);
+    for (int i = 0; i < 4; ++i) {
+      _mm_storeu_ps(g + 16 * i + 4 * q, _mm256_castps256_ps128(a[i]));
+      _mm_storeu_ps(g + 16 * (i + 4) + 4 * q, _mm256_extractf128_ps(a[i], 1));
+    }
+  }
+}
+
+// Codes a batch of 8 groups held as columns (y[8e .. 8e + 8) lane j: element e of group j;
+// load_columns16), all on the short path with divisors sd (lane j: group j's), to 64 bytes
+// at out. The signed packs of the even and the odd columns put the codes of elements 2k and
+// 2k + 1 of a group at the same byte of two registers, whose nibbles make byte k; a 4 x 4
+// byte transpose and two unpacks then put each group's 8 bytes together.
 template <bool kInt4>
+CC_AVX2_INLINE void code128_columns(const float* y, __m256 sd, uint8_t* out) {
+  __m256i q[16];
+#pragma GCC unroll 16
+  for (int e = 0; e < 16; ++e) {
+    const __m256 x = _mm256_loadu_ps(y + 8 * e);
+    q[e] = kInt4 ? quantize8_int4_finite(x, sd) : quantize8_e2m1_finite(x, sd);
+  }
+  // Half h of bytes[0]: byte 4k + i is byte k of group 4h + i (k < 4); bytes[1] the same for
+  // k = 4..7.
+  __m256i bytes[2];
+  for (int c = 0; c < 2; ++c) {
+    const __m256i* r = q + 8 * c;
+    const __m256i even = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[2]),
+                                            _mm256_packs_epi32(r[4], r[6]));
+    const __m256i odd = _mm256_packs_epi16(_mm256_packs_epi32(r[1], r[3]),
+                                           _mm256_packs_epi32(r[5], r[7]));
+    bytes[c] = _mm256_or_si256(nibble_of_signed<kInt4>(even),
+                               _mm256_slli_epi16(nibble_of_signed<kInt4>(odd), 4));
+  }
+  const __m256i by_group = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                            0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  // dword i of half h: bytes 0..3 (a) and 4..7 (b) of group 4h + i
+  const __m256i a = _mm256_shuffle_epi8(bytes[0], by_group);
+  const __m256i b = _mm256_shuffle_epi8(bytes[1], by_group);
+  const __m256i u = _mm256_unpacklo_epi32(a, b), v = _mm256_unpackhi_epi32(a, b);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(u, v, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32),
+                      _mm256_permute2x128_si256(u, v, 0x31));
+}
+
+// kColumns: y's batches are columns (fourbit_prepare_groups_avx2 for h = 16), whole batches.
+template <bool kInt4, bool kColumns>
 __attribute__((target("avx2"))) void encode_groups(const float* y, int64_t ngroups, float s,
                                                    const int32_t* amax, const uint8_t* special,
                                                    uint8_t* codes, uint8_t* scales,
@@ -259,22 +336,35 @@ __attribute__((target("avx2"))) void encode_groups(const float* y, int64_t ngrou
             &step);
     alignas(8) uint8_t code8[kBatch];
     _mm_storel_epi64(reinterpret_cast<__m128i*>(code8), cpu::avx2::pack8_epu8(code));
+    const __m256 vsd = kInt4 ? step : _mm256_mul_ps(step, _mm256_set1_ps(0.5f));
     alignas(32) float d[kBatch], sd[kBatch];
     _mm256_store_ps(d, step);
-    _mm256_store_ps(sd, kInt4 ? step : _mm256_mul_ps(step, _mm256_set1_ps(0.5f)));
+    _mm256_store_ps(sd, vsd);
     // Groups coded by the short path: no non-finite element and a step it takes.
     const int fast = short_path_steps<kInt4>(step) & ~special[k0 / kBatch];
     if (nb == kBatch) {
       std::memcpy(scales + k0, code8, kBatch);
       if (fast == 0xFF) {  // the common case: all eight, unrolled
-        code64_short<kInt4>(y + 16 * k0, sd, codes + 8 * k0);
-        code64_short<kInt4>(y + 16 * (k0 + 4), sd + 4, codes + 8 * (k0 + 4));
+        if constexpr (kColumns) {
+          code128_columns<kInt4>(y + 16 * k0, vsd, codes + 8 * k0);
+        } else {
+          code64_short<kInt4>(y + 16 * k0, sd, codes + 8 * k0);
+          code64_short<kInt4>(y + 16 * (k0 + 4), sd + 4, codes + 8 * (k0 + 4));
+        }
         continue;
+      }
+      const float* yb = y + 16 * k0;
+      alignas(32) float groups[16 * kBatch];
+      if constexpr (kColumns) {  // rare: the groups back in order
+        __m256 t[16];
+        for (int e = 0; e < 16; ++e) t[e] = _mm256_loadu_ps(yb + 8 * e);
+        store_columns16(t, groups);
+        yb = groups;
       }
       for (int64_t j = 0; j < kBatch; j += 4) {
         __m256i q[8];
         for (int i = 0; i < 4; ++i)
-          quantize16<kInt4>(y + 16 * (k0 + j + i), d[j + i], sd[j + i], (fast >> (j + i)) & 1,
+          quantize16<kInt4>(yb + 16 * (j + i), d[j + i], sd[j + i], (fast >> (j + i)) & 1,
                             q + 2 * i);
         pack64_nibbles<kInt4>(q, codes + 8 * (k0 + j));
       }
@@ -345,6 +435,56 @@ __attribute__((target("avx2"))) int32_t prepare_groups(const float* x, float* y,
   return cpu::avx2::hmax_epi32(run);
 }
 
+// prepare_groups for rotation blocks of 16 (one per group), 8 groups at a time held as
+// columns (load_columns16): the butterflies of every stage are then whole-register adds and
+// subtracts, with no lane shuffles or blends between the stages, and each group's maximum is
+// a lane of a vertical max. The operations on each element are wht_normalized_regs<2>'s (the
+// same adds and subtracts of the same operands, stage by stage, then times wht_norm(16)), so
+// the bits are the same. y keeps the columns, batch by batch (encode_groups<., true> reads
+// them).
+__attribute__((target("avx2"))) int32_t prepare_groups_h16(const float* x, float* y,
+                                                           int64_t ngroups, bool rs,
+                                                           int32_t* amax, uint8_t* special) {
+  using cpu::avx2::abs_bits;
+  using cpu::avx2::finite_bits;
+  float sign[16];
+  for (int e = 0; e < 16; ++e) sign[e] = codecs::random_sign(static_cast<uint32_t>(e));
+  const __m256 norm = _mm256_set1_ps(codecs::wht_norm(16));
+  const __m256i below_inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits) - 1);
+  __m256i run = _mm256_setzero_si256();
+  for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {  // whole batches only
+    const float* in = x + 16 * k0;
+    cpu::avx2::prefetch(in + cpu::avx2::kPrefetchAhead / 4, 512);
+    __m256 t[16];
+    load_columns16(in, t);
+    if (rs)
+      for (int e = 0; e < 16; ++e) t[e] = _mm256_mul_ps(t[e], _mm256_set1_ps(sign[e]));
+#pragma GCC unroll 4
+    for (int len = 1; len < 16; len <<= 1)
+#pragma GCC unroll 16
+      for (int e = 0; e < 16; ++e) {
+        if (e & len) continue;
+        const __m256 a = t[e], b = t[e + len];
+        t[e] = _mm256_add_ps(a, b);
+        t[e + len] = _mm256_sub_ps(a, b);
+      }
+#pragma GCC unroll 16
+    for (int e = 0; e < 16; ++e) t[e] = _mm256_mul_ps(t[e], norm);
+    for (int e = 0; e < 16; ++e) _mm256_storeu_ps(y + 16 * k0 + 8 * e, t[e]);
+    __m256i m = abs_bits(t[0]);
+    for (int e = 1; e < 16; ++e) m = _mm256_max_epi32(m, abs_bits(t[e]));
+    const int nonfinite = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m, below_inf)));
+    special[k0 / kBatch] = static_cast<uint8_t>(nonfinite);
+    if (nonfinite) {  // rare: leave NaN and Inf out (codecs::finite_abs_bits)
+      m = finite_bits(abs_bits(t[0]));
+      for (int e = 1; e < 16; ++e) m = _mm256_max_epi32(m, finite_bits(abs_bits(t[e])));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(amax + k0), m);
+    run = _mm256_max_epi32(run, m);
+  }
+  return cpu::avx2::hmax_epi32(run);
+}
+
 template <bool kInt4>
 __attribute__((target("avx2"))) void decode_groups(const uint8_t* codes, const uint8_t* scales,
                                                    int64_t ngroups, float s, float* out) {
@@ -376,7 +516,7 @@ __attribute__((target("avx2"))) int32_t fourbit_prepare_groups_avx2(
     const float* x, float* y, int64_t ngroups, int32_t h, bool rs, int32_t* amax,
     uint8_t* special) {
   switch (h) {
-    case 16: return prepare_groups<2>(x, y, ngroups, rs, amax, special);
+    case 16: return prepare_groups_h16(x, y, ngroups, rs, amax, special);
     case 32: return prepare_groups<4>(x, y, ngroups, rs, amax, special);
     case 64: return prepare_groups<8>(x, y, ngroups, rs, amax, special);
     case 128: return prepare_groups<16>(x, y, ngroups, rs, amax, special);
@@ -390,9 +530,15 @@ __attribute__((target("avx2"))) void fourbit_encode_groups_avx2(bool int4, const
                                                                 const uint8_t* special,
                                                                 uint8_t* codes, uint8_t* scales,
                                                                 const float* next,
-                                                                int64_t next_n) {
-  if (int4) return encode_groups<true>(y, ngroups, s, amax, special, codes, scales, next, next_n);
-  encode_groups<false>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+                                                                int64_t next_n, bool columns) {
+  if (columns) {
+    if (int4)
+      return encode_groups<true, true>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+    return encode_groups<false, true>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+  }
+  if (int4)
+    return encode_groups<true, false>(y, ngroups, s, amax, special, codes, scales, next, next_n);
+  encode_groups<false, false>(y, ngroups, s, amax, special, codes, scales, next, next_n);
 }
 
 __attribute__((target("avx2"))) void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes,

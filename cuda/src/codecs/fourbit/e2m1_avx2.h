@@ -15,20 +15,27 @@ namespace ccompress::cpu4 {
 
 /// The first pass of an encode over groups 0..ngroups-1 (16 elements each) of a run: with
 /// h in {16, 32, 64, 128}, y <- the rotation of x in blocks of h (fourbit.h's rotate_block,
-/// random signs with @p rs; ngroups then a multiple of 8); otherwise y is x and is not
-/// written. amax[k] <- the largest finite |y| (bits) of group k, bit k % 8 of
+/// random signs with @p rs; ngroups then a multiple of 8), for h = 16 (fourbit_columns) as
+/// columns: in each batch of 8 groups (128 floats), the 8 floats from 8e hold element e of
+/// the batch's groups 0..7; otherwise y is x and is not written. amax[k] <- the largest finite |y| (bits) of group k, bit k % 8 of
 /// special[k / 8] <- whether group k has a non-finite element (amax holds a multiple of 8
 /// entries, special ceil(ngroups / 8) bytes). Returns the largest amax[k].
 int32_t fourbit_prepare_groups_avx2(const float* x, float* y, int64_t ngroups, int32_t h,
                                     bool rs, int32_t* amax, uint8_t* special);
 
+/// Whether fourbit_prepare_groups_avx2 writes y as columns for rotation blocks of h.
+inline bool fourbit_columns(int32_t h) { return h == 16; }
+
 /// Groups 0..ngroups-1 of y under run scale s, with amax and special from
 /// fourbit_prepare_groups_avx2: packed nibbles to codes[8k .. 8k+8), E4M3 scale codes to
-/// scales[k]; E2M1 nibbles (NVFP4), or Int4 (hint4) when @p int4. Meanwhile the next_n
-/// floats at @p next (the next piece's input, or none) are prefetched into the cache.
+/// scales[k]; E2M1 nibbles (NVFP4), or Int4 (hint4) when @p int4. With @p columns, y is
+/// columns as fourbit_prepare_groups_avx2 writes them (ngroups a multiple of 8). Meanwhile
+/// the next_n floats at @p next (the next piece's input, or none) are prefetched into the
+/// cache.
 void fourbit_encode_groups_avx2(bool int4, const float* y, int64_t ngroups, float s,
                                 const int32_t* amax, const uint8_t* special, uint8_t* codes,
-                                uint8_t* scales, const float* next, int64_t next_n);
+                                uint8_t* scales, const float* next, int64_t next_n,
+                                bool columns);
 
 /// The inverse: 16 * ngroups values to out.
 void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes, const uint8_t* scales,

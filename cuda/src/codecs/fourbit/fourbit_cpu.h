@@ -143,6 +143,7 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   int64_t k = avx2_groups<Q>(n, c);
   int32_t amax = 0;
 #ifdef CC_HAVE_E2M1_AVX2
+  int64_t kc = 0;  // groups 0..kc-1 of y are columns (e2m1_avx2.h)
   thread_local std::vector<int32_t> group_amax;
   thread_local std::vector<uint8_t> special;
   if (k > 0) {  // one pass: (rotation,) group and run maxima
@@ -156,6 +157,7 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
     if (kf > 0) {
       amax = fourbit_prepare_groups_avx2(x, buf, kf, h, c.random_signs, group_amax.data(),
                                          special.data());
+      if (fourbit_columns(h)) kc = kf;
     }
     if (buf) rotate_run(x + 16 * kf, buf + 16 * kf, n - 16 * kf, h, c.random_signs, false);
     y = buf ? buf : x;
@@ -180,9 +182,15 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   float u[1024];      // and its stochastic rounding draws
   const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
 #ifdef CC_HAVE_E2M1_AVX2
-  if (k > 0) {
-    fourbit_encode_groups_avx2(std::is_same_v<Q, codecs::Int4>, y, k, s, group_amax.data(),
-                               special.data(), dst, dst + lay.scales, next.x, next.n);
+  constexpr bool int4 = std::is_same_v<Q, codecs::Int4>;
+  if (kc > 0) {
+    fourbit_encode_groups_avx2(int4, y, kc, s, group_amax.data(), special.data(), dst,
+                               dst + lay.scales, next.x, next.n, true);
+  }
+  if (kc < k) {
+    fourbit_encode_groups_avx2(int4, y + 16 * kc, k - kc, s, group_amax.data() + kc,
+                               special.data() + kc / 8, dst + 8 * kc, dst + lay.scales + kc,
+                               kc > 0 ? nullptr : next.x, kc > 0 ? 0 : next.n, false);
   }
 #endif
   for (int64_t off = k * g; off < n; ++k, off += g) {
