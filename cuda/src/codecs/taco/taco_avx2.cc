@@ -26,7 +26,6 @@ CC_AVX2_INLINE __m256 clamp8(__m256 v, float lo, float hi) {
   return _mm256_blendv_ps(r, l, _mm256_cmp_ps(v, l, _CMP_LT_OQ));
 }
 
-
 // taco_prescale of the eight blocks of 8R values at x (one after the other), block b in lane
 // b: each block's 32 lane sums of squares in taco_sum_sq's order, their fold in
 // taco_fold32's order with the eight blocks side by side across the lanes, then
@@ -63,8 +62,8 @@ CC_AVX2_INLINE __m256 prescale8(const float* x) {
   sum = _mm256_permutevar8x32_ps(sum, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   // taco_prescale
   const __m256 mean = _mm256_div_ps(sum, _mm256_set1_ps(static_cast<float>(8 * R)));
-  const __m256 a = _mm256_div_ps(_mm256_set1_ps(F::kMax),
-                                 _mm256_sqrt_ps(_mm256_add_ps(mean, _mm256_set1_ps(codecs::kTacoEps))));
+  const __m256 rms = _mm256_sqrt_ps(_mm256_add_ps(mean, _mm256_set1_ps(codecs::kTacoEps)));
+  const __m256 a = _mm256_div_ps(_mm256_set1_ps(F::kMax), rms);
   return clamp8(a, codecs::kTacoAMin, codecs::kTacoAMax);
 }
 
@@ -109,42 +108,58 @@ CC_AVX2_INLINE void wht_normalized_finite(__m256* r) {
   for (int i = 0; i < R; ++i) r[i] = _mm256_mul_ps(r[i], s);
 }
 
-// fp8_from_float8<F, true> of eight finite t, in integers, where |t| is zero or at least FP8's
-// smallest normal: the code's magnitude, rounded to nearest even as the reference's fp32 add
-// rounds (|bits| plus half the FP8 spacing less one plus the lowest kept bit, so a tie steps
-// up only from an odd code and a carry moves to the next binade), shifted down, less the
-// exponent offset. Zero gives a negative magnitude and a value past FP8_MAX one above
-// kMaxCode: fp8_codes32 saturates both. @p tiny keeps the unsigned minimum of |bits| - 1,
-// which is below the smallest normal's bits - 1 exactly where some |t| is an FP8 subnormal.
+// The fp32 exponent of half FP8's smallest subnormal: below it every value codes to 0.
 template <class F>
-CC_AVX2_INLINE __m256i fp8_normal_magnitude8(__m256 t, __m256i& tiny) {
-  constexpr int32_t kMinExp = 128 - F::kBias, kDrop = 23 - F::kMantBits;
-  const __m256i a = _mm256_and_si256(_mm256_castps_si256(t), _mm256_set1_epi32(0x7FFFFFFF));
-  tiny = _mm256_min_epu32(tiny, _mm256_sub_epi32(a, _mm256_set1_epi32(1)));
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, kDrop), _mm256_set1_epi32(1));
-  const __m256i r = _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32((1 << (kDrop - 1)) - 1)), odd);
-  return _mm256_sub_epi32(_mm256_srli_epi32(r, kDrop),
-                          _mm256_set1_epi32((kMinExp - 1) << F::kMantBits));
-}
+inline constexpr int32_t kFp8HalfSubnormalExp = 128 - F::kBias - F::kMantBits - 1;
 
-// True where fp8_normal_magnitude8's @p tiny says some |t| was an FP8 subnormal.
+// fp8_from_float8<F, true> of 32 finite quotients t[0..4) (elements in order), in integers:
+// |bits| rounded to the FP8 spacing of its binade, to nearest even as the reference's fp32
+// add rounds (plus half the spacing less one plus the lowest kept bit: a tie steps up only
+// from an odd code, and a carry moves to the next binade), shifted down to 16-bit lanes, less
+// the exponent offset; saturated to 0..kMaxCode (zero and values below half the smallest
+// subnormal come out negative, values past FP8_MAX above kMaxCode), with t's sign (the signed
+// saturation of its bits keeps exactly the sign in bit 7). That is the reference's code except
+// where |t| is an FP8 subnormal or rounds to the smallest one, whose spacing is the
+// subnormals': @p tiny keeps the unsigned minimum of the shifted values less
+// kFp8HalfSubnormalExp's, and fp8_some_subnormal tells from it whether a lane was such a t.
 template <class F>
-CC_AVX2_INLINE bool fp8_some_subnormal(__m256i tiny) {
-  const __m256i below = _mm256_set1_epi32(((128 - F::kBias) << 23) - 2);  // normal's bits - 2
-  const __m256i sub = _mm256_cmpeq_epi32(_mm256_min_epu32(tiny, below), tiny);
-  return !_mm256_testz_si256(sub, sub);
-}
-
-// The 32 FP8 codes of the quotients t[0..4) (elements in order) from their magnitudes m
-// (fp8_normal_magnitude8): each saturated to 0..kMaxCode, with the sign of its t (the signed
-// saturation of t's bits keeps exactly their sign bit in bit 7).
-template <class F>
-CC_AVX2_INLINE __m256i fp8_codes32(const __m256i* m, const __m256* t) {
-  const __m256i mag = _mm256_min_epu8(pack32_epu8(m[0], m[1], m[2], m[3]),
-                                      _mm256_set1_epi8(F::kMaxCode));
+CC_AVX2_INLINE __m256i fp8_codes32(const __m256* t, __m256i& tiny) {
+  constexpr int32_t kDrop = 23 - F::kMantBits, kM = F::kMantBits;
+  __m256i h[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i a = abs_bits(t[j]);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, kDrop), _mm256_set1_epi32(1));
+    const __m256i half = _mm256_set1_epi32((1 << (kDrop - 1)) - 1);
+    h[j] = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, half), odd), kDrop);
+  }
+  __m256i m[2];  // the magnitudes of t[2i] and t[2i + 1], 16-bit lanes
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+    const __m256i above = _mm256_sub_epi16(_mm256_packs_epi32(h[2 * i], h[2 * i + 1]),
+                                           _mm256_set1_epi16(kFp8HalfSubnormalExp<F> << kM));
+    tiny = _mm256_min_epu16(tiny, above);
+    m[i] = _mm256_sub_epi16(above, _mm256_set1_epi16(kM << kM));  // less (kMinExp - 1) << m
+  }
+  // the lane order of pack32_epu8
+  const __m256i mag = _mm256_min_epu8(
+      _mm256_permutevar8x32_epi32(_mm256_packus_epi16(m[0], m[1]),
+                                  _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)),
+      _mm256_set1_epi8(F::kMaxCode));
   const __m256i sign = pack32_epi8(_mm256_castps_si256(t[0]), _mm256_castps_si256(t[1]),
                                    _mm256_castps_si256(t[2]), _mm256_castps_si256(t[3]));
-  return _mm256_or_si256(mag, _mm256_and_si256(sign, _mm256_set1_epi8(static_cast<char>(0x80))));
+  return _mm256_or_si256(mag,
+                         _mm256_and_si256(sign, _mm256_set1_epi8(static_cast<char>(0x80))));
+}
+
+// True where fp8_codes32's @p tiny says some |t| was coded with the normals' spacing where the
+// subnormals' applies: from half the smallest subnormal (exponent kFp8HalfSubnormalExp) up to
+// the smallest normal (exponent 128 - bias), m + 1 binades of 2^m steps.
+template <class F>
+CC_AVX2_INLINE bool fp8_some_subnormal(__m256i tiny) {
+  const __m256i below = _mm256_set1_epi16(((F::kMantBits + 1) << F::kMantBits) - 1);
+  const __m256i sub = _mm256_cmpeq_epi16(_mm256_min_epu16(tiny, below), tiny);
+  return !_mm256_testz_si256(sub, sub);
 }
 
 // The FP8 codes of a finite block's normalised transform r (R registers) with scale s, to q;
@@ -175,13 +190,9 @@ CC_AVX2_INLINE void block_codes(const __m256* r, float s, uint64_t prefix, int64
 #pragma GCC unroll 4
     for (int i = 0; i < R; i += 4) {
       __m256 t[4];
-      __m256i m[4];
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        t[j] = _mm256_div_ps(r[i + j], sv);
-        m[j] = fp8_normal_magnitude8<F>(t[j], tiny);
-      }
-      out[i / 4] = fp8_codes32<F>(m, t);
+      for (int j = 0; j < 4; ++j) t[j] = _mm256_div_ps(r[i + j], sv);
+      out[i / 4] = fp8_codes32<F>(t, tiny);
     }
     if (fp8_some_subnormal<F>(tiny)) {  // the float steps
       __m256i k[R];
@@ -224,7 +235,7 @@ CC_AVX2 void encode_blocks(const float* x, int64_t nblocks, uint64_t prefix, int
       const __m256 av = _mm256_set1_ps(a[b]);
       __m256 r[R];
 #pragma GCC unroll 16
-      for (int i = 0; i < R; ++i) r[i] = _mm256_mul_ps(av, _mm256_loadu_ps(xc + b * kH + 8 * i));
+      for (int i = 0; i < R; ++i) r[i] = _mm256_mul_ps(av, _mm256_loadu_ps(xc + kH * b + 8 * i));
       wht_normalized_finite<R>(r);  // of mul_rn(a, x)
       __m256i m = _mm256_setzero_si256();
 #pragma GCC unroll 16
