@@ -39,11 +39,12 @@ CC_AVX2_INLINE __m256 wht8(__m256 v) {
 }
 
 /// The unnormalised transform of the 8R values in r[0..R) (element j in lane j % 8 of
-/// register j / 8): stages 1 .. 4 within registers, the longer ones between them.
-template <int R>
+/// register j / 8): stages 1 .. 4 within registers (Wht8: wht8, or another form of the same
+/// stages), the longer ones between them.
+template <int R, __m256 (*Wht8)(__m256) = wht8>
 CC_AVX2_INLINE void wht_stages(__m256* r) {
 #pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) r[i] = wht8(r[i]);
+  for (int i = 0; i < R; ++i) r[i] = Wht8(r[i]);
 #pragma GCC unroll 4
   for (int len = 1; len < R; len <<= 1)
 #pragma GCC unroll 16
@@ -57,9 +58,9 @@ CC_AVX2_INLINE void wht_stages(__m256* r) {
 }
 
 /// The normalised transform of r[0..R) in place: wht_stages, then times codecs::wht_norm(8R).
-template <int R>
+template <int R, __m256 (*Wht8)(__m256) = wht8>
 CC_AVX2_INLINE void wht_normalized_regs(__m256* r) {
-  wht_stages<R>(r);
+  wht_stages<R, Wht8>(r);
   const __m256 s = _mm256_set1_ps(codecs::wht_norm(8 * R));
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) r[i] = _mm256_mul_ps(r[i], s);

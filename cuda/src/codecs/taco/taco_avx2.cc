@@ -88,26 +88,6 @@ CC_AVX2_INLINE __m256 wht8_finite(__m256 v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(v, v, 0x01), _mm256_xor_ps(v, upper4));
 }
 
-// wht_normalized_regs<R> with wht8_finite as its stages within registers.
-template <int R>
-CC_AVX2_INLINE void wht_normalized_finite(__m256* r) {
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) r[i] = wht8_finite(r[i]);
-#pragma GCC unroll 4
-  for (int len = 1; len < R; len <<= 1)
-#pragma GCC unroll 16
-    for (int i = 0; i < R; i += 2 * len)
-#pragma GCC unroll 16
-      for (int j = i; j < i + len; ++j) {
-        const __m256 a = r[j], b = r[j + len];
-        r[j] = _mm256_add_ps(a, b);
-        r[j + len] = _mm256_sub_ps(a, b);
-      }
-  const __m256 s = _mm256_set1_ps(codecs::wht_norm(8 * R));
-#pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) r[i] = _mm256_mul_ps(r[i], s);
-}
-
 // The fp32 exponent of half FP8's smallest subnormal: below it every value codes to 0.
 template <class F>
 inline constexpr int32_t kFp8HalfSubnormalExp = 128 - F::kBias - F::kMantBits - 1;
@@ -236,7 +216,7 @@ CC_AVX2 void encode_blocks(const float* x, int64_t nblocks, uint64_t prefix, int
       __m256 r[R];
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) r[i] = _mm256_mul_ps(av, _mm256_loadu_ps(xc + kH * b + 8 * i));
-      wht_normalized_finite<R>(r);  // of mul_rn(a, x)
+      wht_normalized_regs<R, wht8_finite>(r);  // of mul_rn(a, x)
       __m256i m = _mm256_setzero_si256();
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) {
