@@ -193,7 +193,7 @@ def shaper_cpu(shaped: str, unshaped: str, message: int = 1 << 18) -> float:
 
 
 def calibrate(rows: List[dict], costs: Dict[str, pm.CodecCost], shm: float, per_message: float,
-              copy: float, shaper: float = 0.0) -> pm.HostTransport:
+              copy: float, shaper: float = 0.0, intra_gbs: float = 4.0) -> pm.HostTransport:
     """The CPU per TCP byte that best explains the unlimited-link ``rows`` (unlimited_rows,
     spec_rows): the model is linear in it there (t = a + c * b per row), so the least
     squares fit in relative error is closed-form. Prints each row's residual."""
@@ -202,7 +202,7 @@ def calibrate(rows: List[dict], costs: Dict[str, pm.CodecCost], shm: float, per_
     fit = []
     for r in rows:
         n, dbytes, g = r["count"], r["size"] // max(r["count"], 1), r["ranks_per_node"]
-        at = [model_row(base_system(costs, r["ranks"], UNLIMITED_GBIT, g, 4.0, h), r["codec"],
+        at = [model_row(base_system(costs, r["ranks"], UNLIMITED_GBIT, g, intra_gbs, h), r["codec"],
                         r["algo"], n, dbytes, costs) for h in (zero, one)]
         if at[0] is None:
             raise SystemExit(f"no codec rate for {r['codec']}: add a --throughput file that has it")
@@ -335,7 +335,8 @@ def main(argv=None) -> int:
                 for r in (unlimited_rows(c) if c.endswith(".json") else spec_rows(c))]
         shaper = shaper_cpu(*args.shaper_cpu) if args.shaper_cpu else host.shaper_per_byte
         host = calibrate(rows, costs, shm, per_message,
-                         copy_per_byte(args.throughput) or host.copy_per_byte, shaper)
+                         copy_per_byte(args.throughput) or host.copy_per_byte, shaper,
+                         args.intra_gbs)
         if args.fit_shaper:
             runs = [c for c in args.calibrate if c.endswith(".json")]
             if not runs:
