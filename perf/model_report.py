@@ -25,8 +25,9 @@ relative error. The CPU per message comes from perf/tcp_cpu.py --mpi over TCP (-
 shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu), the CPU per copied
 byte from the memcpy rate of the --throughput file and the shaper's CPU per TCP byte from
 perf/tcp_cpu.py --netns with and without --gbps (--shaper-cpu; only rate-limited links pay
-it), or, with --fit-shaper, from the rate-limited rows of the --calibrate runs (then validate
-on other runs). No validation row is used.
+it), or, with --fit-shaper, from the rate-limited rows of the --calibrate runs, together with
+the share of the shorter of a call's wire and CPU times that hides behind the longer (then
+validate on other runs). No validation row is used.
 
 The projections use GPU codec rates derived from the H100 datasheet (marked as assumptions)
 until a GPU table is measured.
@@ -34,6 +35,7 @@ until a GPU table is measured.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -90,13 +92,20 @@ def base_system(costs: Dict[str, pm.CodecCost], ranks: int, gbit: float, g: int,
     return replace(system, host=host)
 
 
+@functools.lru_cache(maxsize=None)
+def load_runs(path: str) -> list:
+    """The runs of ``emulated_net.py --json PATH`` (read once: fits predict many times)."""
+    with open(path) as f:
+        return json.load(f)
+
+
 def predict(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: float,
             host: pm.HostTransport) -> List[dict]:
     """One dict per rate-limited row of the runs that the model covers: file, rate, G,
     codec, algo, measured and model seconds, signed error, in_burst, the samples."""
     out = []
     for path in emulated:
-        for run in json.load(open(path)):
+        for run in load_runs(path):
             if run["rate_gbit"] is None:  # the unlimited links: calibration data only
                 continue
             g = run.get("ranks_per_node", 1)
@@ -127,7 +136,7 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
           f"host transport: {host.tcp_per_byte * 1e9:.3f} ns/TCP byte, "
           f"{host.per_message * 1e6:.1f} us/message, {host.shm_per_byte * 1e9:.3f} ns/shm byte, "
           f"{host.copy_per_byte * 1e9:.3f} ns/copied byte, {host.shaper_per_byte * 1e9:.3f} "
-          "ns/shaped TCP byte)")
+          f"ns/shaped TCP byte, {100 * host.overlap:.0f}% overlap)")
     print(f"{'file':>18} {'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} "
           f"{'model ms':>9} {'error':>7} {'samples ms':>13}")
     out = predict(emulated, costs, intra_gbs, host)
@@ -222,21 +231,25 @@ def calibrate(rows: List[dict], costs: Dict[str, pm.CodecCost], shm: float, per_
 
 
 def fit_shaper(runs: List[str], costs: Dict[str, pm.CodecCost], host: pm.HostTransport,
-               intra_gbs: float, top: float = 2e-9, step: float = 0.005e-9) -> pm.HostTransport:
-    """``host`` with the shaper's CPU per TCP byte that best explains the rate-limited rows
-    of ``runs`` outside the tbf burst: least squares in relative error over a grid from 0 to
-    ``top`` (the model is not linear in it there: the wire time or the CPU, whichever is
-    longer). Prints the fit."""
+               intra_gbs: float, top: float = 2e-9, step: float = 0.01e-9,
+               overlap_step: float = 0.02) -> pm.HostTransport:
+    """``host`` with the shaper's CPU per TCP byte and the executor's overlap (the share of
+    the shorter of wire and CPU time hidden behind the longer) that best explain the
+    rate-limited rows of ``runs`` outside the tbf burst: least squares in relative error
+    over a grid, shaper 0 to ``top``, overlap 0 to 1 (the model is not linear in either
+    there). Prints the fit."""
     best = None
     for k in range(int(round(top / step)) + 1):
-        h = replace(host, shaper_per_byte=k * step)
-        rows = [r for r in predict(runs, costs, intra_gbs, h) if not r["in_burst"]]
-        sse = sum(r["error"] ** 2 for r in rows)
-        if best is None or sse < best[0]:
-            best = (sse, h, len(rows))
+        for j in range(int(round(1 / overlap_step)) + 1):
+            h = replace(host, shaper_per_byte=k * step, overlap=j * overlap_step)
+            rows = [r for r in predict(runs, costs, intra_gbs, h) if not r["in_burst"]]
+            sse = sum(r["error"] ** 2 for r in rows)
+            if best is None or sse < best[0]:
+                best = (sse, h, len(rows))
     _, h, count = best
-    print(f"# shaper fitted on {count} rate-limited rows of {', '.join(map(os.path.basename, runs))}: "
-          f"{h.shaper_per_byte * 1e9:.3f} ns of CPU per TCP byte")
+    print(f"# shaper and overlap fitted on {count} rate-limited rows of "
+          f"{', '.join(map(os.path.basename, runs))}: {h.shaper_per_byte * 1e9:.3f} ns of CPU "
+          f"per TCP byte, {100 * h.overlap:.0f}% of the shorter of wire and CPU time hidden")
     return h
 
 
@@ -319,9 +332,10 @@ def main(argv=None) -> int:
                     help="JSONs of perf/tcp_cpu.py --netns --gbps RATE --json and perf/tcp_cpu.py "
                          "--netns --json: the shaper's CPU per byte (default: EMULATED_HOST's)")
     ap.add_argument("--fit-shaper", action="store_true",
-                    help="fit the shaper's CPU per TCP byte on the rate-limited rows of the "
-                         "--calibrate RUN.json files (instead of --shaper-cpu's measurement); "
-                         "validate on other runs")
+                    help="fit the shaper's CPU per TCP byte (instead of --shaper-cpu's "
+                         "measurement) and the share of CPU time hidden behind the wire on "
+                         "the rate-limited rows of the --calibrate RUN.json files; validate "
+                         "on other runs")
     ap.add_argument("--no-projection", action="store_true", help="validation only")
     ap.add_argument("--plots", help="folder for projection plots (needs matplotlib)")
     args = ap.parse_args(argv)

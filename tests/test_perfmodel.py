@@ -285,13 +285,35 @@ def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_er
     assert "outside the burst: median |error| 9.1%" in capsys.readouterr().out
 
 
-def test_fit_shaper_recovers_the_shapers_cpu_from_rate_limited_rows(tmp_path, capsys):
+def test_overlap_hides_a_share_of_the_shorter_of_wire_and_cpu():
+    n = 16 << 20
+    c = pm.CodecCost("x", 1.0, 1e9, 1e9)
+    full = replace(HOST, overlap=1.0)
+    s1 = pm.emulated_system(4, 1.0, 4)  # 4 ranks on 4 cores
+    s07 = replace(s1, host=replace(full, overlap=0.7))
+    t1 = pm.collective_time(replace(s1, host=full), n, 4, c, "two_shot")
+    t07 = pm.collective_time(s07, n, 4, c, "two_shot")
+    # 1 Gbit/s, 1 byte per element: the wire (2 (p-1)/p n bytes) is the longer; 30% of the CPU
+    # time (kernels and transport, a core per rank) adds to it
+    kernels = n / 1e9 + n / 1e9 + n / 4 / 1e9 + n / 1e9
+    cpu = kernels + HOST.cpu(2 * 3 / 4 * n, 0, 2 * 3 * pm._slices(n / 4, s1.slice_elems))
+    assert 2 * 3 / 4 * n / s1.link_bandwidth() > cpu
+    assert t07 - t1 == pytest.approx(0.3 * cpu, rel=1e-6)
+    # systems without a host transport (GPUs) hide all of it
+    gpu = pm.System("g", 4, pm.Link(pm.gbit(1.0), 0.0))
+    assert gpu.overlapped(2.0, 1.0) == 2.0
+    assert s07.overlapped(2.0, 1.0) == pytest.approx(2.3)
+
+
+def test_fit_shaper_recovers_the_shapers_cpu_and_the_overlap_from_rate_limited_rows(
+        tmp_path, capsys):
     import json
 
     mr = _model_report()
     costs = {"none": pm.CodecCost("none", 4.0, 2e9, 1.5e9),
              "fp8_e4m3:g128": pm.CodecCost("fp8_e4m3:g128", 1.03, 1.4e9, 1.2e9)}
-    truth = pm.HostTransport(0.9e-9, 30e-6, 0.4e-9, 0.1e-9, shaper_per_byte=0.35e-9)
+    truth = pm.HostTransport(0.9e-9, 30e-6, 0.4e-9, 0.1e-9, shaper_per_byte=0.35e-9,
+                             overlap=0.7)
     n = 16 << 20
     runs = []
     for gbit in (1.0, 10.0):  # CPU-bound at 10 Gbit/s: there the shaper's CPU shows
@@ -304,6 +326,8 @@ def test_fit_shaper_recovers_the_shapers_cpu_from_rate_limited_rows(tmp_path, ca
                      "burst_bytes": 10**5, "rows": rows})
     path = tmp_path / "run.json"
     path.write_text(json.dumps(runs))
-    got = mr.fit_shaper([str(path)], costs, replace(truth, shaper_per_byte=0.0), 4.0)
+    got = mr.fit_shaper([str(path)], costs, replace(truth, shaper_per_byte=0.0, overlap=1.0),
+                        4.0)
     assert got.shaper_per_byte == pytest.approx(truth.shaper_per_byte, abs=0.005e-9)
-    assert "shaper fitted on 4 rate-limited rows" in capsys.readouterr().out
+    assert got.overlap == pytest.approx(truth.overlap, abs=0.005)
+    assert "shaper and overlap fitted on 4 rate-limited rows" in capsys.readouterr().out
