@@ -74,6 +74,24 @@ def every_code_digests(rng) -> dict:
     return out
 
 
+def fourbit_accumulate_digests(rng) -> dict:
+    """decode_accumulate of 4-bit wires, with and without rotation blocks of 16 (which the
+    AVX2 decoder un-rotates and accumulates in the same pass), random signs, NaN and Inf
+    inputs, and run tails shorter than a block."""
+    out = {}
+    for spec in ("nvfp4", "hnvfp4:g16:rs", "hint4:g16:h16:rs", "hint4:g16:h32"):
+        codec = cc.Codec(spec)
+        for n in (16, 1000, 4099):
+            x = _random_input(rng, n, "float32")
+            wire = codec.encode(x)
+            for assign in (True, False):
+                acc = rng.standard_normal(n).astype(np.float32)
+                _core.decode_accumulate(codec._c.bind("float32"), wire.ctypes.data, n,
+                                        acc.ctypes.data, assign)
+                out[f"4-bit accumulate {spec} {n} assign={assign}"] = digest(acc)
+    return out
+
+
 def collective_digests(rng) -> dict:
     n = 50_003
     inputs = {dt: [_random_input(rng, n, dt) for _ in range(3)] for dt in ("float32", "bfloat16")}
@@ -108,7 +126,8 @@ def collective_digests(rng) -> dict:
 def main() -> None:
     rng = np.random.default_rng(20261130)
     result = {"isa": _core.cpu_isa(), **codec_digests(rng), **signed_scale_digests(rng),
-              **every_code_digests(rng), **collective_digests(rng)}
+              **every_code_digests(rng), **fourbit_accumulate_digests(rng),
+              **collective_digests(rng)}
     print(json.dumps(result, sort_keys=True))
 
 

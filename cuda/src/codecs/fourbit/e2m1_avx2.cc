@@ -485,13 +485,23 @@ __attribute__((target("avx2"))) int32_t prepare_groups_h16(const float* x, float
   return cpu::avx2::hmax_epi32(run);
 }
 
-template <bool kInt4>
+// kRot16: each group is a rotation block of 16, un-rotated in registers as fourbit.h's
+// unrotate_block does (the normalised transform, then the random signs); kAcc: out += the
+// values (one IEEE add each, as cpu::load_accumulate_body) instead of out = them.
+constexpr int64_t kAccAhead = 1024;  // floats (4 KiB) of the accumulator fetched ahead
+
+template <bool kInt4, bool kRot16, bool kAcc>
 __attribute__((target("avx2"))) void decode_groups(const uint8_t* codes, const uint8_t* scales,
-                                                   int64_t ngroups, float s, float* out) {
+                                                   int64_t ngroups, float s, bool rs,
+                                                   float* out) {
   const __m128i low4 = _mm_set1_epi8(0x0F);
   const __m256 vs = _mm256_set1_ps(s);
+  const __m256 sign[2] = {rs ? cpu::avx2::random_signs8(0) : _mm256_set1_ps(1.0f),
+                          rs ? cpu::avx2::random_signs8(1) : _mm256_set1_ps(1.0f)};
   for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
     const int64_t nb = ngroups - k0 < kBatch ? ngroups - k0 : kBatch;
+    // the accumulator streams in and out beside the codes: fetch it ahead
+    if (kAcc) cpu::avx2::prefetch(out + 16 * k0 + kAccAhead, 16 * kBatch * sizeof(float));
     alignas(8) uint8_t code[kBatch] = {};
     for (int64_t j = 0; j < nb; ++j) code[j] = scales[k0 + j];
     alignas(32) float step[kBatch];
@@ -504,10 +514,32 @@ __attribute__((target("avx2"))) void decode_groups(const uint8_t* codes, const u
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * k));
       const __m128i e = _mm_unpacklo_epi8(_mm_and_si128(b, low4),
                                           _mm_and_si128(_mm_srli_epi16(b, 4), low4));
-      _mm256_storeu_ps(out + 16 * k, dequantize8<kInt4>(e, d));
-      _mm256_storeu_ps(out + 16 * k + 8, dequantize8<kInt4>(_mm_srli_si128(e, 8), d));
+      __m256 r[2] = {dequantize8<kInt4>(e, d), dequantize8<kInt4>(_mm_srli_si128(e, 8), d)};
+      if (kRot16) {
+        cpu::avx2::wht_normalized_regs<2>(r);
+        if (rs) {
+          r[0] = _mm256_mul_ps(r[0], sign[0]);
+          r[1] = _mm256_mul_ps(r[1], sign[1]);
+        }
+      }
+      for (int i = 0; i < 2; ++i) {
+        float* o = out + 16 * k + 8 * i;
+        _mm256_storeu_ps(o, kAcc ? _mm256_add_ps(_mm256_loadu_ps(o), r[i]) : r[i]);
+      }
     }
   }
+}
+
+template <bool kInt4>
+__attribute__((target("avx2"))) void decode_groups(const uint8_t* codes, const uint8_t* scales,
+                                                   int64_t ngroups, float s, bool rot16,
+                                                   bool rs, bool accumulate, float* out) {
+  if (rot16) {
+    if (accumulate) return decode_groups<kInt4, true, true>(codes, scales, ngroups, s, rs, out);
+    return decode_groups<kInt4, true, false>(codes, scales, ngroups, s, rs, out);
+  }
+  if (accumulate) return decode_groups<kInt4, false, true>(codes, scales, ngroups, s, rs, out);
+  decode_groups<kInt4, false, false>(codes, scales, ngroups, s, rs, out);
 }
 
 }  // namespace
@@ -544,9 +576,10 @@ __attribute__((target("avx2"))) void fourbit_encode_groups_avx2(bool int4, const
 __attribute__((target("avx2"))) void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes,
                                                                 const uint8_t* scales,
                                                                 int64_t ngroups, float s,
-                                                                float* out) {
-  if (int4) return decode_groups<true>(codes, scales, ngroups, s, out);
-  decode_groups<false>(codes, scales, ngroups, s, out);
+                                                                float* out, bool accumulate,
+                                                                int32_t h, bool rs) {
+  if (int4) return decode_groups<true>(codes, scales, ngroups, s, h == 16, rs, accumulate, out);
+  decode_groups<false>(codes, scales, ngroups, s, h == 16, rs, accumulate, out);
 }
 
 }  // namespace ccompress::cpu4

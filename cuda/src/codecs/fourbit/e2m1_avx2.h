@@ -37,9 +37,16 @@ void fourbit_encode_groups_avx2(bool int4, const float* y, int64_t ngroups, floa
                                 uint8_t* scales, const float* next, int64_t next_n,
                                 bool columns);
 
-/// The inverse: 16 * ngroups values to out.
+/// The inverse: 16 * ngroups values to out, or with @p accumulate added to out. With h = 16
+/// (the rotation blocks are the groups) each group is also un-rotated (fourbit.h's
+/// unrotate_block, random signs with @p rs), so one pass decodes, un-rotates and
+/// accumulates; other h: the caller un-rotates.
 void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes, const uint8_t* scales,
-                                int64_t ngroups, float s, float* out);
+                                int64_t ngroups, float s, float* out, bool accumulate = false,
+                                int32_t h = 0, bool rs = false);
+
+/// Whether fourbit_decode_groups_avx2 un-rotates rotation blocks of h itself.
+inline bool fourbit_decode_rotates(int32_t h) { return h == 16; }
 
 }  // namespace ccompress::cpu4
 

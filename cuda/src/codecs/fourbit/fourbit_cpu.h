@@ -229,10 +229,14 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool 
   float lut[16];
   for (int i = 0; i < 16; ++i) lut[i] = Q::dequantize(static_cast<uint8_t>(i));
   int64_t k = avx2_groups<Q>(n, c);
+  int64_t done = 0;  // dst[0, done) is final: decoded, un-rotated and accumulated in one pass
 #ifdef CC_HAVE_E2M1_AVX2
   if (k > 0) {
+    const bool whole = c.rotation == 0 || fourbit_decode_rotates(c.rotation);
     fourbit_decode_groups_avx2(std::is_same_v<Q, codecs::Int4>, src, src + lay.scales, k, s,
-                               out);
+                               whole ? dst : out, whole && accumulate, c.rotation,
+                               c.random_signs);
+    if (whole) done = 16 * k;  // the rest is the run's tail: shorter rotation blocks
   }
 #endif
   for (int64_t off = k * g; off < n; ++k, off += g) {
@@ -248,8 +252,10 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool 
     }
     if (len & 1) o[len - 1] = codecs::mul_rn(lut[in[len / 2] & 15u], d);
   }
-  if (c.rotation > 0) rotate_run(out, out, n, c.rotation, c.random_signs, true);
-  if (accumulate) cpu::load_accumulate_body(out, DType::Float32, n, dst, false);
+  if (c.rotation > 0)
+    rotate_run(out + done, out + done, n - done, c.rotation, c.random_signs, true);
+  if (accumulate)
+    cpu::load_accumulate_body(out + done, DType::Float32, n - done, dst + done, false);
 }
 
 }  // namespace ccompress::cpu4
