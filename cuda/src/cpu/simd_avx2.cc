@@ -245,6 +245,7 @@ CC_AVX2 void fp8_decode_avx2(bool e5m2, const float* lut, const uint8_t* q, int6
   const __m256 sv = _mm256_set1_ps(s);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    if (accumulate && i % 128 == 0) prefetch(a + i + kAccumulateAhead / 4, 512);
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
     const __m256i c = _mm256_cvtepu8_epi32(b);
     const __m256i m = _mm256_and_si256(c, mag);

@@ -83,6 +83,9 @@ CC_AVX2_INLINE void prefetch(const void* p, int bytes) {
 
 /// How far ahead of the block being encoded its input is prefetched.
 constexpr int kPrefetchAhead = 2048;
+/// How far ahead (bytes) a decode-accumulate fetches the accumulator it reads and writes
+/// beside the codes: without it the loads of a streaming accumulator wait on memory.
+constexpr int kAccumulateAhead = 4096;
 
 // ---- group maxima ----
 

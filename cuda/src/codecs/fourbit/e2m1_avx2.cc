@@ -488,8 +488,6 @@ __attribute__((target("avx2"))) int32_t prepare_groups_h16(const float* x, float
 // kRot16: each group is a rotation block of 16, un-rotated in registers as fourbit.h's
 // unrotate_block does (the normalised transform, then the random signs); kAcc: out += the
 // values (one IEEE add each, as cpu::load_accumulate_body) instead of out = them.
-constexpr int64_t kAccAhead = 1024;  // floats (4 KiB) of the accumulator fetched ahead
-
 template <bool kInt4, bool kRot16, bool kAcc>
 __attribute__((target("avx2"))) void decode_groups(const uint8_t* codes, const uint8_t* scales,
                                                    int64_t ngroups, float s, bool rs,
@@ -501,7 +499,10 @@ __attribute__((target("avx2"))) void decode_groups(const uint8_t* codes, const u
   for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
     const int64_t nb = ngroups - k0 < kBatch ? ngroups - k0 : kBatch;
     // the accumulator streams in and out beside the codes: fetch it ahead
-    if (kAcc) cpu::avx2::prefetch(out + 16 * k0 + kAccAhead, 16 * kBatch * sizeof(float));
+    if (kAcc) {
+      cpu::avx2::prefetch(out + 16 * k0 + cpu::avx2::kAccumulateAhead / 4,
+                          16 * kBatch * sizeof(float));
+    }
     alignas(8) uint8_t code[kBatch] = {};
     for (int64_t j = 0; j < nb; ++j) code[j] = scales[k0 + j];
     alignas(32) float step[kBatch];

@@ -285,6 +285,7 @@ CC_AVX2 void decode_blocks(const Hint8Shape& sh, const int8_t* q, const uint8_t*
   for (int i = 0; i < R; ++i) sign[i] = random_signs8(i);
   ScaleBytes bytes;
   for (int64_t b = 0; b < nblocks; ++b, q += kH, sc += stride, out += kH) {
+    if (accumulate) prefetch(out + kAccumulateAhead / 4, 4 * kH);
     const uint8_t* p = bytes.read(sc, stride, sc_end);
     __m256 scale[NV];
     if (sh.scale_bits == 8) {

@@ -252,6 +252,7 @@ CC_AVX2 void decode_blocks(const uint8_t* q, const uint8_t* pairs, int64_t nbloc
                            bool accumulate) {
   constexpr int32_t kH = 8 * R;
   for (int64_t b = 0; b < nblocks; ++b, q += kH, pairs += 8, out += kH) {
+    if (accumulate) prefetch(out + kAccumulateAhead / 4, 4 * kH);
     float pair[2];
     std::memcpy(pair, pairs, 8);
     const __m256 sv = _mm256_set1_ps(pair[1]), av = _mm256_set1_ps(pair[0]);
