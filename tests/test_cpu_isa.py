@@ -46,3 +46,20 @@ def test_bad_isa_setting_is_a_typed_error():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert "InvalidArgument" in out.stdout and "CCOMPRESS_CPU_ISA='sse9'" in out.stdout
+
+
+@pytest.mark.parametrize("isa", ["auto", "baseline"])
+def test_encoders_keep_their_pinned_bits_on_every_shape(isa):
+    """Both copies of the encoders give, for every group size, scale width, rotation, tail and
+    NaN/Inf pattern of tests/isa_shape_digest.py, the bits pinned from the group-at-a-time
+    loops (the baseline copy batches groups; where no AVX2 kernel applies the AVX2 copy runs
+    the same batched loops, so only pinned digests can check it)."""
+    env = dict(os.environ, CCOMPRESS_CPU_ISA=isa)
+    out = subprocess.run([sys.executable, str(HERE / "isa_shape_digest.py")], cwd=HERE, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    want = json.loads((HERE / "data" / "isa_shape_digests.json").read_text())
+    assert got.keys() == want.keys()
+    differ = sorted(k for k in want if got[k] != want[k])
+    assert not differ, f"{len(differ)} of {len(want)} outputs changed, e.g. {differ[:5]}"
