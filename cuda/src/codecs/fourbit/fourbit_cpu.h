@@ -131,6 +131,75 @@ inline void rotate_run(const float* src, float* v, int64_t n, int32_t h, bool rs
   });
 }
 
+// Calls fn(std::integral_constant<int, G>{}) with G = g, a group size of the 4-bit codecs (a
+// power of two in 16..256), so that the loops fn runs have their group length at compile time.
+template <class Fn>
+inline void with_group_size(int32_t g, Fn fn) {
+  switch (g) {
+    case 16: return fn(std::integral_constant<int, 16>{});
+    case 32: return fn(std::integral_constant<int, 32>{});
+    case 64: return fn(std::integral_constant<int, 64>{});
+    case 128: return fn(std::integral_constant<int, 128>{});
+    default: return fn(std::integral_constant<int, 256>{});
+  }
+}
+
+// The largest codecs::finite_abs_bits of each group of G of y[0, groups * G) into amax, and
+// of them all (returned): the run's maximum and its groups' in one pass over the run. G known
+// at compile time lets GCC vectorize the maxima (SSE2 in the baseline copy).
+template <int G>
+inline int32_t group_maxima(const float* y, int64_t groups, int32_t* amax) {
+  int32_t run = 0;
+  for (int64_t k = 0; k < groups; ++k) {
+    const float* v = y + k * G;
+    int32_t lane[4] = {0, 0, 0, 0};  // four running maxima: one SSE2 vector
+    for (int i = 0; i < G; i += 4)
+      for (int l = 0; l < 4; ++l) lane[l] = std::max(lane[l], codecs::finite_abs_bits(v[i + l]));
+    const int32_t m = std::max(std::max(lane[0], lane[1]), std::max(lane[2], lane[3]));
+    amax[k] = m;
+    run = std::max(run, m);
+  }
+  return run;
+}
+
+// out[i] = nib[2i] | nib[2i + 1] << 4 for the len nibbles at nib, the wire's two codes per
+// byte; an odd len's last byte has a zero high nibble.
+inline void pack_nibbles(const uint8_t* nib, int64_t len, uint8_t* out) {
+  for (int64_t i = 0; i < len / 2; ++i) out[i] = uint8_t(nib[2 * i] | (nib[2 * i + 1] << 4));
+  if (len & 1) out[len / 2] = nib[len - 1];
+}
+
+// Round-to-nearest group scales and codes of the groups of G of y[0, groups * G) (maxima
+// amax, run scale s): what encode_run's per-group loop does, a batch of groups at a time in
+// three loops that GCC vectorizes (SSE2 in the baseline copy) where the per-group loop with
+// its runtime length and two codes per store does not: the batch's scale codes and steps,
+// its nibbles (G known at compile time), then their packing.
+template <class Q, int G>
+inline void encode_groups_rn(const float* y, int64_t groups, const int32_t* amax, float s,
+                             int32_t sbits, uint8_t* codes, uint8_t* scales) {
+  constexpr int64_t kBatch = 1024 / G;  // groups: 4 KiB of input
+  float d[kBatch];
+  uint8_t nib[kBatch * G];
+  for (int64_t k0 = 0; k0 < groups; k0 += kBatch) {
+    const int64_t nb = std::min(kBatch, groups - k0);
+    for (int64_t j = 0; j < nb; ++j) {
+      const uint32_t code = codecs::encode_group_scale(amax[k0 + j], Q::kQMax, s, sbits, false);
+      d[j] = codecs::group_step(code, s, sbits);
+      if (sbits == 8) {
+        scales[k0 + j] = static_cast<uint8_t>(code);
+      } else {
+        scales[2 * (k0 + j)] = static_cast<uint8_t>(code);
+        scales[2 * (k0 + j) + 1] = static_cast<uint8_t>(code >> 8);
+      }
+    }
+    const float* v = y + k0 * G;
+    for (int64_t j = 0; j < nb; ++j)
+      for (int i = 0; i < G; ++i)
+        nib[j * G + i] = codecs::fourbit_quantize<Q>(v[j * G + i], d[j], false, 0.f);
+    pack_nibbles(nib, nb * G, codes + k0 * (G / 2));
+  }
+}
+
 /// Encodes one run of n fp32 values into fourbit_layout(n, ...).total bytes.
 template <class Q>
 void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& ctx,
@@ -174,6 +243,19 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
       rotate_run(x, buf, n, c.rotation, c.random_signs, false);
       y = buf;
     }
+  }
+  // Without the AVX2 kernels (the baseline copy; group sizes and scale widths e2m1_avx2.h does
+  // not take), the whole groups of a round-to-nearest run go through encode_groups_rn, their
+  // maxima found in the pass that finds the run's.
+  const int64_t kr = k == 0 && !sr ? n / g : 0;
+  thread_local std::vector<int32_t> rn_amax;
+  if (kr > 0) {
+    rn_amax.resize(static_cast<size_t>(kr));
+    with_group_size(g, [&](auto G) {
+      amax = group_maxima<decltype(G)::value>(y, kr, rn_amax.data());
+    });
+    amax = std::max(amax, cpu::finite_abs_max_host(y + kr * g, n - kr * g));
+  } else if (k == 0) {
     amax = cpu::finite_abs_max_host(y, n);
   }
   const float s = codecs::fourbit_run_scale(amax, Q::kQMax, sbits);
@@ -193,6 +275,13 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
                                kc > 0 ? nullptr : next.x, kc > 0 ? 0 : next.n, false);
   }
 #endif
+  if (kr > 0) {
+    with_group_size(g, [&](auto G) {
+      encode_groups_rn<Q, decltype(G)::value>(y, kr, rn_amax.data(), s, sbits, dst,
+                                              dst + lay.scales);
+    });
+    k = kr;
+  }
   for (int64_t off = k * g; off < n; ++k, off += g) {
     const int64_t len = std::min<int64_t>(g, n - off);
     const float* v = y + off;
@@ -206,9 +295,7 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
     } else {
       for (int64_t i = 0; i < len; ++i) nib[i] = codecs::fourbit_quantize<Q>(v[i], d, false, 0.f);
     }
-    uint8_t* out = dst + off / 2;
-    for (int64_t i = 0; i < len / 2; ++i) out[i] = uint8_t(nib[2 * i] | (nib[2 * i + 1] << 4));
-    if (len & 1) out[len / 2] = nib[len - 1];  // an odd run's last high nibble is 0
+    pack_nibbles(nib, len, dst + off / 2);  // an odd run's last high nibble is 0
   }
   const int64_t scales_end = lay.scales + (n + g - 1) / g * sb;
   for (int64_t i = scales_end; i < lay.run_scale; ++i) dst[i] = 0;
