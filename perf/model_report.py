@@ -26,8 +26,8 @@ shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu), the CPU pe
 byte from the memcpy rate of the --throughput file and the shaper's CPU per TCP byte from
 perf/tcp_cpu.py --netns with and without --gbps (--shaper-cpu; only rate-limited links pay
 it), or, with --fit-shaper, from the rate-limited rows of the --calibrate runs, together with
-the share of the shorter of a call's wire and CPU times that hides behind the longer (then
-validate on other runs). No validation row is used.
+the share of the shorter of a call's wire and CPU times that hides behind the longer, for
+ccompress's calls and for MPI_Allreduce's apart (then validate on other runs). No validation row is used.
 
 The projections use GPU codec rates derived from the H100 datasheet (marked as assumptions)
 until a GPU table is measured.
@@ -136,7 +136,8 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
           f"host transport: {host.tcp_per_byte * 1e9:.3f} ns/TCP byte, "
           f"{host.per_message * 1e6:.1f} us/message, {host.shm_per_byte * 1e9:.3f} ns/shm byte, "
           f"{host.copy_per_byte * 1e9:.3f} ns/copied byte, {host.shaper_per_byte * 1e9:.3f} "
-          f"ns/shaped TCP byte, {100 * host.overlap:.0f}% overlap)")
+          f"ns/shaped TCP byte, {100 * host.overlap:.0f}% overlap, "
+          f"{100 * host.baseline_overlap:.0f}% for MPI_Allreduce)")
     print(f"{'file':>18} {'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} "
           f"{'model ms':>9} {'error':>7} {'samples ms':>13}")
     out = predict(emulated, costs, intra_gbs, host)
@@ -233,23 +234,34 @@ def calibrate(rows: List[dict], costs: Dict[str, pm.CodecCost], shm: float, per_
 def fit_shaper(runs: List[str], costs: Dict[str, pm.CodecCost], host: pm.HostTransport,
                intra_gbs: float, top: float = 2e-9, step: float = 0.01e-9,
                overlap_step: float = 0.02) -> pm.HostTransport:
-    """``host`` with the shaper's CPU per TCP byte and the executor's overlap (the share of
-    the shorter of wire and CPU time hidden behind the longer) that best explain the
-    rate-limited rows of ``runs`` outside the tbf burst: least squares in relative error
-    over a grid, shaper 0 to ``top``, overlap 0 to 1 (the model is not linear in either
-    there). Prints the fit."""
+    """``host`` with the shaper's CPU per TCP byte, the executor's overlap (the share of the
+    shorter of wire and CPU time hidden behind the longer) and MPI_Allreduce's own share
+    (``baseline_overlap``) that best explain the rate-limited rows of ``runs`` outside the
+    tbf burst: least squares in relative error over a grid, shaper 0 to ``top``, the shares
+    0 to 1 (the model is not linear in any of them there). The codecs' rows depend on the
+    overlap only and MPI_Allreduce's on its own share only, so at each shaper value each
+    share is the best for its rows. Prints the fit."""
     best = None
+    shares = [j * overlap_step for j in range(int(round(1 / overlap_step)) + 1)]
     for k in range(int(round(top / step)) + 1):
-        for j in range(int(round(1 / overlap_step)) + 1):
-            h = replace(host, shaper_per_byte=k * step, overlap=j * overlap_step)
+        fits = {True: None, False: None}  # MPI_Allreduce's rows, the codecs' rows
+        for share in shares:
+            h = replace(host, shaper_per_byte=k * step, overlap=share, baseline_overlap=share)
             rows = [r for r in predict(runs, costs, intra_gbs, h) if not r["in_burst"]]
-            sse = sum(r["error"] ** 2 for r in rows)
-            if best is None or sse < best[0]:
-                best = (sse, h, len(rows))
+            for mpi in fits:
+                part = [r["error"] ** 2 for r in rows if (r["codec"] == "MPI_Allreduce") == mpi]
+                if fits[mpi] is None or sum(part) < fits[mpi][0]:
+                    fits[mpi] = (sum(part), share, len(part))
+        sse = fits[True][0] + fits[False][0]
+        if best is None or sse < best[0]:
+            best = (sse, replace(host, shaper_per_byte=k * step, overlap=fits[False][1],
+                                 baseline_overlap=fits[True][1]),
+                    fits[True][2] + fits[False][2])
     _, h, count = best
     print(f"# shaper and overlap fitted on {count} rate-limited rows of "
           f"{', '.join(map(os.path.basename, runs))}: {h.shaper_per_byte * 1e9:.3f} ns of CPU "
-          f"per TCP byte, {100 * h.overlap:.0f}% of the shorter of wire and CPU time hidden")
+          f"per TCP byte, {100 * h.overlap:.0f}% of the shorter of wire and CPU time hidden "
+          f"({100 * h.baseline_overlap:.0f}% for MPI_Allreduce)")
     return h
 
 
@@ -333,8 +345,8 @@ def main(argv=None) -> int:
                          "--netns --json: the shaper's CPU per byte (default: EMULATED_HOST's)")
     ap.add_argument("--fit-shaper", action="store_true",
                     help="fit the shaper's CPU per TCP byte (instead of --shaper-cpu's "
-                         "measurement) and the share of CPU time hidden behind the wire on "
-                         "the rate-limited rows of the --calibrate RUN.json files; validate "
+                         "measurement) and the shares of CPU time hidden behind the wire "
+                         "(ccompress's, MPI_Allreduce's) on the rate-limited rows of the --calibrate RUN.json files; validate "
                          "on other runs")
     ap.add_argument("--no-projection", action="store_true", help="validation only")
     ap.add_argument("--plots", help="folder for projection plots (needs matplotlib)")

@@ -188,6 +188,19 @@ def test_mpi_allreduce_on_a_host_adds_its_cpu_to_the_wire():
     assert pm.baseline_time(host_system(gbit=1), n, 4) == pytest.approx(expect)
 
 
+def test_mpi_allreduce_hides_its_own_share_of_the_shorter_of_wire_and_cpu():
+    # the same call with baseline_overlap 0.4: the wire is the longer at 1 Gbit/s, so 60% of
+    # the reduction and TCP CPU add to it; ccompress's overlap does not apply to MPI
+    n = 1 << 20
+    sent = 2 * 3 / 4 * n * 4
+    wire = sent / pm.gbit(1)
+    cpu = 3 / 4 * n / 0.5e9 + (sent * 1e-9 + 4 * 10e-6) / 0.5
+    assert wire > cpu
+    s = host_system(gbit=1)
+    s = replace(s, host=replace(s.host, baseline_overlap=0.4, overlap=0.9))
+    assert pm.baseline_time(s, n, 4) == pytest.approx(wire + 0.6 * cpu)
+
+
 def test_mpi_allreduce_on_two_levels_is_node_aware():
     # 2 nodes x 2 ranks: a reduce into one rank per node (n 4 bytes copied in and out of
     # shared memory: 4 copies at 0.25 ns a byte, half a core) plus its sum (n at 1e9/s,
@@ -313,7 +326,7 @@ def test_fit_shaper_recovers_the_shapers_cpu_and_the_overlap_from_rate_limited_r
     costs = {"none": pm.CodecCost("none", 4.0, 2e9, 1.5e9),
              "fp8_e4m3:g128": pm.CodecCost("fp8_e4m3:g128", 1.03, 1.4e9, 1.2e9)}
     truth = pm.HostTransport(0.9e-9, 30e-6, 0.4e-9, 0.1e-9, shaper_per_byte=0.35e-9,
-                             overlap=0.7)
+                             overlap=0.7, baseline_overlap=0.4)
     n = 16 << 20
     runs = []
     for gbit in (1.0, 10.0):  # CPU-bound at 10 Gbit/s: there the shaper's CPU shows
@@ -326,8 +339,11 @@ def test_fit_shaper_recovers_the_shapers_cpu_and_the_overlap_from_rate_limited_r
                      "burst_bytes": 10**5, "rows": rows})
     path = tmp_path / "run.json"
     path.write_text(json.dumps(runs))
-    got = mr.fit_shaper([str(path)], costs, replace(truth, shaper_per_byte=0.0, overlap=1.0),
-                        4.0)
+    got = mr.fit_shaper([str(path)], costs, replace(truth, shaper_per_byte=0.0, overlap=1.0,
+                                                    baseline_overlap=0.0), 4.0)
     assert got.shaper_per_byte == pytest.approx(truth.shaper_per_byte, abs=0.005e-9)
     assert got.overlap == pytest.approx(truth.overlap, abs=0.005)
-    assert "shaper and overlap fitted on 4 rate-limited rows" in capsys.readouterr().out
+    assert got.baseline_overlap == pytest.approx(truth.baseline_overlap, abs=0.005)
+    out = capsys.readouterr().out
+    assert "shaper and overlap fitted on 4 rate-limited rows" in out
+    assert "70% of the shorter of wire and CPU time hidden (40% for MPI_Allreduce)" in out
