@@ -209,11 +209,16 @@ CC_HOST_DEVICE float hint8_read_scale(int scale_bits, const uint8_t* sc, int64_t
 /// integer, ties to even, with two plain fp32 adds; the clamp is then on integers. Both keep
 /// the CPU loop free of float branches, so it vectorizes. A finite group's scale is at least
 /// amax / 127 rounded to nearest, so |y / s| <= 127 (1 + 2^-23) and the trick applies.
-CC_HOST_DEVICE int8_t hint8_quantize(float y, float s) {
+/// As an int32 (-127..127), for loops that keep 32-bit lanes (host_loops.h pack_codes).
+CC_HOST_DEVICE int32_t hint8_quantize_code(float y, float s) {
   float r = add_rn(add_rn(div_rn(y, s), 12582912.0f), -12582912.0f);
   int32_t k = static_cast<int32_t>(r);
   k = k < -127 ? -127 : k;
-  return static_cast<int8_t>(k > 127 ? 127 : k);
+  return k > 127 ? 127 : k;
+}
+
+CC_HOST_DEVICE int8_t hint8_quantize(float y, float s) {
+  return static_cast<int8_t>(hint8_quantize_code(y, s));
 }
 
 /// Stochastic rounding of t = y / s: floor(t) + 1 with probability frac(t) = t - floor(t)
