@@ -28,7 +28,39 @@ inline void wht8(float* p) {
   }
 }
 
+// hadamard.h's butterflies, stage by stage from stage Len on, over a batch of whole blocks of
+// H (len a multiple of H) with the stage length known at compile time, so the compiler
+// vectorizes them (SSE2 in the baseline copy). Every butterfly has the same operands as in
+// fwht(), hence the same bits.
+template <int H, int Len>
+inline void fwht_stages(float* v, int64_t len) {
+  for (int64_t i = 0; i < len; i += 2 * Len)
+    for (int j = 0; j < Len; ++j) {
+      float a = v[i + j], b = v[i + j + Len];
+      v[i + j] = codecs::add_rn(a, b);
+      v[i + j + Len] = codecs::add_rn(a, -b);
+    }
+  if constexpr (2 * Len < H) fwht_stages<H, 2 * Len>(v, len);
+}
+
+// wht_normalized_fast for a block size known at compile time: the long stages' loops have
+// fixed lengths (no runtime trip counts per stage and block).
+template <int H>
+inline void wht_normalized_fixed(float* v) {
+  for (int32_t i = 0; i < H; i += 8) wht8(v + i);
+  if constexpr (H > 8) fwht_stages<H, 8>(v, H);
+  const float s = codecs::wht_norm(H);
+  for (int32_t i = 0; i < H; ++i) v[i] = v[i] * s;
+}
+
 inline void wht_normalized_fast(float* v, int32_t h) {
+  switch (h) {  // the rotation sizes of the codecs' defaults (taco:g128, hint8:h128) and near
+    case 32: return wht_normalized_fixed<32>(v);
+    case 64: return wht_normalized_fixed<64>(v);
+    case 128: return wht_normalized_fixed<128>(v);
+    case 256: return wht_normalized_fixed<256>(v);
+    default: break;
+  }
   if (h < 8) {
     codecs::wht_normalized(v, h);
     return;

@@ -14,6 +14,10 @@
 #include "ccompress/error.h"
 #include "codecs/float_convert.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace ccompress::cpu {
 
 /// The input of the piece after the one a run family encodes (x null and n 0 after the last
@@ -82,6 +86,28 @@ inline void load_accumulate_body(const void* src, DType src_dtype, int64_t n, fl
     for_each_loaded(src, src_dtype, 0, n,
                     [acc](int64_t i, float v) { acc[i] = codecs::add_rn(acc[i], v); });
   }
+}
+
+/// q[i] = k[i] for n int32 codes: with @p kSigned each in -128..127 (int8 codes), else in
+/// 0..255 (FP8 codes). SSE2 narrows 16 at a time with its saturating packs, which leave such
+/// values as they are; GCC's own narrowing of a plain (u)int8_t store in the baseline copy
+/// shuffles the halves apart instead (three unpacks per pair of vectors, and the codes are
+/// computed in 32-bit lanes), which cost the fp8 and hint8 loops more than their arithmetic.
+/// So the code loops write int32 codes to a small buffer and call this.
+template <bool kSigned>
+inline void pack_codes(const int32_t* k, int64_t n, void* out) {
+  uint8_t* q = static_cast<uint8_t*>(out);
+  int64_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 16 <= n; i += 16) {
+    const __m128i* p = reinterpret_cast<const __m128i*>(k + i);
+    const __m128i lo = _mm_packs_epi32(_mm_loadu_si128(p), _mm_loadu_si128(p + 1));
+    const __m128i hi = _mm_packs_epi32(_mm_loadu_si128(p + 2), _mm_loadu_si128(p + 3));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i),
+                     kSigned ? _mm_packs_epi16(lo, hi) : _mm_packus_epi16(lo, hi));
+  }
+#endif
+  for (; i < n; ++i) q[i] = static_cast<uint8_t>(k[i]);
 }
 
 /// Walks n elements in groups: fn(group index, first element, length).

@@ -18,6 +18,7 @@
 #include "codecs/fp8/group_codec.h"
 #include "codecs/stochastic.h"
 #include "cpu/fast_wht.h"
+#include "cpu/host_loops.h"
 #include "cpu/isa_dispatch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -78,6 +79,37 @@ inline void fp8_lut_decode(const float* lut, const uint8_t* q, int64_t n, float 
   }
 }
 
+/// q[i] = codecs::group_quantize<F>(y[i], s) (with @p kKeepInf) or codecs::fp8_from_float<F>(
+/// y[i] / s) (without), for 0 <= i < n: the round-to-nearest FP8 codes of the portable copy
+/// (fp8_quantize_avx2 is the AVX2 one). Codes go through 32-bit lanes and pack_codes; each
+/// chunk is coded as if finite (fp8_code<F, true>: no NaN or Inf select per element) while the
+/// loop notes whether some y / s was not finite, and a chunk where one was is coded again by
+/// the full functions.
+template <class F, bool kKeepInf>
+inline void fp8_codes_rn(const float* y, int64_t n, float s, uint8_t* q) {
+  constexpr int64_t kChunk = 256;
+  alignas(16) int32_t k[kChunk];
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t len = std::min(kChunk, n - off);
+    const float* v = y + off;
+    int32_t special = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      const float t = codecs::div_rn(v[i], s);
+      k[i] = codecs::fp8_code<F, true>(t);
+      special |= static_cast<int32_t>(codecs::f32_bits(t) & codecs::kF32AbsMask) >=
+                         static_cast<int32_t>(codecs::kF32InfBits)
+                     ? 1
+                     : 0;
+    }
+    if (special != 0) {
+      for (int64_t i = 0; i < len; ++i)
+        k[i] = kKeepInf ? codecs::group_quantize_code<F>(v[i], s)
+                        : codecs::fp8_code<F>(codecs::div_rn(v[i], s));
+    }
+    pack_codes<false>(k, len, q + off);
+  }
+}
+
 /// v <- the normalised WHT of the h (a power of two) values at src (which may be v).
 inline void wht_normalized_host(const float* src, float* v, int32_t h) {
 #ifdef CC_HAVE_SIMD_AVX2
@@ -87,11 +119,38 @@ inline void wht_normalized_host(const float* src, float* v, int32_t h) {
   wht_normalized_fast(v, h);
 }
 
+/// The largest codecs::finite_abs_bits (with @p kFinite) or raw |bits| (NaN and Inf above
+/// every finite value; without) of each group of G of y[0, groups * G) into amax, and of them
+/// all (returned): a run's maximum and its groups' in one pass. G known at compile time lets
+/// GCC vectorize the maxima (SSE2 in the baseline copy).
+template <int G, bool kFinite>
+inline int32_t group_maxima(const float* y, int64_t groups, int32_t* amax) {
+  int32_t run = 0;
+  for (int64_t k = 0; k < groups; ++k) {
+    const float* v = y + k * G;
+    int32_t lane[4] = {0, 0, 0, 0};  // four running maxima: one SSE2 vector
+    for (int i = 0; i < G; i += 4)
+      for (int l = 0; l < 4; ++l)
+        lane[l] = std::max(lane[l], kFinite ? codecs::finite_abs_bits(v[i + l])
+                                            : static_cast<int32_t>(codecs::f32_bits(v[i + l]) &
+                                                                   codecs::kF32AbsMask));
+    const int32_t m = std::max(std::max(lane[0], lane[1]), std::max(lane[2], lane[3]));
+    amax[k] = m;
+    run = std::max(run, m);
+  }
+  return run;
+}
+
 /// Raw |bits| maximum of each group of g in v[0, len) (len a multiple of g).
 inline void group_abs_max_host(const float* v, int32_t len, int32_t g, int32_t* amax) {
 #ifdef CC_HAVE_SIMD_AVX2
   if (g >= 8 && cpu_use_avx2()) return group_abs_max_avx2(v, len, g, amax);
 #endif
+  switch (g) {  // hint8's default group and TACO's: fixed lengths, no reduction per group
+    case 16: group_maxima<16, false>(v, len / g, amax); return;
+    case 128: group_maxima<128, false>(v, len / g, amax); return;
+    default: break;
+  }
   for (int32_t i = 0; i < len / g; ++i) {
     int32_t m = 0;
     for (int32_t j = i * g; j < (i + 1) * g; ++j)

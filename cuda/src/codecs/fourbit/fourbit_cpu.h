@@ -16,6 +16,7 @@
 #include "codecs/nvfp4/nvfp4.h"
 #include "codecs/stochastic.h"
 #include "codecs/fourbit/e2m1_avx2.h"
+#include "cpu/fast_wht.h"
 #include "cpu/host_loops.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/simd_avx2.h"
@@ -55,20 +56,6 @@ inline void for_each_rotation_block(int64_t n, int32_t h, Fn fn) {
 
 inline int32_t scale_bytes(const Codec& c) { return c.scale_bits == 16 ? 2 : 1; }
 
-// hadamard.h's butterflies, stage by stage over a batch of whole blocks of H (len a multiple
-// of H) with the stage length known at compile time, so the compiler vectorizes them. Every
-// butterfly has the same operands as in fwht(), hence the same bits.
-template <int H, int Len>
-inline void fwht_stages(float* v, int64_t len) {
-  for (int64_t i = 0; i < len; i += 2 * Len)
-    for (int j = 0; j < Len; ++j) {
-      float a = v[i + j], b = v[i + j + Len];
-      v[i + j] = codecs::add_rn(a, b);
-      v[i + j + Len] = codecs::add_rn(a, -b);
-    }
-  if constexpr (2 * Len < H) fwht_stages<H, 2 * Len>(v, len);
-}
-
 // Rotates (or, with @p inverse, un-rotates) the whole blocks of src[0, full) into v (which
 // may be src).
 template <int H>
@@ -100,7 +87,7 @@ inline void rotate_full_blocks(const float* src, float* v, int64_t full, bool rs
 #endif
     } else {
       if (in != b) std::memcpy(b, in, static_cast<size_t>(len) * sizeof(float));
-      fwht_stages<H, 1>(b, len);
+      cpu::fwht_stages<H, 1>(b, len);
       for (int64_t i = 0; i < len; ++i) b[i] = codecs::mul_rn(b[i], norm);
     }
     if (rs && inverse) apply_signs(b, b, len);
@@ -142,24 +129,6 @@ inline void with_group_size(int32_t g, Fn fn) {
     case 128: return fn(std::integral_constant<int, 128>{});
     default: return fn(std::integral_constant<int, 256>{});
   }
-}
-
-// The largest codecs::finite_abs_bits of each group of G of y[0, groups * G) into amax, and
-// of them all (returned): the run's maximum and its groups' in one pass over the run. G known
-// at compile time lets GCC vectorize the maxima (SSE2 in the baseline copy).
-template <int G>
-inline int32_t group_maxima(const float* y, int64_t groups, int32_t* amax) {
-  int32_t run = 0;
-  for (int64_t k = 0; k < groups; ++k) {
-    const float* v = y + k * G;
-    int32_t lane[4] = {0, 0, 0, 0};  // four running maxima: one SSE2 vector
-    for (int i = 0; i < G; i += 4)
-      for (int l = 0; l < 4; ++l) lane[l] = std::max(lane[l], codecs::finite_abs_bits(v[i + l]));
-    const int32_t m = std::max(std::max(lane[0], lane[1]), std::max(lane[2], lane[3]));
-    amax[k] = m;
-    run = std::max(run, m);
-  }
-  return run;
 }
 
 // out[i] = nib[2i] | nib[2i + 1] << 4 for the len nibbles at nib, the wire's two codes per
@@ -252,7 +221,7 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   if (kr > 0) {
     rn_amax.resize(static_cast<size_t>(kr));
     with_group_size(g, [&](auto G) {
-      amax = group_maxima<decltype(G)::value>(y, kr, rn_amax.data());
+      amax = cpu::group_maxima<decltype(G)::value, true>(y, kr, rn_amax.data());
     });
     amax = std::max(amax, cpu::finite_abs_max_host(y + kr * g, n - kr * g));
   } else if (k == 0) {

@@ -111,7 +111,7 @@ void quantize_group(const float* x, int64_t len, void* wire, int64_t n, int64_t 
                  : codecs::group_quantize_sr<F>(x[i], s, u[i]);
     }
   } else {
-    for (int64_t i = 0; i < len; ++i) q[i] = codecs::group_quantize<F>(x[i], s);
+    cpu::fp8_codes_rn<F, true>(x, len, s, q);
   }
   std::memcpy(static_cast<uint8_t*>(wire) + codecs::fp8_scales_offset(n) + 4 * g, &s, 4);
 }

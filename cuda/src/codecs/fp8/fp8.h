@@ -38,24 +38,44 @@ constexpr uint8_t kFp8NaN = 0x7F;
 // ulp is the FP8 spacing at |x| (e = |x|'s exponent clamped to the FP8 normal range), makes
 // the fp32 adder round |x| to that spacing, to nearest even; the integer k = bits(|x| + C) -
 // bits(C) is then the significand (with the implicit bit for normals, so a carry moves to
-// the next binade by itself). Beyond max, and for Inf and NaN, the code exceeds the limit
-// and is clamped. There are no branches, so CPU loops vectorize: with -ftrapping-math GCC
-// will not vectorize an fp32 add whose result only some paths use.
+// the next binade by itself). Saturation (satfinite) clamps |x| to max first, as a float:
+// rounding a value beyond max gives max or more, and max codes as kMaxCode, so this equals
+// clamping the code; NaN fails the compare and takes max too, and gets its code at the end.
+// The clamps are fp32 min / max (x < y ? x : y is the minps / maxps rule, NaN giving y) and
+// every integer is signed and below 2^31, so a CPU loop of this vectorizes in plain SSE2
+// (which has no unsigned 32-bit compare, min or max) without emulating those: the exponent
+// clamp, the code clamp and the NaN test cost about a third of the instructions they took as
+// unsigned integer compares. There are no branches either: with -ftrapping-math GCC will not
+// vectorize an fp32 add whose result only some paths use. The code is an int32 (0..255), so
+// that loops can keep it in 32-bit lanes and narrow it with saturating packs at the end.
+// With kFinite the caller knows x is not NaN (the NaN select is left out).
+template <class F, bool kFinite = false>
+CC_HOST_DEVICE int32_t fp8_code(float x) {
+  constexpr int32_t kMinExp = 128 - F::kBias;  // fp32 biased exponent of min normal
+  const int32_t u = static_cast<int32_t>(f32_bits(x));
+  const int32_t a = u & static_cast<int32_t>(kF32AbsMask);
+  const float max = f32_from_bits(F::kMaxF32Bits);
+  const float abs = f32_from_bits(static_cast<uint32_t>(a));
+  const float am = abs < max ? abs : max;              // satfinite; NaN -> max
+  const float lo = f32_from_bits(uint32_t(kMinExp) << 23);
+  // |x| with its exponent clamped (NaN: lo, its code is replaced below). Comparing abs, not
+  // am, keeps GCC from threading the two clamps into branches, which stopped vectorization.
+  const float ae = abs > lo ? am : lo;
+  const int32_t eb = static_cast<int32_t>(f32_bits(ae) & kF32InfBits);  // e << 23
+  const int32_t c = eb + ((23 - F::kMantBits) << 23);
+  const int32_t k = static_cast<int32_t>(f32_bits(add_rn(am, f32_from_bits(uint32_t(c))))) - c;
+  const int32_t code = k + (eb >> (23 - F::kMantBits)) - (kMinExp << F::kMantBits);
+  const int32_t coded = code | ((u >> 24) & 0x80);
+  if (kFinite) return coded;
+  // NaN (a > Inf's bits) codes as kFp8NaN: a mask from the sign of Inf - a, not a compare,
+  // which GCC would again thread into a branch around the clamps.
+  const int32_t nan = (static_cast<int32_t>(kF32InfBits) - a) >> 31;
+  return (coded & ~nan) | (int32_t(kFp8NaN) & nan);
+}
+
 template <class F>
 CC_HOST_DEVICE uint8_t fp8_from_float(float x) {
-  constexpr uint32_t kMinExp = 128 - F::kBias;         // fp32 biased exponent of min normal
-  constexpr uint32_t kMaxExp = F::kMaxF32Bits >> 23;  // ... and of max
-  uint32_t u = f32_bits(x);
-  uint32_t a = u & kF32AbsMask;
-  bool nan = a > kF32InfBits;
-  uint32_t e = a >> 23;
-  e = e < kMinExp ? kMinExp : (e > kMaxExp ? kMaxExp : e);
-  uint32_t c = (e + 23 - F::kMantBits) << 23;
-  uint32_t k = f32_bits(add_rn(f32_from_bits(a), f32_from_bits(c))) - c;
-  uint32_t code = ((e - kMinExp) << F::kMantBits) + k;
-  uint32_t limit = nan ? uint32_t(kFp8NaN) : uint32_t(F::kMaxCode);  // satfinite
-  code = code < limit ? code : limit;
-  return static_cast<uint8_t>(code | (nan ? 0u : (u >> 24) & 0x80u));
+  return static_cast<uint8_t>(fp8_code<F>(x));
 }
 
 template <class F>

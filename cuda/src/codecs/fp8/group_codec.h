@@ -56,12 +56,19 @@ CC_HOST_DEVICE float group_scale(int32_t amax_bits) {
 
 /// q = fp8(x / s), except that +-Inf keeps its own code (E5M2) or becomes NaN (E4M3): the
 /// satfinite conversion alone would turn it into +-max and hide it.
+/// As an int32 (0..255), signed throughout like fp8_code, for loops that keep 32-bit lanes.
+template <class F>
+CC_HOST_DEVICE int32_t group_quantize_code(float x, float s) {
+  const int32_t u = static_cast<int32_t>(f32_bits(x));
+  const int32_t inf_code = F::kHasInf ? ((u >> 24) & 0x80) | (F::kMaxCode + 1) : kFp8NaN;
+  const int32_t q = fp8_code<F>(div_rn(x, s));
+  return (u & static_cast<int32_t>(kF32AbsMask)) == static_cast<int32_t>(kF32InfBits) ? inf_code
+                                                                                        : q;
+}
+
 template <class F>
 CC_HOST_DEVICE uint8_t group_quantize(float x, float s) {
-  uint32_t u = f32_bits(x);
-  uint32_t inf_code = F::kHasInf ? ((u >> 24) & 0x80u) | (F::kMaxCode + 1u) : kFp8NaN;
-  uint8_t q = fp8_from_float<F>(div_rn(x, s));
-  return (u & kF32AbsMask) == kF32InfBits ? static_cast<uint8_t>(inf_code) : q;
+  return static_cast<uint8_t>(group_quantize_code<F>(x, s));
 }
 
 /// lo <= v <= hi; NaN passes through (its group is flagged non-finite anyway).

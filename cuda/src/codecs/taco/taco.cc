@@ -16,6 +16,7 @@
 #include "cpu/host_loops.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
+#include "cpu/simd_avx2.h"
 
 namespace ccompress {
 namespace {
@@ -76,7 +77,7 @@ void quantize_block(const float* y, int32_t len, float s, const cpu::SrDraws* sr
     for (int32_t j = 0; j < len; ++j)
       q[j] = codecs::fp8_from_float_sr<F>(codecs::div_rn(y[j], s), u[j]);
   } else {
-    for (int32_t j = 0; j < len; ++j) q[j] = codecs::fp8_from_float<F>(codecs::div_rn(y[j], s));
+    cpu::fp8_codes_rn<F, false>(y, len, s, q);
   }
 }
 

@@ -46,14 +46,15 @@ CC_HOST_DEVICE float sqrt_rn(float x) {
 }
 
 /// sum(v[i]^2) over a block of len elements, in the warp order of the file comment.
+/// Row by row (W consecutive elements, one per lane) rather than lane by lane: each lane adds
+/// the same terms in the same order, and the CPU loop over a row is contiguous, so it
+/// vectorizes (SSE2 in the baseline copy), where the strided lane loop did not.
 CC_HOST_DEVICE float taco_sum_sq(const float* v, int32_t len) {
   float lanes[32];
   const int32_t w = len < 32 ? len : 32;
-  for (int32_t l = 0; l < w; ++l) {
-    float s = 0.0f;
-    for (int32_t j = l; j < len; j += w) s = add_rn(s, mul_rn(v[j], v[j]));
-    lanes[l] = s;
-  }
+  for (int32_t l = 0; l < w; ++l) lanes[l] = 0.0f;
+  for (int32_t r = 0; r < len; r += w)
+    for (int32_t l = 0; l < w; ++l) lanes[l] = add_rn(lanes[l], mul_rn(v[r + l], v[r + l]));
   for (int32_t off = w >> 1; off > 0; off >>= 1)
     for (int32_t l = 0; l < off; ++l) lanes[l] = add_rn(lanes[l], lanes[l + off]);
   return lanes[0];
