@@ -271,9 +271,9 @@ def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
     for its peer's data, reduces it, then starts the next step, so its transport CPU (the
     2(p-1)/p of the data it sends) and its reduction add to the wire time, but for the share
     ``host.baseline_overlap`` of the shorter of the two that the kernel's TCP work overlaps
-    with the wire while the rank waits. On two levels MPICH's is node-aware: a reduce to one rank of each node over
-    shared memory, the all-reduce of those ranks between the nodes, a broadcast inside each
-    node, one after the other."""
+    with the wire while the rank waits. On two levels MPICH's is node-aware: a reduce to one
+    rank of each node over shared memory, the all-reduce of those ranks between the nodes, a
+    broadcast inside each node, one after the other."""
     p, g = system.ranks, system.ranks_per_node
     if p == 1:
         return 0.0
@@ -289,12 +289,12 @@ def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
     add = (p - 1) / p * n / (system.reduce_rate * system.compute_share())
     ring = 2 * (p - 1) / p * n * dtype_bytes / bw + 2 * (p - 1) * _alpha(system)
     tree = 2 * n * dtype_bytes / bw + 2 * math.ceil(math.log2(p)) * _alpha(system)
+    if system.host is None:
+        return min(ring, tree) + add
     sent = 2 * (p - 1) / p * n * dtype_bytes
     tcp = _tcp_share(system, "ring")
     steps = 2 * math.ceil(math.log2(p))  # reduce-scatter and all-gather, recursive halving
     host = system.transport_time(tcp * sent, (1 - tcp) * sent, steps)
-    if system.host is None:
-        return min(ring, tree) + add
     return system.overlapped(min(ring, tree), add + host, system.host.baseline_overlap)
 
 

@@ -27,7 +27,8 @@ byte from the memcpy rate of the --throughput file and the shaper's CPU per TCP 
 perf/tcp_cpu.py --netns with and without --gbps (--shaper-cpu; only rate-limited links pay
 it), or, with --fit-shaper, from the rate-limited rows of the --calibrate runs, together with
 the share of the shorter of a call's wire and CPU times that hides behind the longer, for
-ccompress's calls and for MPI_Allreduce's apart (then validate on other runs). No validation row is used.
+ccompress's calls and for MPI_Allreduce's apart (then validate on other runs). No
+validation row is used.
 
 The projections use GPU codec rates derived from the H100 datasheet (marked as assumptions)
 until a GPU table is measured.
@@ -241,22 +242,23 @@ def fit_shaper(runs: List[str], costs: Dict[str, pm.CodecCost], host: pm.HostTra
     0 to 1 (the model is not linear in any of them there). The codecs' rows depend on the
     overlap only and MPI_Allreduce's on its own share only, so at each shaper value each
     share is the best for its rows. Prints the fit."""
+    def sse(rows: List[dict], mpi: bool) -> float:
+        """Squared relative errors of MPI_Allreduce's rows (``mpi``) or of the codecs'."""
+        return sum(r["error"] ** 2 for r in rows if (r["codec"] == "MPI_Allreduce") == mpi)
+
     best = None
     shares = [j * overlap_step for j in range(int(round(1 / overlap_step)) + 1)]
     for k in range(int(round(top / step)) + 1):
-        fits = {True: None, False: None}  # MPI_Allreduce's rows, the codecs' rows
-        for share in shares:
-            h = replace(host, shaper_per_byte=k * step, overlap=share, baseline_overlap=share)
-            rows = [r for r in predict(runs, costs, intra_gbs, h) if not r["in_burst"]]
-            for mpi in fits:
-                part = [r["error"] ** 2 for r in rows if (r["codec"] == "MPI_Allreduce") == mpi]
-                if fits[mpi] is None or sum(part) < fits[mpi][0]:
-                    fits[mpi] = (sum(part), share, len(part))
-        sse = fits[True][0] + fits[False][0]
-        if best is None or sse < best[0]:
-            best = (sse, replace(host, shaper_per_byte=k * step, overlap=fits[False][1],
-                                 baseline_overlap=fits[True][1]),
-                    fits[True][2] + fits[False][2])
+        rows = {share: [r for r in predict(runs, costs, intra_gbs,
+                                           replace(host, shaper_per_byte=k * step,
+                                                   overlap=share, baseline_overlap=share))
+                        if not r["in_burst"]] for share in shares}
+        codec_share = min(shares, key=lambda v: sse(rows[v], False))
+        mpi_share = min(shares, key=lambda v: sse(rows[v], True))
+        total = sse(rows[codec_share], False) + sse(rows[mpi_share], True)
+        if best is None or total < best[0]:
+            best = (total, replace(host, shaper_per_byte=k * step, overlap=codec_share,
+                                   baseline_overlap=mpi_share), len(rows[codec_share]))
     _, h, count = best
     print(f"# shaper and overlap fitted on {count} rate-limited rows of "
           f"{', '.join(map(os.path.basename, runs))}: {h.shaper_per_byte * 1e9:.3f} ns of CPU "
@@ -346,8 +348,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-shaper", action="store_true",
                     help="fit the shaper's CPU per TCP byte (instead of --shaper-cpu's "
                          "measurement) and the shares of CPU time hidden behind the wire "
-                         "(ccompress's, MPI_Allreduce's) on the rate-limited rows of the --calibrate RUN.json files; validate "
-                         "on other runs")
+                         "(ccompress's, MPI_Allreduce's) on the rate-limited rows of the "
+                         "--calibrate RUN.json files; validate on other runs")
     ap.add_argument("--no-projection", action="store_true", help="validation only")
     ap.add_argument("--plots", help="folder for projection plots (needs matplotlib)")
     args = ap.parse_args(argv)
