@@ -66,8 +66,9 @@ class HostTransport:
                                  # receiver's receive (kernel copies, protocol, MPI library)
     per_message: float           # s of CPU per message sent, both ends
     shm_per_byte: float          # s of CPU per byte sent through shared memory, both ends
-    copy_per_byte: float = 0.0   # s of CPU per byte of a memcpy (MPI's node-level reduce and
-                                 # broadcast copy each byte into a shared buffer and out)
+    node_per_byte: float = 0.0   # s of CPU per byte MPI_Allreduce moves into a node's leader
+                                 # and back out (its node-level reduce and broadcast through
+                                 # shared memory, both ends, per byte of the (g-1) n sent)
     frame: float = 1514 / 1448   # wire bytes per payload byte: Ethernet + IPv4 + TCP headers
                                  # (timestamps) around a 1448-byte segment at MTU 1500
     shaper_per_byte: float = 0.0  # s of CPU per TCP byte a rate limit adds (an emulated link's
@@ -273,7 +274,10 @@ def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
     ``host.baseline_overlap`` of the shorter of the two that the kernel's TCP work overlaps
     with the wire while the rank waits. On two levels MPICH's is node-aware: a reduce to one
     rank of each node over shared memory, the all-reduce of those ranks between the nodes, a
-    broadcast inside each node, one after the other."""
+    broadcast inside each node, one after the other; the node-level phases cost
+    ``host.node_per_byte`` of CPU per byte they move (fitted on unlimited-link runs: MPICH's
+    reduce and broadcast through its shared-memory cells cost more than a point-to-point
+    transfer of the same bytes)."""
     p, g = system.ranks, system.ranks_per_node
     if p == 1:
         return 0.0
@@ -281,8 +285,8 @@ def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
         share = system.compute_share()
         leaders = replace(system, ranks=p // g, ranks_per_node=1, intra=None)
         shm = (g - 1) * n * dtype_bytes               # into the leader, then back out
-        copies = 2 * 2 * shm * system.host.copy_per_byte / share  # in and out, both ways
-        inside = max(2 * shm / system.intra.bandwidth, copies) \
+        node_cpu = 2 * shm * system.host.node_per_byte / share
+        inside = max(2 * shm / system.intra.bandwidth, node_cpu) \
             + (g - 1) * n / (system.reduce_rate * share)
         return inside + baseline_time(leaders, n, dtype_bytes)
     bw = _bandwidth(system, "ring")
@@ -413,30 +417,32 @@ def gpu_codec(name: str, wire_per_element: float, copy_gbs: float = 3350 * 0.8,
 
 
 # How well the model predicted idle emulated runs it was not fitted on (perf/RESULTS.md,
-# "The cost model with MPI_Allreduce's own overlap, on the AMD EPYC VM": perf/model_report.py
+# "MPI_Allreduce's node-level phases in the cost model": perf/model_report.py
 # over two idle runs each of perf/emulated_net.py flat and with 2 nodes x 2, 4 ranks on 2
 # cores, 64 MiB float32, fp8 / hint8 / nvfp4 / hint4 and MPI_Allreduce, medians of 7
 # samples, made after the four pairs of the fit): median and max |error| of the 20 rows at
 # each link rate in Gbit/s, and the median over all 40 rows.
-VALIDATION_ERROR = {1.0: 0.051, 10.0: 0.076}
-VALIDATION_ERROR_MAX = {1.0: 0.120, 10.0: 0.231}
-VALIDATION_ERROR_ALL = 0.056
+VALIDATION_ERROR = {1.0: 0.048, 10.0: 0.057}
+VALIDATION_ERROR_MAX = {1.0: 0.108, 10.0: 0.222}
+VALIDATION_ERROR_ALL = 0.052
 VALIDATION_SOURCE = "perf/RESULTS.md, held-out idle runs of 2026-12-02 on the AMD EPYC VM"
 EMULATED_ALPHA = 50e-6  # s per dependent message round over the emulated TCP links
 MPI_SLICE_ELEMS = 1 << 18  # MpiTransport::kSliceElems (cuda/src/transport/mpi_transport.h)
 # The host transport of perf/emulated_net.py's runs (MPICH over TCP through veths and a
 # bridge, tbf on every veth, shared memory inside a node) on the 2-core AMD EPYC VM (family
-# 25, model 17): the CPU per TCP byte fitted on four pairs of runs' unlimited-link rows, the
-# shaper's CPU and both overlaps on their rate-limited rows (shaper 0: the 10 Gbit/s rows
-# take no longer than the unlimited ones), the rest measured (perf/RESULTS.md, "The cost
-# model with MPI_Allreduce's own overlap, on the AMD EPYC VM"; the Xeon VM's figures, in
+# 25, model 17): the CPU per TCP byte and MPI_Allreduce's per byte of its node-level phases
+# fitted on four pairs of runs' unlimited-link rows, the shaper's CPU and both overlaps on
+# their rate-limited rows (shaper 0: the 10 Gbit/s rows take no longer than the unlimited
+# ones), the rest measured (perf/RESULTS.md, "MPI_Allreduce's node-level phases in the cost
+# model"; the Xeon VM's figures, in
 # "Cost model on the Xeon VM, with the executor's overlap", differ: the host's CPU sets
 # them).
-EMULATED_HOST = HostTransport(tcp_per_byte=1.363e-9, per_message=70.8e-6,
-                              shm_per_byte=0.380e-9, copy_per_byte=0.136e-9,
-                              shaper_per_byte=0.0, overlap=0.80, baseline_overlap=0.40,
+EMULATED_HOST = HostTransport(tcp_per_byte=1.284e-9, per_message=70.8e-6,
+                              shm_per_byte=0.380e-9, node_per_byte=0.657e-9,
+                              shaper_per_byte=0.0, overlap=0.78, baseline_overlap=0.62,
                               source="MPI over TCP through shaped veths and a bridge: CPU per "
-                                     "byte fitted on unlimited-link times, the shaper's and "
+                                     "TCP byte and per byte of MPI_Allreduce's node-level "
+                                     "phases fitted on unlimited-link times, the shaper's and "
                                      "both overlaps on rate-limited ones, the rest measured")
 
 

@@ -17,13 +17,14 @@ decode-accumulate is MPI's reduction), MPI's slice and the host transport
 separately for the rows inside the tbf burst (``in_burst``: a rank moved under 10 bursts per
 call, so part of its traffic passed at veth speed).
 
---calibrate fits the host transport's CPU per TCP byte, the model's one free parameter, on
+--calibrate fits the host transport's CPU per TCP byte, and MPI_Allreduce's CPU per byte of
+its node-level reduce and broadcast where the rows include a two-level MPI_Allreduce, on
 unlimited-link times: every row of the unlimited-link runs that ``emulated_net.py --overlap``
 makes first (flat or on nodes; --calibrate repeatable, one fit over all files' rows), or
 "codec=ms" times of 4 ranks on one level, 64 MiB float32, two_shot; least squares in
 relative error. The CPU per message comes from perf/tcp_cpu.py --mpi over TCP (--tcp-cpu), the CPU per byte through
-shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu), the CPU per copied
-byte from the memcpy rate of the --throughput file and the shaper's CPU per TCP byte from
+shared memory from perf/tcp_cpu.py --mpi inside one host (--shm-cpu), and the shaper's CPU
+per TCP byte from
 perf/tcp_cpu.py --netns with and without --gbps (--shaper-cpu; only rate-limited links pay
 it), or, with --fit-shaper, from the rate-limited rows of the --calibrate runs, together with
 the share of the shorter of a call's wire and CPU times that hides behind the longer, for
@@ -56,16 +57,6 @@ def load_costs(paths: List[str]) -> Dict[str, pm.CodecCost]:
         for name, cost in pm.load_codec_costs(path).items():
             costs.setdefault(name, cost)
     return costs
-
-
-def copy_per_byte(paths: List[str]) -> Optional[float]:
-    """CPU seconds per byte of a memcpy (one read and one write) at the rate of the first
-    --throughput file that has one."""
-    for path in paths:
-        for r in json.load(open(path)):
-            if r.get("memcpy_gbs"):
-                return 2 / (r["memcpy_gbs"] * 1e9)
-    return None
 
 
 def model_row(system: pm.System, codec: str, algo: str, n: int, dbytes: int,
@@ -136,7 +127,8 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
           f"us, shared memory {intra_gbs:g} GB/s, {os.cpu_count()} cores shared by the ranks, "
           f"host transport: {host.tcp_per_byte * 1e9:.3f} ns/TCP byte, "
           f"{host.per_message * 1e6:.1f} us/message, {host.shm_per_byte * 1e9:.3f} ns/shm byte, "
-          f"{host.copy_per_byte * 1e9:.3f} ns/copied byte, {host.shaper_per_byte * 1e9:.3f} "
+          f"{host.node_per_byte * 1e9:.3f} ns/byte of MPI's node phases, "
+          f"{host.shaper_per_byte * 1e9:.3f} "
           f"ns/shaped TCP byte, {100 * host.overlap:.0f}% overlap, "
           f"{100 * host.baseline_overlap:.0f}% for MPI_Allreduce)")
     print(f"{'file':>18} {'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} "
@@ -159,7 +151,8 @@ def summarize(rows: List[dict]) -> None:
         if part:
             errs = [abs(r["error"]) for r in part]
             print(f"# {label}: median |error| {100 * statistics.median(errs):.1f}%, max "
-                  f"{100 * max(errs):.1f}% over {len(errs)} rows")
+                  f"{100 * max(errs):.1f}% over {len(errs)} rows, "
+                  f"{sum(e <= 0.2 for e in errs)} within 20%")
 
     outside = [r for r in rows if not r["in_burst"]]
     line("outside the burst", outside)
@@ -167,6 +160,8 @@ def summarize(rows: List[dict]) -> None:
     for rate in sorted({r["gbit"] for r in rows}):
         line(f"{rate:g} Gbit/s, outside the burst", [r for r in outside if r["gbit"] == rate])
         line(f"{rate:g} Gbit/s, all rows", [r for r in rows if r["gbit"] == rate])
+    if any(r["g"] > 1 for r in rows):
+        line("rows on nodes, outside the burst", [r for r in outside if r["g"] > 1])
 
 
 def unlimited_rows(path: str) -> List[dict]:
@@ -204,31 +199,53 @@ def shaper_cpu(shaped: str, unshaped: str, message: int = 1 << 18) -> float:
 
 
 def calibrate(rows: List[dict], costs: Dict[str, pm.CodecCost], shm: float, per_message: float,
-              copy: float, shaper: float = 0.0, intra_gbs: float = 4.0) -> pm.HostTransport:
-    """The CPU per TCP byte that best explains the unlimited-link ``rows`` (unlimited_rows,
-    spec_rows): the model is linear in it there (t = a + c * b per row), so the least
-    squares fit in relative error is closed-form. Prints each row's residual."""
-    zero = pm.HostTransport(0.0, per_message, shm, copy, shaper_per_byte=shaper)
-    one = replace(zero, tcp_per_byte=1e-9)
-    fit = []
-    for r in rows:
+              node: float, shaper: float = 0.0, intra_gbs: float = 4.0) -> pm.HostTransport:
+    """The CPU per TCP byte, and MPI_Allreduce's CPU per byte of its node-level phases
+    (``node_per_byte``), that best explain the unlimited-link ``rows`` (unlimited_rows,
+    spec_rows): least squares in relative error, closed-form, since the model is linear in
+    both there where the CPU bounds (t = a + c1 b1 + c2 b2 per row). Only a two-level
+    MPI_Allreduce row depends on the second; without one it stays ``node``. Prints each
+    row's residual, from the model at the fitted values."""
+    base = pm.HostTransport(0.0, per_message, shm, node_per_byte=1e-9, shaper_per_byte=shaper)
+
+    def at(r: dict, host: pm.HostTransport) -> Optional[float]:
         n, dbytes, g = r["count"], r["size"] // max(r["count"], 1), r["ranks_per_node"]
-        at = [model_row(base_system(costs, r["ranks"], UNLIMITED_GBIT, g, intra_gbs, h), r["codec"],
-                        r["algo"], n, dbytes, costs) for h in (zero, one)]
-        if at[0] is None:
+        return model_row(base_system(costs, r["ranks"], UNLIMITED_GBIT, g, intra_gbs, host),
+                         r["codec"], r["algo"], n, dbytes, costs)
+
+    fit = []  # (row, measured t, a, b1, b2): model seconds = a + c1 b1 + c2 b2 (c in ns)
+    for r in rows:
+        f0 = at(r, base)
+        if f0 is None:
             raise SystemExit(f"no codec rate for {r['codec']}: add a --throughput file that has it")
-        fit.append((r, r["time_us"] / 1e6, at[0], (at[1] - at[0]) / 1e-9))
-    c = sum(b / t * (t - a) / t for _, t, a, b in fit) / sum((b / t) ** 2 for _, t, _, b in fit)
-    host = replace(zero, tcp_per_byte=c, source="calibrated on unlimited links")
-    print(f"# calibration on {len(fit)} unlimited-link rows: {c * 1e9:.3f} ns of CPU per TCP "
-          f"byte; {per_message * 1e6:.1f} us per message and {shm * 1e9:.3f} ns per "
-          f"shared-memory byte (perf/tcp_cpu.py --mpi), {copy * 1e9:.3f} ns per copied byte "
-          f"(memcpy), {shaper * 1e9:.3f} ns per TCP byte through a shaper (perf/tcp_cpu.py "
-          "--netns --gbps)")
-    for r, t, a, b in fit:
+        b1 = (at(r, replace(base, tcp_per_byte=1e-9)) - f0)
+        b2 = (at(r, replace(base, node_per_byte=2e-9)) - f0)
+        fit.append((r, r["time_us"] / 1e6, f0 - b2, b1, b2))
+    # normal equations of the relative residuals (a + c1 b1 + c2 b2 - t) / t
+    s11 = sum((b1 / t) ** 2 for _, t, _, b1, _ in fit)
+    s22 = sum((b2 / t) ** 2 for _, t, _, _, b2 in fit)
+    s12 = sum(b1 * b2 / t ** 2 for _, t, _, b1, b2 in fit)
+    y1 = sum(b1 * (t - a) / t ** 2 for _, t, a, b1, _ in fit)
+    y2 = sum(b2 * (t - a) / t ** 2 for _, t, a, _, b2 in fit)
+    if s22 > 0:
+        det = s11 * s22 - s12 ** 2
+        c1, c2 = (y1 * s22 - y2 * s12) / det, (s11 * y2 - s12 * y1) / det
+    else:
+        c2 = node * 1e9
+        c1 = (y1 - c2 * s12) / s11
+    host = replace(base, tcp_per_byte=c1 * 1e-9, node_per_byte=c2 * 1e-9,
+                   source="calibrated on unlimited links")
+    node_how = "fitted" if s22 > 0 else "given: no two-level MPI_Allreduce row to fit it on"
+    print(f"# calibration on {len(fit)} unlimited-link rows: {c1:.3f} ns of CPU per TCP "
+          f"byte, {c2:.3f} ns per byte of MPI_Allreduce's node-level reduce and broadcast "
+          f"({node_how}); {per_message * 1e6:.1f} us per message and {shm * 1e9:.3f} ns per "
+          f"shared-memory byte (perf/tcp_cpu.py --mpi), {shaper * 1e9:.3f} ns per TCP byte "
+          "through a shaper (perf/tcp_cpu.py --netns --gbps)")
+    for r, t, *_ in fit:
+        m = at(r, host)
         print(f"#   {r['ranks']} ranks, G {r['ranks_per_node']}, {r['codec']:>14} "
-              f"{r['algo']:>9}: measured {t * 1e3:7.1f} ms, model {(a + c * b) * 1e3:7.1f} ms "
-              f"({100 * (a + c * b - t) / t:+5.1f}%)")
+              f"{r['algo']:>9}: measured {t * 1e3:7.1f} ms, model {m * 1e3:7.1f} ms "
+              f"({100 * (m - t) / t:+5.1f}%)")
     return host
 
 
@@ -362,8 +379,7 @@ def main(argv=None) -> int:
         rows = [r for c in args.calibrate
                 for r in (unlimited_rows(c) if c.endswith(".json") else spec_rows(c))]
         shaper = shaper_cpu(*args.shaper_cpu) if args.shaper_cpu else host.shaper_per_byte
-        host = calibrate(rows, costs, shm, per_message,
-                         copy_per_byte(args.throughput) or host.copy_per_byte, shaper,
+        host = calibrate(rows, costs, shm, per_message, host.node_per_byte, shaper,
                          args.intra_gbs)
         if args.fit_shaper:
             runs = [c for c in args.calibrate if c.endswith(".json")]

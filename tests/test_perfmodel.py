@@ -109,7 +109,7 @@ def test_algo_model_feeds_auto_on_every_rank():
 # The host transport's terms (CPU systems: MPI over TCP, shared memory inside a node), each
 # on a case computed by hand.
 HOST = pm.HostTransport(tcp_per_byte=1e-9, per_message=10e-6, shm_per_byte=0.5e-9,
-                        copy_per_byte=0.25e-9, frame=1.0)
+                        node_per_byte=0.5e-9, frame=1.0)
 
 
 def host_system(ranks=4, gbit=1e6, g=1, cores=2, host=HOST, intra_gbs=1e6):
@@ -202,13 +202,13 @@ def test_mpi_allreduce_hides_its_own_share_of_the_shorter_of_wire_and_cpu():
 
 
 def test_mpi_allreduce_on_two_levels_is_node_aware():
-    # 2 nodes x 2 ranks: a reduce into one rank per node (n 4 bytes copied in and out of
-    # shared memory: 4 copies at 0.25 ns a byte, half a core) plus its sum (n at 1e9/s,
-    # half a core), the 2 leaders' all-reduce over TCP (n 4 bytes each way at 1 Gbit/s, then
-    # its sum and TCP CPU), and the broadcast back.
+    # 2 nodes x 2 ranks: a reduce into one rank per node and the broadcast back (n 4 bytes
+    # into the leader and out again at 0.5 ns a byte of node-level CPU, half a core) plus
+    # the reduce's sum (n at 1e9/s, half a core), and the 2 leaders' all-reduce over TCP
+    # (n 4 bytes each way at 1 Gbit/s, then its sum and TCP CPU).
     n = 1 << 20
     b = n * 4
-    inside = 4 * b * 0.25e-9 / 0.5 + n / 0.5e9
+    inside = 2 * b * 0.5e-9 / 0.5 + n / 0.5e9
     leaders = b / pm.gbit(1) + n / 2 / 0.5e9 + (b * 1e-9 + 2 * 10e-6) / 0.5
     assert pm.baseline_time(host_system(gbit=1, g=2), n, 4) == pytest.approx(inside + leaders)
 
@@ -260,7 +260,7 @@ def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_er
     mr = _model_report()
     costs = {"none": pm.CodecCost("none", 4.0, 2e9, 1.5e9),
              "fp8_e4m3:g128": pm.CodecCost("fp8_e4m3:g128", 1.03, 1.4e9, 1.2e9)}
-    truth = pm.HostTransport(1.7e-9, 30e-6, 0.7e-9, 0.1e-9)
+    truth = pm.HostTransport(1.7e-9, 30e-6, 0.7e-9, 0.6e-9)
     n = 16 << 20
 
     def unlimited(codec):
@@ -269,7 +269,7 @@ def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_er
 
     spec = ",".join(f"{c}={unlimited(c) * 1e3!r}" for c in ("MPI_Allreduce", "fp8_e4m3:g128"))
     got = mr.calibrate(mr.spec_rows(spec), costs, truth.shm_per_byte, truth.per_message,
-                       truth.copy_per_byte)
+                       truth.node_per_byte)
     assert got.tcp_per_byte == pytest.approx(truth.tcp_per_byte, rel=1e-9)
     # rows on nodes (2 x 2, hier) fit alongside the flat ones
     s2 = mr.base_system(costs, 4, mr.UNLIMITED_GBIT, 2, 4.0, truth)
@@ -277,8 +277,19 @@ def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_er
             "ranks": 4, "ranks_per_node": 2,
             "time_us": mr.model_row(s2, "fp8_e4m3:g128", "hier", n, 4, costs) * 1e6}
     got = mr.calibrate(mr.spec_rows(spec) + [hier], costs, truth.shm_per_byte,
-                       truth.per_message, truth.copy_per_byte)
+                       truth.per_message, truth.node_per_byte)
     assert got.tcp_per_byte == pytest.approx(truth.tcp_per_byte, rel=1e-9)
+    # a two-level MPI_Allreduce row fits the node-level phases' CPU per byte too, from a
+    # wrong starting value; without one the given value stays
+    node = dict(hier, codec="MPI_Allreduce", algo="-",
+                time_us=mr.model_row(s2, "MPI_Allreduce", "-", n, 4, costs) * 1e6)
+    got = mr.calibrate(mr.spec_rows(spec) + [hier, node], costs, truth.shm_per_byte,
+                       truth.per_message, 5 * truth.node_per_byte)
+    assert got.tcp_per_byte == pytest.approx(truth.tcp_per_byte, rel=1e-6)
+    assert got.node_per_byte == pytest.approx(truth.node_per_byte, rel=1e-6)
+    assert mr.calibrate(mr.spec_rows(spec), costs, truth.shm_per_byte, truth.per_message,
+                        5 * truth.node_per_byte).node_per_byte \
+        == pytest.approx(5 * truth.node_per_byte, rel=1e-12)
     # a run measured 10% slower than the model: validation says -9.1% (model under)
     s1 = mr.base_system(costs, 4, 1.0, 1, 4.0, truth)
     t = mr.model_row(s1, "fp8_e4m3:g128", "two_shot", n, 4, costs)
