@@ -4,8 +4,9 @@
 
 For each codec: encode (float32 in -> wire) and decode-accumulate (wire -> float32 += ) in
 elements per second and in GB/s of bytes read plus written, and that bandwidth as a share of
-a plain memcpy (read + write) of the same float32 buffer, timed in the same process. Medians
-of several repetitions; one thread (the collectives run one per rank).
+a plain memcpy (read + write) of the same float32 buffer, timed in the same process; then
+the plain decode (wire -> float32 output: the all-gather's last step) in elements per
+second. Medians of several repetitions; one thread (the collectives run one per rank).
 
 --clock thread times each call by this thread's CPU time (time.thread_time) instead of the
 wall clock: on a machine shared with other jobs, time spent waiting for a core is then left
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
           f"ccompress {cc.__version__}, {args.clock} clock")
     print(f"# memcpy (read+write): {memcpy_gbs:.2f} GB/s")
     cols = f"{'codec':>20} {'bits/el':>7} {'enc Gel/s':>9} {'enc GB/s':>8} {'%memcpy':>7} " \
-           f"{'dec+acc Gel/s':>13} {'dec GB/s':>8} {'%memcpy':>7}"
+           f"{'dec+acc Gel/s':>13} {'dec GB/s':>8} {'%memcpy':>7} {'decode Gel/s':>12}"
     print(cols)
     rows = []
     for spec in args.codec or DEFAULT_CODECS:
@@ -77,16 +78,18 @@ def main(argv=None) -> int:
                     args.reps, clock)
         dec = timed(lambda: _core.decode_accumulate(c, wire.ctypes.data, n, acc.ctypes.data,
                                                     False), args.reps, clock)
+        out = timed(lambda: _core.decode(c, wire.ctypes.data, n, copy.ctypes.data, "float32"),
+                    args.reps, clock)
         bits = 8 * wire.size / n
         enc_gbs = (x.nbytes + wire.size) / enc / 1e9
         dec_gbs = (wire.size + 2 * acc.nbytes) / dec / 1e9
         row = {"codec": codec.name, "bits_per_element": bits, "encode_elems_per_s": n / enc,
                "encode_gbs": enc_gbs, "decode_acc_elems_per_s": n / dec, "decode_acc_gbs": dec_gbs,
-               "memcpy_gbs": memcpy_gbs}
+               "decode_elems_per_s": n / out, "memcpy_gbs": memcpy_gbs}
         rows.append(row)
         print(f"{codec.name:>20} {bits:7.3f} {n / enc / 1e9:9.3f} {enc_gbs:8.2f} "
               f"{100 * enc_gbs / memcpy_gbs:6.1f}% {n / dec / 1e9:13.3f} {dec_gbs:8.2f} "
-              f"{100 * dec_gbs / memcpy_gbs:6.1f}%", flush=True)
+              f"{100 * dec_gbs / memcpy_gbs:6.1f}% {n / out / 1e9:12.3f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

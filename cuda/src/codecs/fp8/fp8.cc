@@ -122,13 +122,20 @@ void zero_fp8_padding(void* wire, int64_t n) {
   for (int64_t i = n; i < codecs::fp8_scales_offset(n); ++i) p[i] = 0;
 }
 
+// out[0, len) = the values of group g (elements off .. off + len), codecs::mul_rn(lut[q],
+// s), or with @p accumulate out[i] + that: AVX2's shift-and-scale decode where the CPU has
+// it, else the table. Every decode (accumulate, into an output, before a re-encode) is this.
 template <class F>
-void dequantize_group(const void* wire, int64_t n, int64_t g, int64_t off, int64_t len,
-                      float* out) {
+void decode_group(const void* wire, int64_t n, int64_t g, int64_t off, int64_t len, float* out,
+                  bool accumulate) {
   const float* lut = fp8_lut<F>();
   const uint8_t* q = static_cast<const uint8_t*>(wire) + off;
-  float s = load_scale(wire, n, g);
-  for (int64_t i = 0; i < len; ++i) out[i] = codecs::mul_rn(lut[q[i]], s);
+  const float s = load_scale(wire, n, g);
+#ifdef CC_HAVE_SIMD_AVX2
+  if (cpu_use_avx2())
+    return cpu::fp8_decode_avx2(std::is_same_v<F, Fp8E5M2>, lut, q, len, s, out, accumulate);
+#endif
+  cpu::fp8_lut_decode(lut, q, len, s, out, accumulate);
 }
 
 void host_encode_body(const void* src, DType src_dtype, int64_t n, const Codec& codec,
@@ -155,16 +162,8 @@ void host_decode_accumulate_body(const void* src, int64_t n, const Codec& codec,
   check_args(codec, n);
   with_fp8_format(codec, [&](auto fmt) {
     using F = decltype(fmt);
-    const float* lut = fp8_lut<F>();
-    const uint8_t* q = static_cast<const uint8_t*>(src);
     cpu::for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
-      float s = load_scale(src, n, g);
-      float* a = acc + off;
-#ifdef CC_HAVE_SIMD_AVX2
-      if (cpu_use_avx2())
-        return cpu::fp8_decode_avx2(std::is_same_v<F, Fp8E5M2>, lut, q + off, len, s, a, !assign);
-#endif
-      cpu::fp8_lut_decode(lut, q + off, len, s, a, !assign);
+      decode_group<F>(src, n, g, off, len, acc + off, !assign);
     });
   });
 }
@@ -176,7 +175,9 @@ void host_decode_body(const void* src, int64_t n, const Codec& codec, void* out,
   with_fp8_format(codec, [&](auto fmt) {
     using F = decltype(fmt);
     cpu::for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
-      dequantize_group<F>(src, n, g, off, len, buf);
+      if (out_dtype == DType::Float32)  // straight into the output
+        return decode_group<F>(src, n, g, off, len, static_cast<float*>(out) + off, false);
+      decode_group<F>(src, n, g, off, len, buf, false);
       cpu::store_block(buf, len, out, out_dtype, off);
     });
   });
@@ -190,7 +191,7 @@ void host_decode_reduce_encode_body(const void* src, const void* x, DType x_dtyp
   with_fp8_format(codec, [&](auto fmt) {
     using F = decltype(fmt);
     cpu::for_each_group(n, codec.group, [&](int64_t g, int64_t off, int64_t len) {
-      dequantize_group<F>(src, n, g, off, len, buf);
+      decode_group<F>(src, n, g, off, len, buf, false);
       cpu::add_block(x, x_dtype, off, len, divisor, buf);
       quantize_group<F>(buf, len, dst, n, g, off, codec, ctx);
     });
