@@ -54,6 +54,13 @@ class CodecCost:
     encode: float                 # elements/s
     decode: float                 # elements/s (decode-accumulate)
     source: str = "measured"      # or "datasheet assumption: ..."
+    decode_out: Optional[float] = None  # elements/s of the plain decode into an output (an
+                                        # all-gather's last step); None: ``decode``'s
+
+    @property
+    def out_rate(self) -> float:
+        """Elements/s of the plain decode into an output."""
+        return self.decode_out or self.decode
 
 
 @dataclass(frozen=True)
@@ -171,21 +178,21 @@ def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, 
     pattern = "ring" if algo in ("ring", "tree") else "all_to_all"
     bw = _bandwidth(system, pattern)
     share = system.compute_share()
-    enc, dec = codec.encode * share, codec.decode * share
+    enc, dec, out = codec.encode * share, codec.decode * share, codec.out_rate * share
     if p == 1:
-        return n / enc + n / dec
+        return n / enc + n / out
     chunk = n / p
     per_chunk, per_tensor = _slices(chunk, system.slice_elems), _slices(n, system.slice_elems)
     if algo == "two_shot":
         sent = 2 * (p - 1) * chunk * w          # all-to-all out, then the owner's copies
-        kernels = n / enc + n / dec + chunk / enc + n / dec
+        kernels = n / enc + n / dec + chunk / enc + n / out
         rounds = 2
         messages = 4 * (p - 1)
         sends = 2 * (p - 1) * per_chunk
     elif algo == "ring":
         sent = 2 * (p - 1) * chunk * w
-        kernels = chunk / enc + (p - 1) * chunk * (1 / enc + 1 / dec) + (p - 1) * chunk / dec \
-            + chunk / dec
+        kernels = chunk / enc + (p - 1) * chunk * (1 / enc + 1 / dec) + (p - 1) * chunk / out \
+            + chunk / out
         rounds = 2 * (p - 1)
         messages = 4 * (p - 1)
         sends = 2 * (p - 1) * per_chunk
@@ -198,7 +205,7 @@ def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, 
     elif algo == "tree":
         depth = max(1, math.ceil(math.log2(p + 1)) - 1)
         sent = 3 * n * w                        # an inner node: up once, down to two children
-        kernels = n / enc + 2 * n / dec + n / enc + n / dec
+        kernels = n / enc + 2 * n / dec + n / enc + n / out
         rounds = 2 * depth
         messages = 6
         sends = 3 * per_tensor
@@ -240,7 +247,7 @@ def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
             + collective_time(between, -(-n // g), dtype_bytes, codec, inter_algo)
     p, nodes = system.ranks, system.ranks // g
     share = system.compute_share()
-    enc, dec = codec.encode * share, codec.decode * share
+    enc, dec, out = codec.encode * share, codec.decode * share, codec.out_rate * share
     enc_i, dec_i = exact.encode * share, exact.decode * share
     w, w_i = codec.wire_per_element, exact.wire_per_element
     link = system.link_bandwidth()
@@ -250,8 +257,9 @@ def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
     inside = intra_bytes / system.intra.bandwidth
     # intra codec: a rank encodes the (g-1)/g of its tensor that other ranks collect; a
     # collector takes g terms of n/g (its own loaded, g-1 decoded). Call's codec: the node's
-    # sum of n/g encoded, the n/g of node sums and the whole result decoded, n/p re-encoded.
-    kernels = (g - 1) / g * n / enc_i + n / dec_i + (n / g + n / p) / enc + (n / g + n) / dec
+    # sum of n/g encoded, the n/g of node sums decoded and summed, n/p re-encoded, and the
+    # whole result decoded into the output.
+    kernels = (g - 1) / g * n / enc_i + n / dec_i + (n / g + n / p) / enc + n / g / dec + n / out
     per_chunk = _slices(n / p, system.slice_elems)
     sends = (2 * (nodes - 1) + 2 * nodes * (g - 1)) * per_chunk
     cpu = kernels + system.transport_time(inter_bytes, intra_bytes, sends)
@@ -328,7 +336,8 @@ def load_codec_costs(path: str) -> Dict[str, CodecCost]:
     with open(path) as f:
         rows = json.load(f)
     return {r["codec"]: CodecCost(r["codec"], r["bits_per_element"] / 8,
-                                  r["encode_elems_per_s"], r["decode_acc_elems_per_s"])
+                                  r["encode_elems_per_s"], r["decode_acc_elems_per_s"],
+                                  decode_out=r.get("decode_elems_per_s"))
             for r in rows}
 
 
