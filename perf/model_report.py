@@ -213,13 +213,15 @@ def calibrate(rows: List[dict], costs: Dict[str, pm.CodecCost], shm: float, per_
         return model_row(base_system(costs, r["ranks"], UNLIMITED_GBIT, g, intra_gbs, host),
                          r["codec"], r["algo"], n, dbytes, costs)
 
-    fit = []  # (row, measured t, a, b1, b2): model seconds = a + c1 b1 + c2 b2 (c in ns)
+    fit = []  # (row, measured t, a, b1, b2): model seconds = a + c1 b1 + c2 b2, c1 c2 in ns
     for r in rows:
         f0 = at(r, base)
         if f0 is None:
             raise SystemExit(f"no codec rate for {r['codec']}: add a --throughput file that has it")
-        b1 = (at(r, replace(base, tcp_per_byte=1e-9)) - f0)
-        b2 = (at(r, replace(base, node_per_byte=2e-9)) - f0)
+        # the model is linear in both above node_per_byte's crossover: the slopes per ns,
+        # and a the model's time at 0 and 0
+        b1 = at(r, replace(base, tcp_per_byte=1e-9)) - f0
+        b2 = at(r, replace(base, node_per_byte=2e-9)) - f0
         fit.append((r, r["time_us"] / 1e6, f0 - b2, b1, b2))
     # normal equations of the relative residuals (a + c1 b1 + c2 b2 - t) / t
     s11 = sum((b1 / t) ** 2 for _, t, _, b1, _ in fit)
