@@ -11,8 +11,8 @@ systems.
 The validation models every run as it was (perfmodel.emulated_system): the ranks in nodes of
 the run's ``ranks_per_node``, each node's link at the tbf rate, alpha 50 us, shared memory at
 --intra-gbs inside a node, the ranks sharing this machine's cores at the single-thread codec
-rates of codec_throughput.py (the first --throughput file that has a codec wins; ``none``'s
-decode-accumulate is MPI's reduction), MPI's slice and the host transport
+rates of codec_throughput.py (several --throughput files: each rate's median over them;
+``none``'s decode-accumulate is MPI's reduction), MPI's slice and the host transport
 (perfmodel.EMULATED_HOST). It prints every row's error and the median and max |error|,
 separately for the rows inside the tbf burst (``in_burst``: a rank moved under 10 bursts per
 call, so part of its traffic passed at veth speed).
@@ -51,12 +51,19 @@ UNLIMITED_GBIT = 1e6  # "unlimited" links: the veths run at CPU speed, which the
 
 
 def load_costs(paths: List[str]) -> Dict[str, pm.CodecCost]:
-    """Codec costs from codec_throughput.py JSON files, the first file having a codec wins."""
-    costs: Dict[str, pm.CodecCost] = {}
+    """Codec costs from codec_throughput.py JSON files: per codec, the median of each rate
+    over the files that have it (rounds of the same measurement)."""
+    rounds: Dict[str, List[pm.CodecCost]] = {}
     for path in paths:
         for name, cost in pm.load_codec_costs(path).items():
-            costs.setdefault(name, cost)
-    return costs
+            rounds.setdefault(name, []).append(cost)
+
+    def median(costs: List[pm.CodecCost], field: str) -> Optional[float]:
+        values = [getattr(c, field) for c in costs if getattr(c, field) is not None]
+        return statistics.median(values) if values else None
+
+    return {name: replace(c[0], encode=median(c, "encode"), decode=median(c, "decode"),
+                          decode_out=median(c, "decode_out")) for name, c in rounds.items()}
 
 
 def model_row(system: pm.System, codec: str, algo: str, n: int, dbytes: int,
@@ -348,7 +355,8 @@ def main(argv=None) -> int:
     ap.add_argument("--emulated", action="append", default=[],
                     help="JSON from perf/emulated_net.py --json (repeatable)")
     ap.add_argument("--throughput", action="append", default=[],
-                    help="JSON from perf/codec_throughput.py --json (repeatable)")
+                    help="JSON from perf/codec_throughput.py --json (repeatable: rounds of "
+                         "it give each rate's median)")
     ap.add_argument("--intra-gbs", type=float, default=4.0,
                     help="GB/s between the ranks of an emulated node (shared memory)")
     ap.add_argument("--calibrate", metavar="CODEC=MS,...|RUN.json", action="append",

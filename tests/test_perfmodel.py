@@ -362,3 +362,20 @@ def test_fit_shaper_recovers_the_shapers_cpu_and_the_overlap_from_rate_limited_r
     out = capsys.readouterr().out
     assert "shaper and overlap fitted on 4 rate-limited rows" in out
     assert "70% of the shorter of wire and CPU time hidden (40% for MPI_Allreduce)" in out
+
+
+def test_rounds_of_codec_throughput_give_each_rates_median(tmp_path):
+    import json
+
+    mr = _model_report()
+    paths = []
+    for i, (enc, dec, out) in enumerate([(1e9, 2e9, 3e9), (3e9, 1e9, 2e9), (2e9, 4e9, None)]):
+        row = {"codec": "x", "bits_per_element": 8.0, "encode_elems_per_s": enc,
+               "decode_acc_elems_per_s": dec}
+        if out:
+            row["decode_elems_per_s"] = out
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps([row]))
+    c = mr.load_costs([str(p) for p in paths])["x"]
+    assert (c.encode, c.decode, c.decode_out) == (2e9, 2e9, 2.5e9)
+    assert pm.load_codec_costs(str(paths[2]))["x"].out_rate == 4e9  # no plain decode: decode's
