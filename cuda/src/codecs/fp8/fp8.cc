@@ -128,7 +128,10 @@ void dequantize_group(const void* wire, int64_t n, int64_t g, int64_t off, int64
   const float* lut = fp8_lut<F>();
   const uint8_t* q = static_cast<const uint8_t*>(wire) + off;
   float s = load_scale(wire, n, g);
-  for (int64_t i = 0; i < len; ++i) out[i] = codecs::mul_rn(lut[q[i]], s);
+#ifdef CC_HAVE_SIMD_AVX2
+  if (cpu_use_avx2()) return cpu::fp8_lut_decode(lut, q, len, s, out, false);
+#endif
+  cpu::fp8_decode_sse2(std::is_same_v<F, Fp8E5M2>, lut, q, len, s, out, false);
 }
 
 void host_encode_body(const void* src, DType src_dtype, int64_t n, const Codec& codec,
@@ -164,7 +167,7 @@ void host_decode_accumulate_body(const void* src, int64_t n, const Codec& codec,
       if (cpu_use_avx2())
         return cpu::fp8_decode_avx2(std::is_same_v<F, Fp8E5M2>, lut, q + off, len, s, a, !assign);
 #endif
-      cpu::fp8_lut_decode(lut, q + off, len, s, a, !assign);
+      cpu::fp8_decode_sse2(std::is_same_v<F, Fp8E5M2>, lut, q + off, len, s, a, !assign);
     });
   });
 }
