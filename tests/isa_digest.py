@@ -57,20 +57,42 @@ def signed_scale_digests(rng) -> dict:
     return out
 
 
+# Group scales a decoder may read besides the encoder's: 1, values whose products with the
+# largest codes overflow, and ones whose products are fp32 subnormals or underflow to 0. A NaN
+# scale is left out: times a NaN code, which of the two NaNs comes out is not pinned (GCC
+# orders the operands of the table decode's product differently in the two copies).
+EVERY_CODE_SCALES = (None, 1.0, 1e36, -3e-39, 1e-45)
+
+
 def every_code_digests(rng) -> dict:
-    """decode_accumulate (the collective's decoder of a received payload) of fp8 wires whose
-    codes run through all 256 bytes, shuffled, at group sizes with and without a tail: the
-    AVX2 decoder takes Inf and NaN codes, subnormal codes and -0 apart from the table."""
+    """decode and decode_accumulate (the collective's decoder of a received payload) of fp8
+    wires whose codes run through all 256 bytes, shuffled, and through the finite ones in
+    order, at group sizes with and without a tail, with the encoder's group scales and with
+    EVERY_CODE_SCALES: the decoders take Inf and NaN codes, subnormal codes and -0 apart from
+    the table, and every other code by shifts."""
     out = {}
-    for spec in ("fp8_e4m3:g128", "fp8_e5m2:g16", "fp8_e4m3:g40"):
+    for spec in ("fp8_e4m3:g128", "fp8_e5m2:g16", "fp8_e4m3:g40", "fp8_e5m2:g40"):
         n = 256 * 5 + 3
         codec = cc.Codec(spec)
         wire = codec.encode(rng.standard_normal(n).astype(np.float32)).copy()
-        wire[:n] = rng.permutation(np.resize(np.arange(256, dtype=np.uint8), n))
-        for assign in (True, False):
-            acc = rng.standard_normal(n).astype(np.float32)
-            _core.decode_accumulate(codec._c.bind("float32"), wire.ctypes.data, n, acc.ctypes.data, assign)
-            out[f"every code {spec} assign={assign}"] = digest(acc)
+        codes = np.arange(256, dtype=np.uint8)
+        special = (codes & 0x7F) == 0x7F if "e4m3" in spec else (codes & 0x7C) == 0x7C
+        streams = {"shuffled": rng.permutation(np.resize(codes, n)),
+                   "finite": np.resize(codes[~special], n)}
+        groups = -(-n // codec.group)
+        scales = wire[n + (-n) % 4:].view(np.float32)[:groups]
+        for s in EVERY_CODE_SCALES:
+            if s is not None:
+                scales[:] = s
+            for name, stream in streams.items():
+                wire[:n] = stream
+                key = f"every code {spec} {name} s={s}"
+                out[f"{key} decode"] = digest(codec.decode(wire, n, "float32"))
+                for assign in (True, False):
+                    acc = rng.standard_normal(n).astype(np.float32)
+                    _core.decode_accumulate(codec._c.bind("float32"), wire.ctypes.data, n,
+                                            acc.ctypes.data, assign)
+                    out[f"{key} assign={assign}"] = digest(acc)
     return out
 
 

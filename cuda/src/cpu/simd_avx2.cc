@@ -235,12 +235,12 @@ CC_AVX2 float fp8_encode_group_avx2(bool e5m2, const float* x, int32_t n, const 
 
 CC_AVX2 void fp8_decode_avx2(bool e5m2, const float* lut, const uint8_t* q, int64_t n, float s,
                              float* a, bool accumulate) {
-  // |code| << shift is the code's value as an fp32 bit pattern scaled by 2^-(127 - bias), so
-  // one exact multiplication by 2^(127 - bias) gives lut[code] (subnormal codes included);
-  // an 8-code piece with an Inf or NaN code, and the tail, take the table.
-  const __m128i count = _mm_cvtsi32_si128(e5m2 ? 21 : 20);
-  const __m256 unbias = _mm256_set1_ps(e5m2 ? 0x1p112f : 0x1p120f);
-  const __m256i special = _mm256_set1_epi32(e5m2 ? 0x7c : 0x7f);  // exponent (e5m2) / code bits
+  // The codes decoded by fp8_shift_decode; an 8-code piece with an Inf or NaN code, and the
+  // tail, take the table.
+  const Fp8ShiftDecode d = fp8_shift_decode(e5m2);
+  const __m128i count = _mm_cvtsi32_si128(d.shift);
+  const __m256 unbias = _mm256_set1_ps(d.unbias);
+  const __m256i special = _mm256_set1_epi32(d.special);
   const __m256i mag = _mm256_set1_epi32(0x7f);
   const __m256 sv = _mm256_set1_ps(s);
   int64_t i = 0;

@@ -68,15 +68,69 @@ void fp8_decode_avx2(bool e5m2, const float* lut, const uint8_t* q, int64_t n, f
                      float* a, bool accumulate);
 #endif
 
+/// The table-free decode of fp8 codes (fp8_decode_avx2, fp8_decode_sse2): the magnitude bits
+/// of a code (code & 0x7f) shifted left by `shift` are the fp32 bit pattern of its value times
+/// 2^-(127 - bias), subnormal codes included, so one exact multiplication by `unbias` =
+/// 2^(127 - bias) gives the value; a code is Inf or NaN when (code & special) == special (the
+/// exponent bits all set in E5M2, all seven magnitude bits in E4M3), and those take the table.
+struct Fp8ShiftDecode {
+  int shift;
+  float unbias;
+  int special;
+};
+constexpr Fp8ShiftDecode fp8_shift_decode(bool e5m2) {
+  return e5m2 ? Fp8ShiftDecode{21, 0x1p112f, 0x7c} : Fp8ShiftDecode{20, 0x1p120f, 0x7f};
+}
+
 /// a[i] = codecs::mul_rn(lut[q[i]], s), or with @p accumulate codecs::add_rn(a[i], that), for
-/// 0 <= i < n: the table decode of fp8 codes (fp8_decode_avx2's reference and its Inf / NaN
-/// pieces and tail).
+/// 0 <= i < n: the table decode of fp8 codes (the reference of fp8_decode_avx2 and
+/// fp8_decode_sse2, and their pieces with an Inf / NaN code and their tails).
 inline void fp8_lut_decode(const float* lut, const uint8_t* q, int64_t n, float s, float* a,
                            bool accumulate) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = codecs::mul_rn(lut[q[i]], s);
     a[i] = accumulate ? codecs::add_rn(a[i], v) : v;
   }
+}
+
+/// fp8_lut_decode(lut, q, n, s, a, accumulate), bit for bit, where lut is the fp8 code table
+/// of the format (E5M2 when @p e5m2, else E4M3): the portable copy's decode (fp8_decode_avx2
+/// is the AVX2 one). SSE2 decodes 16 codes at a time by fp8_shift_decode, in 16-bit lanes that
+/// become the upper halves of the fp32 patterns; a piece of 16 with an Inf or NaN code, and the
+/// tail, take the table.
+inline void fp8_decode_sse2(bool e5m2, const float* lut, const uint8_t* q, int64_t n, float s,
+                            float* a, bool accumulate) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  const Fp8ShiftDecode d = fp8_shift_decode(e5m2);
+  const __m128i special = _mm_set1_epi8(static_cast<char>(d.special));
+  const __m128i sign = _mm_set1_epi16(static_cast<int16_t>(0x8000));
+  const __m128i mag = _mm_set1_epi16(0x7f00);
+  const __m128i count = _mm_cvtsi32_si128(24 - d.shift);  // code << 8: magnitude << (shift - 16)
+  const __m128i zero = _mm_setzero_si128();
+  const __m128 unbias = _mm_set1_ps(d.unbias);
+  const __m128 sv = _mm_set1_ps(s);
+  for (; i + 16 <= n; i += 16) {
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i));
+    if (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(c, special), special)) != 0) {
+      fp8_lut_decode(lut, q + i, 16, s, a + i, accumulate);
+      continue;
+    }
+    for (int h = 0; h < 2; ++h) {  // codes 8h .. 8h + 7
+      const __m128i w = h == 0 ? _mm_unpacklo_epi8(zero, c) : _mm_unpackhi_epi8(zero, c);
+      const __m128i hi = _mm_or_si128(_mm_and_si128(w, sign),
+                                      _mm_srl_epi16(_mm_and_si128(w, mag), count));
+      for (int k = 0; k < 2; ++k) {
+        const __m128i bits = k == 0 ? _mm_unpacklo_epi16(zero, hi) : _mm_unpackhi_epi16(zero, hi);
+        float* out = a + i + 8 * h + 4 * k;
+        __m128 v = _mm_mul_ps(_mm_mul_ps(_mm_castsi128_ps(bits), unbias), sv);
+        if (accumulate) v = _mm_add_ps(_mm_loadu_ps(out), v);
+        _mm_storeu_ps(out, v);
+      }
+    }
+  }
+#endif
+  fp8_lut_decode(lut, q + i, n - i, s, a + i, accumulate);
 }
 
 /// q[i] = codecs::group_quantize<F>(y[i], s) (with @p kKeepInf) or codecs::fp8_from_float<F>(

@@ -123,8 +123,9 @@ void zero_fp8_padding(void* wire, int64_t n) {
 }
 
 // out[0, len) = the values of group g (elements off .. off + len), codecs::mul_rn(lut[q],
-// s), or with @p accumulate out[i] + that: AVX2's shift-and-scale decode where the CPU has
-// it, else the table. Every decode (accumulate, into an output, before a re-encode) is this.
+// s), or with @p accumulate out[i] + that, decoded by shifts and one exact scaling (AVX2's
+// decoder where the CPU has it, else SSE2's). Every decode (accumulate, into an output,
+// before a re-encode) is this.
 template <class F>
 void decode_group(const void* wire, int64_t n, int64_t g, int64_t off, int64_t len, float* out,
                   bool accumulate) {
@@ -135,7 +136,7 @@ void decode_group(const void* wire, int64_t n, int64_t g, int64_t off, int64_t l
   if (cpu_use_avx2())
     return cpu::fp8_decode_avx2(std::is_same_v<F, Fp8E5M2>, lut, q, len, s, out, accumulate);
 #endif
-  cpu::fp8_lut_decode(lut, q, len, s, out, accumulate);
+  cpu::fp8_decode_sse2(std::is_same_v<F, Fp8E5M2>, lut, q, len, s, out, accumulate);
 }
 
 void host_encode_body(const void* src, DType src_dtype, int64_t n, const Codec& codec,
