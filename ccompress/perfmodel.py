@@ -10,7 +10,8 @@ where ``fill`` is one slice's kernel plus one slice's transfer (the pipeline's f
 stages cannot overlap) and ``latency`` counts the dependent message rounds times ``alpha``.
 A node of ``ranks_per_node`` ranks has its own (faster) link between its ranks; on a
 two-level system the inter-node link is shared by the node's ranks. Codec costs come from
-measured element rates (``encode``, ``decode`` in elements/s per rank).
+measured element rates (``encode``, ``decode`` (decode-accumulate) and ``decode_out`` (the
+plain decode that ends an all-gather) in elements/s per rank).
 
 On a CPU system (``System.host``, a :class:`HostTransport`) moving bytes costs CPU too:
 the host's TCP stack and the MPI library per byte and per message, shared memory per byte
