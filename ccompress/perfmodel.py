@@ -482,18 +482,22 @@ def emulated_system(ranks: int, gbit_rate: float, cores: int, ranks_per_node: in
 
 
 def measure_codec_cost(spec: str, n: int = 1 << 22, reps: int = 3) -> CodecCost:
-    """Single-thread encode and decode rates of ``spec`` on this machine, measured on ``n``
-    float32 Gaussian elements through the public Codec API (median of ``reps``)."""
+    """Single-thread encode, decode-accumulate and plain decode rates of ``spec`` on this
+    machine, measured on ``n`` float32 Gaussian elements through the codec's kernels
+    (median of ``reps``)."""
     import statistics
     import time
 
     import numpy as np
 
+    from . import _core
     from .codec import Codec
 
     codec = Codec.parse(spec)
     x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
     buf = codec.encode(x)
+    acc = np.zeros(n, np.float32)
+    bound = codec._c.bind("float32")
 
     def rate(fn) -> float:
         fn()
@@ -505,5 +509,7 @@ def measure_codec_cost(spec: str, n: int = 1 << 22, reps: int = 3) -> CodecCost:
         return n / statistics.median(times)
 
     return CodecCost(codec.name, buf.size / n, rate(lambda: codec.encode(x)),
-                     rate(lambda: codec.decode(buf, n, "float32")),
-                     source="measured here, one thread, Codec.encode/decode")
+                     rate(lambda: _core.decode_accumulate(bound, buf.ctypes.data, n,
+                                                          acc.ctypes.data, False)),
+                     source="measured here, one thread, encode, decode-accumulate, decode",
+                     decode_out=rate(lambda: codec.decode(buf, n, "float32")))

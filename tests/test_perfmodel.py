@@ -379,3 +379,10 @@ def test_rounds_of_codec_throughput_give_each_rates_median(tmp_path):
     c = mr.load_costs([str(p) for p in paths])["x"]
     assert (c.encode, c.decode, c.decode_out) == (2e9, 2e9, 2.5e9)
     assert pm.load_codec_costs(str(paths[2]))["x"].out_rate == 4e9  # no plain decode: decode's
+
+
+def test_measure_codec_cost_times_decode_accumulate_and_the_plain_decode_apart():
+    c = pm.measure_codec_cost("fp8_e4m3:g128", n=1 << 16, reps=1)
+    assert c.wire_per_element == pytest.approx(1.03125)
+    assert min(c.encode, c.decode, c.decode_out) > 0
+    assert c.out_rate == c.decode_out
