@@ -239,9 +239,8 @@ def calibrate(rows: List[dict], costs: Dict[str, pm.CodecCost], shm: float, per_
     if s22 > 0:
         det = s11 * s22 - s12 ** 2
         c1, c2 = (y1 * s22 - y2 * s12) / det, (s11 * y2 - s12 * y1) / det
-    else:
-        c2 = node * 1e9
-        c1 = (y1 - c2 * s12) / s11
+    else:  # every b2 is 0, so s12 is too: the one-parameter fit
+        c1, c2 = y1 / s11, node * 1e9
     host = replace(base, tcp_per_byte=c1 * 1e-9, node_per_byte=c2 * 1e-9,
                    source="calibrated on unlimited links")
     node_how = "fitted" if s22 > 0 else "given: no two-level MPI_Allreduce row to fit it on"
