@@ -114,6 +114,32 @@ def fourbit_accumulate_digests(rng) -> dict:
     return out
 
 
+def s8_threshold_digests(rng) -> dict:
+    """hint8's s8 scale codes where they change: blocks of 16 whose one spike, 4a at the
+    block's start, rotates to 16 coefficients a, so that the group's base scale
+    float32(|a| / 127) lands on each of the 15 mantissas of 2^(-j/16), one ulp either side,
+    and the mantissas 0, 1 and 2^23 - 1, at scale exponents from 1 (scales near FLT_MIN,
+    whose decodes are subnormal) up to 244. The AVX2 encoder finds these codes in closed form
+    from E = 9 on and by search below; the baseline copy searches."""
+    log_frac = (2.0 ** (-np.arange(1, 16) / 16)).astype(np.float32).view(np.uint32) & 0x7FFFFF
+    mants = sorted({int(m) for t in log_frac for m in (t - 1, t, t + 1)} | {0, 1, 0x7FFFFF})
+    exps = list(range(1, 14)) + [60, 126, 127, 200, 243, 244]  # 4a < FLT_MAX up to 244
+    want = np.array([(e << 23) | m for e in exps for m in mants], np.uint32).view(np.float32)
+    a = (want.astype(np.float64) * 127).astype(np.float32)
+    for _ in range(2):  # step a to the float whose base scale is the wanted one, where any is
+        got = a / np.float32(127)
+        a = np.where(got < want, np.nextafter(a, np.float32(np.inf)),
+                     np.where(got > want, np.nextafter(a, np.float32(0)), a))
+    x = np.zeros((a.size, 16), np.float32)
+    x[:, 0] = 4 * a * np.where(rng.random(a.size) < 0.5, -1, 1).astype(np.float32)
+    x = x.reshape(-1)
+    codec = cc.Codec("hint8:g16:h16")
+    enc = codec.encode(x)
+    hit = np.count_nonzero(a / np.float32(127) == want)
+    assert hit >= 0.9 * want.size, f"only {hit} of {want.size} base scales on target"
+    return {"s8 thresholds": digest(enc, codec.decode(enc, x.size, "float32"))}
+
+
 def collective_digests(rng) -> dict:
     n = 50_003
     inputs = {dt: [_random_input(rng, n, dt) for _ in range(3)] for dt in ("float32", "bfloat16")}
@@ -149,6 +175,7 @@ def main() -> None:
     rng = np.random.default_rng(20261130)
     result = {"isa": _core.cpu_isa(), **codec_digests(rng), **signed_scale_digests(rng),
               **every_code_digests(rng), **fourbit_accumulate_digests(rng),
+              **s8_threshold_digests(rng),
               **collective_digests(rng)}
     print(json.dumps(result, sort_keys=True))
 

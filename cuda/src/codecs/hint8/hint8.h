@@ -87,9 +87,11 @@ CC_HOST_DEVICE float hint8_base_scale(int32_t amax_bits) {
 
 /// The s8 block exponent: E with 2^(E-127) the smallest power of two >= the block's largest
 /// base scale (from its largest finite group amax). 1 <= E <= 248.
+CC_HOST_DEVICE uint32_t s8_exp_of_scale(uint32_t base_scale_bits) {
+  return (base_scale_bits >> 23) + ((base_scale_bits & 0x7FFFFFu) != 0u ? 1u : 0u);
+}
 CC_HOST_DEVICE uint32_t s8_block_exp(int32_t amax_bits) {
-  uint32_t b = f32_bits(hint8_base_scale(amax_bits));
-  return (b >> 23) + ((b & 0x7FFFFFu) != 0u ? 1u : 0u);
+  return s8_exp_of_scale(f32_bits(hint8_base_scale(amax_bits)));
 }
 
 /// s8 scale of code c (<= 126) in a block of exponent E: (2^(E-127) * T[c mod 16]) *

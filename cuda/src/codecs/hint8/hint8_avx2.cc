@@ -5,6 +5,7 @@
 
 #ifdef CC_HAVE_SIMD_AVX2
 
+#include <array>
 #include <cstring>
 #include <type_traits>
 
@@ -49,6 +50,11 @@ CC_AVX2_INLINE __m256 base_scale8(__m256i amax) {
       _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(codecs::kF32MinNormalBits))));
 }
 
+// The non-finite groups of 8 group maxima (|y| bits from Inf's up), as -1 lanes.
+CC_AVX2_INLINE __m256i non_finite8(__m256i amax) {
+  return _mm256_cmpgt_epi32(amax, _mm256_set1_epi32(int32_t(codecs::kF32InfBits) - 1));
+}
+
 // The scales of 8 groups: s' and the stored bits (hint8_make_scale, lane by lane).
 struct Scales8 {
   __m256 s;
@@ -60,17 +66,15 @@ CC_AVX2_INLINE __m256i s8_at_least(__m256i c, __m256 s, const S8Table& t) {
   return _mm256_castps_si256(_mm256_cmp_ps(s8_decode8(c, t), s, _CMP_GE_OQ));
 }
 
-// s8: the code s8_code returns, the largest c <= 126 with decode(c) >= s (decode does not
-// increase with c, and decode(0) >= s), in all lanes at once. Its first guess
+// s8 by search, for any E (s8_scales8 takes it where E < kS8FastMinE): the code s8_code
+// returns, the largest c <= 126 with decode(c) >= s (decode does not increase with c, and
+// decode(0) >= s), in all lanes at once. Its first guess
 // 16 log2(2^(E-127) / s) = (d * 16) >> 23 = d >> 19 (d > 0) is at most two codes above the
 // answer, so the answer is lo + #{i = 1..3 : decode(lo + i) >= s} for lo = guess - 2 wherever
 // decode(lo) >= s (or lo = 0) and decode(lo + 4) < s (or lo + 4 > 126), which is checked; a
 // lane where it fails takes s8_code's steps (down while decode(c) < s, up while
 // decode(c + 1) >= s), which end at the answer from any start.
-CC_AVX2_INLINE Scales8 s8_scales8(uint32_t e, __m256i amax, const S8Table& t) {
-  const __m256i bad =
-      _mm256_cmpgt_epi32(amax, _mm256_set1_epi32(int32_t(codecs::kF32InfBits) - 1));
-  const __m256 s = base_scale8(amax);
+CC_AVX2_INLINE __m256i s8_codes_search(uint32_t e, __m256 s, __m256i bad, const S8Table& t) {
   const __m256i d = _mm256_sub_epi32(_mm256_set1_epi32(int32_t(e << 23)), _mm256_castps_si256(s));
   const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
   const __m256i cmax = _mm256_set1_epi32(int32_t(codecs::kS8MaxCode));
@@ -98,6 +102,79 @@ CC_AVX2_INLINE Scales8 s8_scales8(uint32_t e, __m256i amax, const S8Table& t) {
                            _mm256_and_si256(step, up));  // down / up are -1 where they apply
     }
   }
+  return c;
+}
+
+// The smallest block exponent for which s8_codes_fast applies: from E = 9 on, every
+// s8_decode(E, c) with c <= 126 is a normal number, 2^(E-127-(c div 16)) * T[c mod 16]
+// exactly.
+constexpr uint32_t kS8FastMinE = 9;
+
+// The mantissa bits of T[j] (j = 1..15, each in [0.5, 1)) bucketed by their top 5 bits: for
+// bucket b, (t + 1) << 4 | a, with a the number of T[j] whose mantissa lies above the bucket
+// and t the one mantissa inside it (-1 when none: the buckets are narrower than the gaps
+// between the T[j]), as four registers of 8 buckets.
+struct S8Buckets {
+  __m256i r[4];
+};
+CC_AVX2_INLINE S8Buckets s8_buckets() {
+  alignas(32) static const std::array<int32_t, 32> table = [] {
+    std::array<int32_t, 32> v{};
+    for (int32_t k = 0; k < 32; ++k) {
+      int32_t above = 0, inside = -1;
+      for (uint32_t j = 1; j < 16; ++j) {
+        const int32_t t = int32_t(codecs::f32_bits(codecs::log_scale_frac(j)) & 0x7FFFFFu);
+        if (t >= (k + 1) << 18) {
+          ++above;
+        } else if (t >= k << 18) {
+          inside = t;
+        }
+      }
+      v[k] = ((inside + 1) << 4) | above;
+    }
+    return v;
+  }();
+  S8Buckets b;
+  for (int i = 0; i < 4; ++i)
+    b.r[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.data() + 8 * i));
+  return b;
+}
+
+// s8_code for E >= kS8FastMinE in closed form. With s = 2^(es-127) (1 + m 2^-23) and
+// D = E - es: decode(16k + j) >= s holds for every code with k < D - 1, for none with k > D,
+// for k = D only at j = 0 and m = 0, and for k = D - 1 exactly where T[j]'s mantissa >= m.
+// So the code is 16 D where m = 0, else 16 (D - 1) + #{j = 1..15 : mant(T[j]) >= m}, at most
+// 126.
+CC_AVX2_INLINE __m256i s8_codes_fast(uint32_t e, __m256 s, const S8Buckets& bucket) {
+  const __m256i sb = _mm256_castps_si256(s);
+  const __m256i m = _mm256_and_si256(sb, _mm256_set1_epi32(0x7FFFFF));
+  const __m256i d16 = _mm256_slli_epi32(
+      _mm256_sub_epi32(_mm256_set1_epi32(int32_t(e)), _mm256_srli_epi32(sb, 23)), 4);
+  const __m256i idx = _mm256_srli_epi32(m, 18);  // vpermd reads its low 3 bits
+  const __m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(m, 10));  // bucket bit 3 -> sign
+  const __m256 b4 = _mm256_castsi256_ps(_mm256_slli_epi32(m, 9));   // bucket bit 4 -> sign
+  const __m256 lo = _mm256_blendv_ps(
+      _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(bucket.r[0], idx)),
+      _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(bucket.r[1], idx)), b3);
+  const __m256 hi = _mm256_blendv_ps(
+      _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(bucket.r[2], idx)),
+      _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(bucket.r[3], idx)), b3);
+  const __m256i p = _mm256_castps_si256(_mm256_blendv_ps(lo, hi, b4));
+  // count = a + [t >= m] = a - cmpgt(t + 1, m)
+  const __m256i count = _mm256_sub_epi32(_mm256_and_si256(p, _mm256_set1_epi32(15)),
+                                         _mm256_cmpgt_epi32(_mm256_srli_epi32(p, 4), m));
+  const __m256i c = _mm256_blendv_epi8(
+      _mm256_add_epi32(_mm256_sub_epi32(d16, _mm256_set1_epi32(16)), count), d16,
+      _mm256_cmpeq_epi32(m, _mm256_setzero_si256()));
+  return _mm256_min_epi32(c, _mm256_set1_epi32(int32_t(codecs::kS8MaxCode)));
+}
+
+// The s8 scales of 8 groups (hint8_make_scale, lane by lane) with base scales s
+// (base_scale8) in a block of exponent E; bad: the non-finite groups.
+CC_AVX2_INLINE Scales8 s8_scales8(uint32_t e, __m256 s, __m256i bad, const S8Table& t,
+                                  const S8Buckets& bucket) {
+  const __m256i c =
+      e >= kS8FastMinE ? s8_codes_fast(e, s, bucket) : s8_codes_search(e, s, bad, t);
   const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(codecs::kF32QNaNBits)));
   return Scales8{_mm256_blendv_ps(s8_decode8(c, t), nan, _mm256_castsi256_ps(bad)),
                  _mm256_blendv_epi8(c, _mm256_set1_epi32(int32_t(codecs::kS8NaN)), bad)};
@@ -105,8 +182,7 @@ CC_AVX2_INLINE Scales8 s8_scales8(uint32_t e, __m256i amax, const S8Table& t) {
 
 // s16 / s32 scales of 8 groups (hint8_make_scale with 16 or 32 scale bits).
 CC_AVX2_INLINE Scales8 wide_scales8(int32_t scale_bits, __m256i amax) {
-  const __m256i bad =
-      _mm256_cmpgt_epi32(amax, _mm256_set1_epi32(int32_t(codecs::kF32InfBits) - 1));
+  const __m256i bad = non_finite8(amax);
   const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(codecs::kF32QNaNBits)));
   __m256i u = _mm256_castps_si256(base_scale8(amax));
   if (scale_bits == 16) {  // bf16_round_up: + 2^16 where the low half is not 0, then >> 16
@@ -198,8 +274,8 @@ CC_AVX2 void encode_blocks(const Hint8Shape& sh, const float* x, int64_t nblocks
   for (int i = 0; i < R; ++i) sign[i] = random_signs8(i);
   const __m256 rne = _mm256_set1_ps(12582912.0f);
   const __m256i qmin = _mm256_set1_epi8(-127);
-  const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
   SrNoise8 noise(prefix, index);
+  const S8Buckets bucket = s8_buckets();
   for (int64_t b = 0; b < nblocks; ++b, x += kH, q += kH, sc += stride) {
     prefetch(reinterpret_cast<const char*>(x) + kPrefetchAhead, 4 * kH);
     __m256 r[R];
@@ -211,25 +287,32 @@ CC_AVX2 void encode_blocks(const Hint8Shape& sh, const float* x, int64_t nblocks
     wht_normalized_regs<R>(r);
     __m256i amax[2];
     group_abs_max_regs<R, G>(r, amax);
-    // Non-finite groups (raw |y| bits above Inf's are NaN): bit i for group i.
+    // Non-finite groups: as lanes, and as bit i for group i.
+    __m256i badv[NV];
     int bad = 0;
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v)
-      bad |= _mm256_movemask_ps(_mm256_castsi256_ps(
-                 _mm256_cmpgt_epi32(amax[v], _mm256_sub_epi32(inf, _mm256_set1_epi32(1)))))
-             << (8 * v);
+    for (int v = 0; v < NV; ++v) {
+      badv[v] = non_finite8(amax[v]);
+      bad |= _mm256_movemask_ps(_mm256_castsi256_ps(badv[v])) << (8 * v);
+    }
     __m256 scale[NV];
     uint8_t* out = sc;
     if (sh.scale_bits == 8) {
-      // The block exponent from the largest finite group maximum (lanes past K are 0).
-      __m256i m = finite_bits(amax[0]);
-      if (NV > 1) m = _mm256_max_epi32(m, finite_bits(amax[1]));
-      const uint32_t e = codecs::s8_block_exp(hmax_epi32(m));
+      // The block exponent from the largest base scale of a finite group (lanes past K
+      // are 0: FLT_MIN, as are non-finite groups here).
+      __m256 base[NV];
+      __m256i m = _mm256_set1_epi32(int32_t(codecs::kF32MinNormalBits));
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) {
+        base[v] = base_scale8(amax[v]);
+        m = _mm256_max_epi32(m, _mm256_andnot_si256(badv[v], _mm256_castps_si256(base[v])));
+      }
+      const uint32_t e = codecs::s8_exp_of_scale(static_cast<uint32_t>(hmax_epi32(m)));
       const S8Table table = s8_table(e);
       if (kEByte) *out++ = static_cast<uint8_t>(e);
 #pragma GCC unroll 2
       for (int v = 0; v < NV; ++v) {
-        const Scales8 s8 = s8_scales8(e, amax[v], table);
+        const Scales8 s8 = s8_scales8(e, base[v], badv[v], table, bucket);
         scale[v] = s8.s;
         const int32_t k8 = K - 8 * v < 8 ? K - 8 * v : 8;
         store_scales8(8, s8.stored, k8, e, !kEByte && v == 0, out);
@@ -366,8 +449,8 @@ CC_AVX2 void hint8_s8_scales_avx2(uint32_t e, const int32_t* amax, int32_t k, ui
                                   float* scale) {
   alignas(32) int32_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int32_t i = 0; i < k; ++i) a[i] = amax[i];
-  const Scales8 s = s8_scales8(e, _mm256_load_si256(reinterpret_cast<const __m256i*>(a)),
-                               s8_table(e));
+  const __m256i am = _mm256_load_si256(reinterpret_cast<const __m256i*>(a));
+  const Scales8 s = s8_scales8(e, base_scale8(am), non_finite8(am), s8_table(e), s8_buckets());
   alignas(32) uint32_t cs[8];
   alignas(32) float ss[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(cs), s.stored);
