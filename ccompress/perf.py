@@ -148,20 +148,27 @@ def check(kind: str, y: np.ndarray, parts: np.ndarray, codec: str, algo: str, op
     return np.array([np.sum(err * err), np.sum(ref * ref), wrong, err.max(initial=0.0)])
 
 
-def timed(g: Any, fn: Callable[[], Any], warmup: int, iters: int) -> Tuple[List[float], List[float]]:
-    """Per-iteration seconds of the slowest rank (warm-ups first, barrier around each), and
-    per iteration the CPU seconds of a rank (g.cpu_clock), averaged over the ranks."""
-    for _ in range(warmup):
-        fn()
-    local, cpu = [], []
+def timed(g: Any, fns: List[Callable[[], Any]], warmup: int,
+          iters: int) -> List[Tuple[List[float], List[float]]]:
+    """For each of ``fns``: per-iteration seconds of the slowest rank (warm-ups first, barrier
+    around each), and per iteration the CPU seconds of a rank (g.cpu_clock), averaged over the
+    ranks. The iterations take the functions in turn (fns[0], fns[1], ..., then again), so
+    that on a host whose speed drifts every function sees the same stretch of time."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    local: List[List[float]] = [[] for _ in fns]
+    cpu: List[List[float]] = [[] for _ in fns]
     for _ in range(iters):
-        g.barrier()
-        t0, c0 = time.perf_counter(), g.cpu_clock()
-        fn()
-        local.append(time.perf_counter() - t0)
-        cpu.append(g.cpu_clock() - c0)
+        for i, fn in enumerate(fns):
+            g.barrier()
+            t0, c0 = time.perf_counter(), g.cpu_clock()
+            fn()
+            local[i].append(time.perf_counter() - t0)
+            cpu[i].append(g.cpu_clock() - c0)
     g.barrier()
-    return list(g.reduce(np.array(local), "max")), list(g.reduce(np.array(cpu), "sum") / g.size)
+    return [(list(g.reduce(np.array(t), "max")), list(g.reduce(np.array(c), "sum") / g.size))
+            for t, c in zip(local, cpu)]
 
 
 def fmt_row(values: List[Any]) -> str:
@@ -197,7 +204,8 @@ def run(args: argparse.Namespace, g: Any) -> int:
     say(f"# inputs: rank r holds default_rng([{args.seed}, r]).standard_normal(count) as {dtype}; "
         f"ref = fp64 {op} over ranks; check {'on' if args.check else 'off'}")
     say(f"# time: median over {args.iters} iterations (after {args.warmup} warm-ups) of the "
-        f"slowest rank's time; wire(B) = bytes sent per call by the busiest rank")
+        f"slowest rank's time{'; the rows of a size interleaved' if args.interleave else ''}; "
+        "wire(B) = bytes sent per call by the busiest rank")
     hosts = set(g.allgather(socket.gethostname()))
     if P > 1 and len(hosts) == 1:
         say(f"# note: all {P} ranks run on this one host and move data through shared memory, "
@@ -227,8 +235,12 @@ def run(args: argparse.Namespace, g: Any) -> int:
         shape = {"allreduce": (count,), "reduce_scatter": (hi - lo,), "allgather": (P, nloc)}[kind]
         ring_bytes = S * busbw_factor(kind, P)
 
+        pending: List[Tuple[Dict[str, Any], Callable[[], Any]]] = []  # rows to time
+
         def measure(codec: str, algo: str, fn: Callable[[], Any], y: np.ndarray, wire: int,
                     check_codec: str, check_algo: str, check_dtype: str, typ: str) -> None:
+            """Checks one row's result, then times it (--interleave: later, with the size's
+            other rows)."""
             stats = np.zeros(4)
             wrong_identity = 0
             if args.check:
@@ -241,30 +253,41 @@ def run(args: argparse.Namespace, g: Any) -> int:
                     wrong_identity = sum(d != digests[0] for d in digests)
             tot = g.reduce(stats[:3].copy(), "sum")
             mx = g.reduce(np.array([stats[3], wire]), "max")
-            times, cpu = timed(g, fn, args.warmup, args.iters)
-            t = statistics.median(times)
             relerr = float(np.sqrt(tot[0] / tot[1])) if tot[1] > 0 else float(np.sqrt(tot[0]))
             wrong = int(tot[2]) + wrong_identity
             wire_max = int(mx[1])
-            algbw = S / t / 1e9
             row = {"size": S, "count": count, "type": typ, "redop": redop, "codec": codec,
-                   "algo": algo, "time_us": t * 1e6, "algbw_GBps": algbw,
-                   "busbw_GBps": algbw * busbw_factor(kind, P), "wire_bytes": wire_max,
+                   "algo": algo, "wire_bytes": wire_max,
                    "ratio": ring_bytes / wire_max if wire_max else None,
                    "relerr": relerr if args.check else None,
                    "maxerr": float(mx[0]) if args.check else None,
                    "wrong": wrong if args.check else None,
-                   "wrong_identity": wrong_identity if args.check else None,
-                   "times_us": [v * 1e6 for v in times],
-                   "cpu_us": statistics.median(cpu) * 1e6}
+                   "wrong_identity": wrong_identity if args.check else None}
             rows.append(row)
-            na = "N/A"
-            say(fmt_row([S, count, typ, redop, codec, algo, f"{t * 1e6:.1f}", f"{algbw:.3f}",
-                         f"{row['busbw_GBps']:.3f}", wire_max,
+            pending.append((row, fn))
+            if not args.interleave:
+                finish()
+
+        def finish() -> None:
+            """Times the pending rows (in turn) and prints them."""
+            for (row, _), (times, cpu) in zip(pending, timed(g, [fn for _, fn in pending],
+                                                             args.warmup, args.iters)):
+                t = statistics.median(times)
+                row.update(time_us=t * 1e6, algbw_GBps=S / t / 1e9,
+                           busbw_GBps=S / t / 1e9 * busbw_factor(kind, P),
+                           times_us=[v * 1e6 for v in times], cpu_us=statistics.median(cpu) * 1e6)
+                show(row)
+            pending.clear()
+
+        def show(row: Dict[str, Any]) -> None:
+            na, checked = "N/A", args.check
+            say(fmt_row([row["size"], row["count"], row["type"], redop, row["codec"], row["algo"],
+                         f"{row['time_us']:.1f}", f"{row['algbw_GBps']:.3f}",
+                         f"{row['busbw_GBps']:.3f}", row["wire_bytes"],
                          f"{row['ratio']:.2f}" if row["ratio"] else na,
-                         f"{relerr:.2e}" if args.check else na,
-                         f"{row['maxerr']:.2e}" if args.check else na,
-                         wrong if args.check else na]))
+                         f"{row['relerr']:.2e}" if checked else na,
+                         f"{row['maxerr']:.2e}" if checked else na,
+                         row["wrong"] if checked else na]))
 
         # The engine's own collective first, on float32: MPI has no bfloat16, so 16-bit inputs
         # are widened and it moves twice the bytes (its wire and ratio say so).
@@ -302,6 +325,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
                 for comm in g.comms:
                     label = codec if len(g.comms) == 1 else f"{codec}/s{comm.slice_elems}"
                     measure_codec(comm, label, codec, algo)
+        finish()  # --interleave: this size's rows, timed in turn
         parts = None  # free before the next size
     nwrong = sum(r["wrong"] or 0 for r in rows)
     model_rows: List[Dict[str, Any]] = []
@@ -427,6 +451,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="elements per pipelined slice (default: the transport's, 262144 over "
                         "MPI and 65536 in-process); repeatable: every codec row is measured "
                         "at each, one after the other, labelled codec/sN")
+    p.add_argument("--interleave", action="store_true",
+                   help="time the rows of a size in turn (an iteration of each, then the next), "
+                        "not one after the other: on a host whose speed drifts (a shared VM) "
+                        "every row then sees the same stretch of time; rows print per size")
     p.add_argument("--seed", type=int, default=1234, help="seed of every rank's input")
     p.add_argument("--json", metavar="PATH", help="write every row to PATH")
     p.add_argument("--inproc", type=int, metavar="N",

@@ -208,3 +208,47 @@ def test_emulated_net_speedup_row_with_and_without_checks():
     assert line.split()[-6:] == ["3.00x", "3.88", "-", "-", "50.0", "100.0"], line
     (line,) = en.speedup_table([base, dict(ours, relerr=0.0364, wrong=0)], 1.0, 1000)
     assert line.split()[-6:] == ["3.00x", "3.88", "3.64e-02", "0", "50.0", "100.0"], line
+
+
+class _OneRank:
+    """A group of one rank for perf.timed: no barrier, the identity as its reductions."""
+    size = 1
+    cpu_clock = staticmethod(lambda: 0.0)
+
+    def barrier(self):
+        pass
+
+    def reduce(self, a, op):
+        return a
+
+
+def test_timed_takes_the_rows_in_turn():
+    """perf.timed runs every function's warm-ups, then an iteration of each in turn, and gives
+    each its own times."""
+    calls = []
+    fns = [lambda i=i: calls.append(i) for i in range(3)]
+    out = perf.timed(_OneRank(), fns, warmup=2, iters=4)
+    assert calls == [0, 0, 1, 1, 2, 2] + [0, 1, 2] * 4
+    assert len(out) == 3 and all(len(t) == 4 and len(c) == 4 for t, c in out)
+
+
+def test_perf_interleave_measures_the_same_rows(tmp_path, capsys):
+    """--interleave times the rows of a size in turn: the same rows, checked, each with its
+    own times, printed once per size, and the header says so."""
+    def rows(extra):
+        out = tmp_path / "rows.json"
+        rc = perf.main(["allreduce", "--inproc", "2", "-b", "64K", "-e", "128K", "-n", "3",
+                        "-w", "1", "--codec", "fp8_e4m3:g128", "--codec", "hint8",
+                        "--algo", "two_shot", "--algo", "ring", "--link-gbps", "none",
+                        "--json", str(out)] + extra)
+        assert rc == 0
+        return json.loads(out.read_text())["rows"], capsys.readouterr().out
+
+    plain, _ = rows([])
+    mixed, text = rows(["--interleave"])
+    assert "the rows of a size interleaved" in text
+    key = lambda r: (r["size"], r["codec"], r["algo"], r["wire_bytes"])  # noqa: E731
+    assert [key(r) for r in mixed] == [key(r) for r in plain]
+    assert all(r["wrong"] == 0 and len(r["times_us"]) == 3 and r["time_us"] > 0 for r in mixed)
+    printed = [line for line in text.splitlines() if not line.startswith("#")]
+    assert len(printed) == len(mixed)
