@@ -340,6 +340,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
                        "cpus": os.cpu_count(), "version": cc.__version__,
                        "date": datetime.datetime.now().isoformat(timespec="seconds"),
                        "dtype": dtype, "op": op, "iters": args.iters, "warmup": args.warmup,
+                       "interleave": args.interleave,
                        "seed": args.seed, "slice_elems": slice_elems, "rows": rows, "model_rows": model_rows}, f, indent=1)
     return 1 if args.check and nwrong else 0
 

@@ -36,6 +36,7 @@ import os
 import re
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -212,11 +213,20 @@ def run_perf(net: Network, perf_args: List[str], json_path: str,
     return proc
 
 
-def speedup_table(rows: List[dict], gbit: float, burst: int) -> List[str]:
+def paired_speedup(row: dict, base: dict) -> float:
+    """The median over iterations of the baseline's time over the row's in the same round
+    (ccompress-perf --interleave times the rows of a size in turn, so iteration i of each
+    ran within one stretch of time): the speedup with the host's drift divided out."""
+    return statistics.median(b / t for b, t in zip(base["times_us"], row["times_us"]))
+
+
+def speedup_table(rows: List[dict], gbit: float, burst: int,
+                  interleaved: bool = False) -> List[str]:
     """One line per compressed row; '*' marks a row where this rank's or the baseline's
     traffic per call is under BURST_MULTIPLE bursts (the cap was partly not enforced).
-    cpu: a rank's CPU time in the call (ccompress-perf's cpu_us), ours and MPI's; relerr
-    and #wrong are '-' in a run without checks (-c 0)."""
+    speedup: the baseline's median time over the row's; paired (interleaved runs only, else
+    '-'): paired_speedup. cpu: a rank's CPU time in the call (ccompress-perf's cpu_us), ours
+    and MPI's; relerr and #wrong are '-' in a run without checks (-c 0)."""
     base = {r["size"]: r for r in rows if r["codec"] == "MPI_Allreduce"}
     out = []
     for r in rows:
@@ -224,9 +234,12 @@ def speedup_table(rows: List[dict], gbit: float, burst: int) -> List[str]:
         if r["codec"] == "MPI_Allreduce" or b is None:
             continue
         r["in_burst"] = in_burst(r["wire_bytes"], burst) or in_burst(b["wire_bytes"], burst)
+        if interleaved:
+            r["paired_speedup"] = paired_speedup(r, b)
+        paired = f"{r['paired_speedup']:7.2f}x" if interleaved else f"{'-':>8}"
         out.append(f"{gbit:6.2f} {r['size']:>11} {r['codec']:>16} {r['algo']:>9} "
                    f"{b['time_us'] / 1e3:10.1f} {r['time_us'] / 1e3:10.1f} "
-                   f"{b['time_us'] / r['time_us']:7.2f}x{'*' if r['in_burst'] else ' '} "
+                   f"{b['time_us'] / r['time_us']:7.2f}x{'*' if r['in_burst'] else ' '} {paired} "
                    f"{r['ratio']:6.2f} {'-' if r['relerr'] is None else format(r['relerr'], '.2e'):>9} "
                    f"{'-' if r['wrong'] is None else r['wrong']:>6} "
                    f"{r['cpu_us'] / 1e3:8.1f} {b['cpu_us'] / 1e3:8.1f}")
@@ -285,7 +298,7 @@ def main(argv=None) -> int:
     net = Network(args.ranks)
     net.create()
     header = (f"{'Gbit/s':>6} {'size':>11} {'codec':>16} {'algo':>9} {'MPI(ms)':>10} "
-              f"{'ours(ms)':>10} {'speedup':>8} {'ratio':>6} {'relerr':>9} {'#wrong':>6} "
+              f"{'ours(ms)':>10} {'speedup':>8} {'paired':>8} {'ratio':>6} {'relerr':>9} {'#wrong':>6} "
               f"{'cpu(ms)':>8} {'MPIcpu':>8}")
     lines, all_rows, overlap, free = [header], [], [], None
     with tempfile.TemporaryDirectory() as tmp:
@@ -331,7 +344,7 @@ def main(argv=None) -> int:
                   f") in {time.monotonic() - start:.0f} s; the shapers dropped {drops} packets",
                   flush=True)
             lines[at] += f"; they dropped {drops} packets"
-            lines += speedup_table(rows, gbit, burst)
+            lines += speedup_table(rows, gbit, burst, bool(run.get("interleave")))
             if free is not None and args.ranks_per_node == 1:
                 overlap += overlap_table(free, rows, gbit)
             for r in rows:

@@ -141,23 +141,43 @@ def validate(emulated: List[str], costs: Dict[str, pm.CodecCost], intra_gbs: flo
     print(f"{'file':>18} {'Gbit/s':>6} {'G':>2} {'codec':>14} {'algo':>9} {'measured ms':>11} "
           f"{'model ms':>9} {'error':>7} {'samples ms':>13}")
     out = predict(emulated, costs, intra_gbs, host)
+    speedup_errors(out)
     for row in out:
         times = row["times_us"]
+        vs = row.get("speedup_error")
         print(f"{row['file']:>18} {row['gbit']:6.2f} {row['g']:2d} {row['codec']:>14} "
               f"{row['algo']:>9} {row['measured_s'] * 1e3:11.1f} {row['model_s'] * 1e3:9.1f} "
               f"{100 * row['error']:+6.1f}%{'*' if row['in_burst'] else ' '} "
-              f"{min(times) / 1e3:6.1f}-{max(times) / 1e3:6.1f}")
+              f"{min(times) / 1e3:6.1f}-{max(times) / 1e3:6.1f}"
+              f"{'' if vs is None else f'  speedup {100 * vs:+6.1f}%'}")
     summarize(out)
+    summarize([dict(r, error=r["speedup_error"]) for r in out if "speedup_error" in r],
+              "speedups over MPI_Allreduce, ")
     return out
 
 
-def summarize(rows: List[dict]) -> None:
+def speedup_errors(rows: List[dict]) -> None:
+    """Sets ``speedup_error`` on every row but MPI_Allreduce's: the model's speedup over the
+    MPI_Allreduce row of the same file and rate against the measured one, (model - measured)
+    / measured. A ratio within one run: a host that runs faster or slower in one run than in
+    another moves both times, so this checks how the model weighs the wire, the codecs and the
+    transport's CPU against each other, apart from the host's speed of the day."""
+    base = {(r["file"], r["gbit"]): r for r in rows if r["codec"] == "MPI_Allreduce"}
+    for r in rows:
+        b = base.get((r["file"], r["gbit"]))
+        if b is None or r is b:
+            continue
+        measured = b["measured_s"] / r["measured_s"]
+        r["speedup_error"] = (b["model_s"] / r["model_s"] - measured) / measured
+
+
+def summarize(rows: List[dict], what: str = "") -> None:
     """Median and max |error| of the rows outside and inside the tbf burst, then per rate of
-    those outside it and of all."""
+    those outside it and of all (``what``: a prefix naming the error, when not the time's)."""
     def line(label: str, part: List[dict]) -> None:
         if part:
             errs = [abs(r["error"]) for r in part]
-            print(f"# {label}: median |error| {100 * statistics.median(errs):.1f}%, max "
+            print(f"# {what}{label}: median |error| {100 * statistics.median(errs):.1f}%, max "
                   f"{100 * max(errs):.1f}% over {len(errs)} rows, "
                   f"{sum(e <= 0.2 for e in errs)} within 20%")
 

@@ -205,9 +205,27 @@ def test_emulated_net_speedup_row_with_and_without_checks():
     ours = dict(base, codec="fp8", algo="two_shot", time_us=1e5, cpu_us=5e4,
                 wire_bytes=2.5 * 10 ** 8, ratio=3.88)
     (line,) = en.speedup_table([base, ours], 1.0, 1000)
-    assert line.split()[-6:] == ["3.00x", "3.88", "-", "-", "50.0", "100.0"], line
+    assert line.split()[-7:] == ["3.00x", "-", "3.88", "-", "-", "50.0", "100.0"], line
     (line,) = en.speedup_table([base, dict(ours, relerr=0.0364, wrong=0)], 1.0, 1000)
-    assert line.split()[-6:] == ["3.00x", "3.88", "3.64e-02", "0", "50.0", "100.0"], line
+    assert line.split()[-7:] == ["3.00x", "-", "3.88", "3.64e-02", "0", "50.0", "100.0"], line
+
+
+def test_emulated_net_paired_speedup_of_an_interleaved_run():
+    """In an interleaved run the paired speedup takes the baseline's time over ours round by
+    round: a stall that slowed one round of both rows (and the second half of the baseline's
+    median) leaves it at the undisturbed ratio, where the ratio of medians moves."""
+    en = emulated_net()
+    base = {"size": 64, "codec": "MPI_Allreduce", "algo": "-", "cpu_us": 1e5,
+            "wire_bytes": 10 ** 9, "ratio": 1.0, "relerr": None, "wrong": None,
+            "times_us": [300.0, 300.0, 1200.0, 900.0, 300.0], "time_us": 300.0}
+    ours = dict(base, codec="fp8", algo="two_shot", wire_bytes=2.5 * 10 ** 8, ratio=3.88,
+                times_us=[100.0, 100.0, 400.0, 300.0, 100.0], time_us=100.0)
+    (line,) = en.speedup_table([base, ours], 10.0, 1000, interleaved=True)
+    assert line.split()[-7:-5] == ["3.00x", "3.00x"], line
+    assert ours["paired_speedup"] == 3.0
+    slow = dict(ours, times_us=[100.0, 400.0, 400.0, 300.0, 100.0], time_us=300.0)
+    (line,) = en.speedup_table([base, slow], 10.0, 1000, interleaved=True)
+    assert line.split()[-7:-5] == ["1.00x", "3.00x"], line
 
 
 class _OneRank:
