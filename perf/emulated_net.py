@@ -234,9 +234,10 @@ def speedup_table(rows: List[dict], gbit: float, burst: int,
         if r["codec"] == "MPI_Allreduce" or b is None:
             continue
         r["in_burst"] = in_burst(r["wire_bytes"], burst) or in_burst(b["wire_bytes"], burst)
+        paired = f"{'-':>8}"
         if interleaved:
             r["paired_speedup"] = paired_speedup(r, b)
-        paired = f"{r['paired_speedup']:7.2f}x" if interleaved else f"{'-':>8}"
+            paired = f"{r['paired_speedup']:7.2f}x"
         out.append(f"{gbit:6.2f} {r['size']:>11} {r['codec']:>16} {r['algo']:>9} "
                    f"{b['time_us'] / 1e3:10.1f} {r['time_us'] / 1e3:10.1f} "
                    f"{b['time_us'] / r['time_us']:7.2f}x{'*' if r['in_burst'] else ' '} {paired} "

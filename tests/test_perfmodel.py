@@ -313,7 +313,6 @@ def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_er
     assert "outside the burst: median |error| 9.1%" in capsys.readouterr().out
 
 
-
 def test_speedup_error_compares_the_model_speedup_within_one_run():
     # a run 20% slower than the model on every row (a slow host that day) has no speedup
     # error; a row the model has 10% too fast against its baseline has +10%
@@ -326,6 +325,7 @@ def test_speedup_error_compares_the_model_speedup_within_one_run():
     assert "speedup_error" not in rows[0] and "speedup_error" not in rows[3]
     assert rows[1]["speedup_error"] == pytest.approx(0.0, abs=1e-12)
     assert rows[2]["speedup_error"] == pytest.approx(0.1)
+
 
 def test_overlap_hides_a_share_of_the_shorter_of_wire_and_cpu():
     n = 16 << 20
