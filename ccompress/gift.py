@@ -131,11 +131,11 @@ class GIFT:
       ema: EMA weight of the old A per :meth:`observe` call. The source's 0.95 with a
         collection every 50 steps keeps 77% of the weight on the first statistics after
         250 steps; on this repository's language model 0.5 halved the gap to fresh
-        statistics (perf/RESULTS.md), so 0.5 is the default.
+        statistics (a study in the git history of perf/RESULTS.md), so 0.5 is the default.
       damping: floor of the residual diagonal, relative to mean(diag(A)). The source's
         1e-3 whitens the weak directions fully; on this repository's language-model
         gradients 0.3 lowered fp8's one-step error 2.5-3.2x where 1e-3 gave 1.3-2.8x
-        (perf/RESULTS.md), so 0.3 is the default.
+        (a study in the git history of perf/RESULTS.md), so 0.3 is the default.
       error_feedback: keep worker and server residuals (transformed coordinates).
       algo: schedule of the gradient all-reduce.
       sketch: 0 to all-reduce the dense moments; k > 0 to all-reduce a k-column Nystrom

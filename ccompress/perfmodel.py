@@ -426,8 +426,8 @@ def gpu_codec(name: str, wire_per_element: float, copy_gbs: float = 3350 * 0.8,
                      source=f"datasheet assumption: {efficiency:.0%} of {copy_gbs:.0f} GB/s copy")
 
 
-# How well the model predicted idle emulated runs it was not fitted on (perf/RESULTS.md,
-# "Emulated networks and the cost model with interleaved rows": perf/model_report.py over
+# How well the model predicted idle emulated runs it was not fitted on
+# (perf/RESULTS.md#cost-model-validation: perf/model_report.py over
 # two idle runs each of perf/emulated_net.py flat and with 2 nodes x 2, 4 ranks on 2 cores,
 # 64 MiB float32, fp8 / hint8 / nvfp4 / hint4 and MPI_Allreduce, medians of 7 samples,
 # rows timed in turn, made after the two pairs of the fit): median and max |error| of the
@@ -446,9 +446,8 @@ MPI_SLICE_ELEMS = 1 << 18  # MpiTransport::kSliceElems (cuda/src/transport/mpi_t
 # fitted on two pairs of runs' unlimited-link rows, the shaper's CPU and both overlaps on
 # their rate-limited rows (shaper 0: the 10 Gbit/s rows take no longer than the unlimited
 # ones), the CPU per message and per shared-memory byte measured by perf/tcp_cpu.py
-# (perf/RESULTS.md, "Emulated networks and the cost model with interleaved rows"; the Xeon
-# VM's figures, in "Cost model on the Xeon VM, with the executor's overlap", differ: the
-# host's CPU sets them).
+# (perf/RESULTS.md#cost-model-validation; the Xeon VM's figures, fitted in an earlier round
+# kept in the git history of perf/RESULTS.md, differ: the host's CPU sets them).
 EMULATED_HOST = HostTransport(tcp_per_byte=1.209e-9, per_message=36.5e-6,
                               shm_per_byte=0.441e-9, node_per_byte=0.671e-9,
                               shaper_per_byte=0.0, overlap=0.96, baseline_overlap=0.72,

@@ -18,9 +18,10 @@ watchdog on high-resolution timers, so the bucket need not cover a 250 Hz tick (
 ``2 * rate/250``, 1 MB at 1 Gbit/s and 10 MB at 10 Gbit/s, more than a compressed 64 MiB
 call moves per rank); it must only hold one 64 KiB GSO segment (a 64 KiB bucket makes tbf
 split them, and the link ran at 3.5-30% of its cap). perf/shaper_check.py measured TCP over
-these links (idle 2-core VM, perf/RESULTS.md "Emulated 10 Gbit/s with a shaper that holds its
-cap"): at 1 Gbit/s, 128k/5 carried 95-98% of the cap for 4 MiB and 256 MiB messages, three
-flows into one namespace and all four namespaces sending to each other, never more; the old
+these links (idle 2-core VM, 2026-12-01; the run is in the git history of perf/RESULTS.md,
+the runs made with this shaper in perf/RESULTS.md#emulated-collectives-flat-and-hier): at
+1 Gbit/s, 128k/5 carried 95-98% of the cap for 4 MiB and 256 MiB messages, three flows
+into one namespace and all four namespaces sending to each other, never more; the old
 bucket let a 4 MiB message through at 123% of the cap (108-117% at 10 Gbit/s), and a 100 ms
 queue (12.5 MB at 1 Gbit/s) cost 256 MiB transfers 11%. At 10 Gbit/s no setting reaches the
 cap on that host: the CPU, not the shaper, sets the pace there (one flow 4.5-5 Gbit/s, all

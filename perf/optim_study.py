@@ -29,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "perf"))
 from train_methods import CODECS as TRAINED  # noqa: E402  (method name -> codec spec)
 
-# Issue 20's DDP runs (4 ranks, AdamW, 300 steps, error feedback on): the mean final loss
-# against exact over 2 seeds, as the issue states them; another setup than the table's.
+# Earlier DDP runs (4 ranks, AdamW, 300 steps, error feedback on): the mean final loss
+# against exact over 2 seeds, as reported with them; another setup than the table's.
 ISSUE = {"fp8_e4m3:g128": 0.13, "hint8": -0.26, "hint8:g32": 0.63, "nvfp4": 0.83}
 MEASURED_ONLY = ("bf16", "fp8_e5m2:g128", "hint8")
 AUTO = ("auto8", "auto8:adam", "auto4", "auto4:adam")  # no error feedback with auto

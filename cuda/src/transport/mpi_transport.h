@@ -39,8 +39,9 @@ class CC_API MpiTransport : public Transport {
   /// CPU-bound host that time is not hidden behind the transfers: a 64 MiB all-reduce on 4
   /// ranks over emulated 1 and 10 Gbit/s links spent 27-35% less CPU per rank (fp8, hint4,
   /// nvfp4 at 1 Gbit/s; hint8 8-15%, nvfp4 at 10 Gbit/s 2%) with 262144-element slices than
-  /// with 65536, and was faster in 7 of 8 rows (perf/RESULTS.md, "Fewer, longer messages
-  /// over MPI"). Tensors of a few slices lose little pipelining: two_shot still overlaps the
+  /// with 65536, and was faster in 7 of 8 rows (an A/B of 2026-12-01 in the git history of
+  /// perf/RESULTS.md; runs with this slice: perf/RESULTS.md#emulated-collectives-flat-and-hier).
+  /// Tensors of a few slices lose little pipelining: two_shot still overlaps the
   /// chunks of different owners.
   static constexpr int64_t kSliceElems = int64_t(1) << 18;
 
