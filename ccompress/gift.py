@@ -12,7 +12,7 @@ The gradient goes on the wire as G~ = G L^-T = (G D^-1/2) M^-1 and comes back as
 Optionally the output side too (the other K-FAC factor S = E[delta delta^T], same form):
 G~ = L_S^-1 G L_A^-T. On the tiny GPT's real gradients the input side alone lowers fp8's
 one-step error 2-2.5x after the first 100 steps even with dense, fresh statistics; both
-sides 3-4x (perf/gift_study.py).
+sides 3-4x (research/gift/gift_study.py).
 
 - A is an EMA of each rank's x^T x / tokens, all-reduced in float32 (exact codec) so every
   rank holds the same bits; the factor is refreshed when :meth:`observe` is called (every

@@ -211,7 +211,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
         say(f"# note: all {P} ranks run on this one host and move data through shared memory, "
             "which is faster than the codecs, so here compressed rows can be slower than the")
         say("# baseline: read this table for wire bytes (ratio) and accuracy. Over a slower link "
-            "the saved bytes become time (the model rows at the end; perf/emulated_net.py).")
+            "the saved bytes become time (the model rows at the end; perf/bench/emulated_net.py).")
     say("#" + fmt_row([name for name, _ in COLUMNS])[1:])
     rows: List[Dict[str, Any]] = []
     sizes, s = [], args.minbytes

@@ -331,7 +331,7 @@ def best(system: System, n: int, dtype_bytes: int, codecs: Iterable[CodecCost],
 
 
 def load_codec_costs(path: str) -> Dict[str, CodecCost]:
-    """Codec costs measured by ``perf/codec_throughput.py --json PATH``, keyed by codec name."""
+    """Codec costs measured by ``perf/bench/codec_throughput.py --json PATH``, keyed by codec name."""
     import json
 
     with open(path) as f:
@@ -427,8 +427,8 @@ def gpu_codec(name: str, wire_per_element: float, copy_gbs: float = 3350 * 0.8,
 
 
 # How well the model predicted idle emulated runs it was not fitted on (perf/RESULTS.md,
-# "Emulated networks and the cost model with interleaved rows": perf/model_report.py over
-# two idle runs each of perf/emulated_net.py flat and with 2 nodes x 2, 4 ranks on 2 cores,
+# "Emulated networks and the cost model with interleaved rows": perf/model/model_report.py over
+# two idle runs each of perf/bench/emulated_net.py flat and with 2 nodes x 2, 4 ranks on 2 cores,
 # 64 MiB float32, fp8 / hint8 / nvfp4 / hint4 and MPI_Allreduce, medians of 7 samples,
 # rows timed in turn, made after the two pairs of the fit): median and max |error| of the
 # 20 rows at each link rate in Gbit/s, and the median over all 40 rows. Fitted the other
@@ -440,12 +440,12 @@ VALIDATION_ERROR_ALL = 0.059
 VALIDATION_SOURCE = "perf/RESULTS.md, held-out idle runs of 2026-12-03 on the AMD EPYC VM"
 EMULATED_ALPHA = 50e-6  # s per dependent message round over the emulated TCP links
 MPI_SLICE_ELEMS = 1 << 18  # MpiTransport::kSliceElems (cuda/src/transport/mpi_transport.h)
-# The host transport of perf/emulated_net.py's runs (MPICH over TCP through veths and a
+# The host transport of perf/bench/emulated_net.py's runs (MPICH over TCP through veths and a
 # bridge, tbf on every veth, shared memory inside a node) on the 2-core AMD EPYC VM (family
 # 25, model 17): the CPU per TCP byte and MPI_Allreduce's per byte of its node-level phases
 # fitted on two pairs of runs' unlimited-link rows, the shaper's CPU and both overlaps on
 # their rate-limited rows (shaper 0: the 10 Gbit/s rows take no longer than the unlimited
-# ones), the CPU per message and per shared-memory byte measured by perf/tcp_cpu.py
+# ones), the CPU per message and per shared-memory byte measured by perf/bench/tcp_cpu.py
 # (perf/RESULTS.md, "Emulated networks and the cost model with interleaved rows"; the Xeon
 # VM's figures, in "Cost model on the Xeon VM, with the executor's overlap", differ: the
 # host's CPU sets them).
@@ -469,7 +469,7 @@ def validation_error(gbit_rate: float, worst: bool = False) -> Optional[float]:
 
 def emulated_system(ranks: int, gbit_rate: float, cores: int, ranks_per_node: int = 1,
                     intra_gbs: float = 4.0, reduce_rate: float = 2e9) -> System:
-    """The system the model was validated on (perf/emulated_net.py): ``ranks`` MPI ranks in
+    """The system the model was validated on (perf/bench/emulated_net.py): ``ranks`` MPI ranks in
     nodes of ``ranks_per_node``, each node's full-duplex link at ``gbit_rate`` (alpha 50 us)
     shared by its ranks, shared memory at ``intra_gbs`` GB/s inside a node, all ranks sharing
     ``cores`` cores, MPI's slice, the emulated host transport (EMULATED_HOST, its shaper's

@@ -62,7 +62,7 @@ CCOMPRESS_REQUIRE_GPU=1 "$PY" -m pytest -q -rs tests/test_cuda.py tests/test_cud
 tail -3 "$OUT/tests.log" >&2
 
 step "timings (kernels at ${GPU_CHECK_MIB:-256} MiB, loopback pipeline)"
-"$PY" perf/gpu_bench.py --mib "${GPU_CHECK_MIB:-256}" --out "$OUT" >"$OUT/bench.log" 2>&1 \
+"$PY" -m perf.bench.gpu_bench --mib "${GPU_CHECK_MIB:-256}" --out "$OUT" >"$OUT/bench.log" 2>&1 \
   || { tail -30 "$OUT/bench.log"; fail "timings"; }
 cat "$OUT/table.md"
 [ "$tests_ok" = 1 ] || fail "GPU tests (the timings above ran anyway; see $OUT/tests.log)"

@@ -102,9 +102,9 @@ def test_async_collective_waits_only_for_work_issued_before_the_call(rng):
 
 
 def test_gpu_bench_script_runs(tmp_path):
-    """perf/gpu_bench.py (the timing half of perf/gpu_check.sh) runs to the end: its code is
+    """perf/bench/gpu_bench.py (the timing half of perf/gpu_check.sh) runs to the end: its code is
     checked here before a GPU session spends device time on it. The times mean nothing."""
-    script = Path(__file__).resolve().parents[1] / "perf" / "gpu_bench.py"
+    script = Path(__file__).resolve().parents[1] / "perf" / "bench" / "gpu_bench.py"
     out = subprocess.run([sys.executable, str(script), "--mib", "0.02", "--pipe-mib", "0.02",
                           "--iters", "1", "--ranks", "2", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=600)

@@ -121,17 +121,13 @@ def test_info_reports_a_missing_library_as_none():
 
 
 def emulated_net():
-    """perf/emulated_net.py as a module (its table functions; nothing is run)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "perf"))
-    try:
-        import emulated_net as en
-    finally:
-        sys.path.pop(0)
+    """perf/bench/emulated_net.py as a module (its table functions; nothing is run)."""
+    from perf.bench import emulated_net as en
     return en
 
 
 def test_emulated_net_overlap_share():
-    """perf/emulated_net.py's hidden share: (t_cpu + t_wire - t) / min(t_cpu, t_wire),
+    """perf/bench/emulated_net.py's hidden share: (t_cpu + t_wire - t) / min(t_cpu, t_wire),
     from the unlimited-link time, the rate's wire time and the measured time."""
     en = emulated_net()
     row = {"size": 64, "codec": "fp8", "algo": "two_shot"}
@@ -197,7 +193,7 @@ def test_perf_slice_elems_option(tmp_path, capsys):
 
 
 def test_emulated_net_speedup_row_with_and_without_checks():
-    """perf/emulated_net.py's speedup line: MPI's time over ours, and a rank's CPU time of
+    """perf/bench/emulated_net.py's speedup line: MPI's time over ours, and a rank's CPU time of
     both; a run without checks (-c 0) shows '-' for relerr and #wrong."""
     en = emulated_net()
     base = {"size": 64, "codec": "MPI_Allreduce", "algo": "-", "time_us": 3e5, "cpu_us": 1e5,

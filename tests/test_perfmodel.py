@@ -143,7 +143,7 @@ def test_a_shaper_adds_its_cpu_per_tcp_byte_only():
 
 
 def test_shaper_cpu_is_the_shaped_minus_the_unshaped_transfer(tmp_path):
-    # perf/tcp_cpu.py's json: (sender, receiver) CPU s per transfer of `bytes`, per message
+    # perf/bench/tcp_cpu.py's json: (sender, receiver) CPU s per transfer of `bytes`, per message
     # size; medians of sender + receiver at 256 KiB: 0.3 s and 0.1 s for 1e9 bytes
     import json
 
@@ -249,12 +249,8 @@ def test_gpu_systems_have_no_host_transport_and_emulated_ones_mpis_slice():
 
 
 def _model_report():
-    import importlib
-    import pathlib
-    import sys
-
-    sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "perf"))
-    return importlib.import_module("model_report")
+    from perf.model import model_report
+    return model_report
 
 
 def test_calibration_recovers_the_cpu_per_tcp_byte_and_validation_reports_the_error(

@@ -1,7 +1,7 @@
 // The host codec loops are compiled twice, for baseline x86-64 (SSE2) and for AVX2, and the
 // AVX2 copy runs when the CPU has it: the library itself stays baseline, so it loads on any
 // x86-64 machine, and the loops run about twice as fast where AVX2 is there
-// (perf/codec_throughput.py).
+// (perf/bench/codec_throughput.py).
 //
 // CC_CPU_DISPATCH(ret, name, params, args) defines `ret name params`, which calls
 // `name##_body args` in one of the two copies. `flatten` inlines everything the body calls,
