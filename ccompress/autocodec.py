@@ -25,8 +25,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import adam_fidelity
-from ._errors import CCompressError, InvalidArgument
+from .tools import adam_fidelity
+from ._internal.errors import CCompressError, InvalidArgument
 from .codec import Codec
 
 # Candidates in order of preference on ties; those this build does not register are skipped.
@@ -233,7 +233,7 @@ def allreduce(comm: Any, call: Any, spec: Any) -> dict:
     arrays only; the choice goes to ``last_stats``."""
     from dataclasses import replace
 
-    from . import _arrays
+    from ._internal import arrays as _arrays
 
     name, metric = parse(spec)
     a = _arrays.as_numpy(call.x)

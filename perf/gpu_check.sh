@@ -50,7 +50,7 @@ fi
 grep -E "ccompress (MPI transport|CUDA module):" "$OUT/setup.log" | sed 's/^.*-- /[gpu_check] /' >&2 || true
 "$PY" -c "from ccompress import _cuda; n = _cuda.device_count(); print('devices:', n); assert n > 0" \
   >"$OUT/devices.txt" 2>&1 || { cat "$OUT/devices.txt"; fail "no CUDA device visible to ccompress"; }
-"$PY" -m ccompress.info >"$OUT/build_info.json"
+"$PY" -m ccompress.tools.info >"$OUT/build_info.json"
 
 step "GPU tests (log $OUT/tests.log)"
 # CCOMPRESS_REQUIRE_GPU turns a GPU test's skip into an error: here they must all run.

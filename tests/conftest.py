@@ -30,7 +30,7 @@ def rng():
 
 def gaussian_parts(rng, nranks, n, dtype="float32"):
     """Per-rank Gaussian inputs with a different scale per rank (stresses the scales)."""
-    from ccompress._arrays import numpy_dtype
+    from ccompress._internal.arrays import numpy_dtype
 
     scale = np.exp(rng.standard_normal((nranks, 1)))
     return (rng.standard_normal((nranks, n)) * scale).astype(numpy_dtype(dtype))
@@ -53,7 +53,7 @@ def lib_encode(codec, x, seed=0, step=0, rank=0, index=0):
     ``codec`` (a spec or a _core.Codec), with the stochastic-rounding context (seed, step,
     rank, index). The buffer starts as garbage (0xAB) that the encoder must overwrite."""
     from ccompress import _core
-    from ccompress._arrays import dtype_name
+    from ccompress._internal.arrays import dtype_name
 
     c = _core.Codec.parse(codec) if isinstance(codec, str) else codec
     wire = np.full(c.wire_bytes(x.size), 0xAB, np.uint8)

@@ -7,8 +7,8 @@ import os
 import numpy as np
 
 import ccompress as cc
-from ccompress._arrays import _DLTensor, dtype_name
-from ccompress._device import DeviceBuffer  # noqa: F401 - the tests take it from here
+from ccompress._internal.arrays import _DLTensor, dtype_name
+from ccompress._internal.device import DeviceBuffer  # noqa: F401 - the tests take it from here
 
 
 class _DLManagedTensor(ctypes.Structure):

@@ -54,7 +54,7 @@ class FuzzFinding(AssertionError):
 
 
 def _random_input(rng, n: int, dtype: str) -> np.ndarray:
-    from ccompress._arrays import numpy_dtype
+    from ccompress._internal.arrays import numpy_dtype
 
     kind = rng.integers(4)
     if kind == 0:
@@ -129,7 +129,7 @@ def _framed(rng, codec: cc.Codec, dtype: str) -> None:
 
 
 def _raw_payload(rng, codec: cc.Codec, dtype: str) -> None:
-    from ccompress._arrays import numpy_dtype
+    from ccompress._internal.arrays import numpy_dtype
 
     n = int(rng.integers(0, 3000))
     c = codec._c.bind(dtype)

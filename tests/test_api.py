@@ -64,7 +64,7 @@ def test_torch_tensors(rng, dtype):
     assert np.linalg.norm(as_f32[0] - ref) / np.linalg.norm(ref) < 4.5e-2
     if dtype != "float32":
         # The same values as NumPy arrays of the same dtype give the same bits.
-        from ccompress._arrays import numpy_dtype
+        from ccompress._internal.arrays import numpy_dtype
         npy = [t.float().numpy().astype(numpy_dtype(dtype)) for t in tensors]
         res_np = cc.simulate.allreduce(npy, codec="fp8_e4m3:g128", algo="two_shot")
         np.testing.assert_array_equal(res_np[0].astype(np.float32), as_f32[0])
@@ -85,7 +85,7 @@ def test_torch_in_place_and_errors():
 
 
 def test_nccl_discovery_reports_why(tmp_path, monkeypatch):
-    from ccompress._nccl import find_nccl
+    from ccompress._internal.nccl import find_nccl
 
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libnccl.so.2").write_bytes(b"not a library")

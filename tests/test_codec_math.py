@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ccompress import _core
-from ccompress._errors import InvalidArgument
+from ccompress._internal.errors import InvalidArgument
 
 F32 = np.float32
 FLT_MIN = np.finfo(np.float32).tiny

@@ -8,7 +8,7 @@ import pytest
 
 import ccompress as cc
 from ccompress import _core
-from ccompress._arrays import numpy_dtype
+from ccompress._internal.arrays import numpy_dtype
 from conftest import gaussian_parts, rel_l2, run_on_threads, same_bits
 from cuda_helpers import (DeviceBuffer, cuda_or_reason, device_run, framework_cases, host_ptr,
                           to_device, to_host)
@@ -49,7 +49,7 @@ def test_missing_libnccl_is_unsupported(monkeypatch):
         pytest.skip("no CUDA module in this build")
     with pytest.raises(cc.Unsupported, match="cannot load"):
         _cuda.nccl_load("/nonexistent/libnccl.so.2")
-    import ccompress._nccl as nccl_mod
+    import ccompress._internal.nccl as nccl_mod
 
     monkeypatch.setattr(nccl_mod, "find_nccl", lambda: {"path": None, "reason": "libnccl not found (test)"})
     with pytest.raises(cc.Unsupported, match="libnccl not found"):
@@ -59,7 +59,7 @@ def test_missing_libnccl_is_unsupported(monkeypatch):
 
 
 def test_stream_handles():
-    from ccompress._device import cuda_stream_handle
+    from ccompress._internal.device import cuda_stream_handle
 
     class CupyLike:
         ptr = 1234

@@ -7,7 +7,7 @@ import pytest
 
 import ccompress as cc
 from ccompress import _core
-from ccompress._arrays import numpy_dtype
+from ccompress._internal.arrays import numpy_dtype
 from conftest import gaussian_parts, run_on_threads, same_bits
 from cuda_helpers import (DeviceBuffer, cuda_or_reason, device_run, framework_cases, host_ptr,
                           to_device, to_host)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress import _arrays
+from ccompress._internal import arrays as _arrays
 
 DATA = pathlib.Path(__file__).parent / "data" / "digests.json"
 

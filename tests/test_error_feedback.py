@@ -161,7 +161,7 @@ def test_one_state_per_tensor_and_fixed_codec():
 
 
 def test_bfloat16_inputs_keep_float32_residuals(rng):
-    from ccompress._arrays import numpy_dtype
+    from ccompress._internal.arrays import numpy_dtype
     bf16 = numpy_dtype("bfloat16")
     inputs = [x.astype(bf16) for x in steps_of_inputs(rng, 6, 1500)]
     outs, efs = run_steps(inputs, "fp8_e4m3:g128", "two_shot")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress import fidelity
+from ccompress.tools import fidelity
 
 
 def run_tool(args, capsys):
@@ -262,7 +262,7 @@ def test_plot(tmp_path, rng, capsys):
 
 def test_command_line_exit_codes(tmp_path, rng):
     np.savez(tmp_path / "s.npz", parts=rng.standard_normal((2, 300)).astype(np.float32))
-    cmd = [sys.executable, "-m", "ccompress.fidelity"]
+    cmd = [sys.executable, "-m", "ccompress.tools.fidelity"]
     ok = subprocess.run(cmd + [str(tmp_path / "s.npz"), "--algo", "tree"],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr

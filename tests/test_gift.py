@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.gift import GIFT, Whitening
+from ccompress.compressors.gift import NumpyGIFT as GIFT, Whitening
 
 P = 4
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.bounds import allreduce_error_bound
+from ccompress.tools.bounds import allreduce_error_bound
 from conftest import gaussian_parts, same_bits
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.bounds import hier_error_bound
+from ccompress.tools.bounds import hier_error_bound
 
 
 def _parts(P, n, dtype, seed=0):
     rng = np.random.default_rng([seed, P, n])
     x = rng.standard_normal((P, n)).astype(np.float32)
     x[:, ::7] *= 30.0  # outlier channels, as tensor-parallel activations have
-    return x.astype(cc._arrays.numpy_dtype(dtype)) if dtype != "float32" else x
+    return x.astype(cc._internal.arrays.numpy_dtype(dtype)) if dtype != "float32" else x
 
 
 def _run(parts, G, **kw):
@@ -112,7 +112,7 @@ def test_hier_needs_a_topology_and_flat_algos_refuse_hier_options():
 
 
 def test_ranks_disagreeing_on_the_topology_raise_on_every_rank():
-    from ccompress._ranks import on_threads
+    from ccompress._internal.ranks import on_threads
 
     group = cc.Communicator.inproc(4)
     for c, g in zip(group, [2, 2, 2, 4]):
@@ -126,7 +126,7 @@ def test_ranks_disagreeing_on_the_topology_raise_on_every_rank():
 
 
 def test_auto_picks_hier_where_the_cost_model_says_it_pays():
-    from ccompress import perfmodel as pm
+    from ccompress.tools import perfmodel as pm
 
     fp8 = pm.CodecCost("fp8_e4m3:g128", 1.03, 1e10, 1e10)
     slow_network = pm.System("2 nodes", 8, pm.Link(pm.gbit(1), 5e-6), ranks_per_node=4,
@@ -156,7 +156,7 @@ def _ordered_group(P, G):
 
 @pytest.mark.parametrize("P,G", [(8, 2), (12, 4), (16, 4), (32, 8), (40, 8), (64, 16)])
 def test_reduce_scatter_and_allgather_at_scale(P, G):
-    from ccompress._ranks import on_threads
+    from ccompress._internal.ranks import on_threads
 
     parts = _parts(P, 4097, "float32", seed=8)
     codec = "fp8_e4m3:g128"

@@ -8,7 +8,7 @@ import pytest
 
 import ccompress as cc
 from ccompress import _core
-from ccompress._errors import InvalidArgument
+from ccompress._internal.errors import InvalidArgument
 from conftest import lib_decode as decode, lib_encode as encode, rel_l2, same_bits
 from reference.taco import SIZES, abs_bits, mixed_data, rot_blocks, sr_uniform, wht
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.powersgd import PowerSGD
-from ccompress.tsr import TSR
-from ccompress.tsr_adam import TSRAdam
+from ccompress.compressors.powersgd import PowerSGD
+from ccompress.compressors.tsr import TSR
+from ccompress.compressors.tsr_adam import NumpyTSRAdam as TSRAdam
 
 P = 4
 

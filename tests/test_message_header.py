@@ -26,7 +26,7 @@ def test_header_layout_is_little_endian_and_16_bytes():
 @pytest.mark.parametrize("spec", SPECS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_framed_round_trip_equals_decode(rng, spec, dtype):
-    from ccompress._arrays import numpy_dtype
+    from ccompress._internal.arrays import numpy_dtype
 
     x = rng.standard_normal(3001).astype(numpy_dtype(dtype))
     codec = cc.Codec.parse(spec)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress._ranks import on_threads
+from ccompress._internal.ranks import on_threads
 from conftest import gaussian_parts, same_bits
 from cuda_helpers import DeviceArray, DeviceBuffer, cuda_or_reason, device_run
 
@@ -109,7 +109,7 @@ def nccl_run(size, fn, **kwargs):
 
 
 def test_nccl_root_finds_the_emulated_library():
-    from ccompress._nccl import find_nccl
+    from ccompress._internal.nccl import find_nccl
 
     found = find_nccl()
     assert found["version"] == "2.99.0" and found["path"].endswith("libnccl.so.2")

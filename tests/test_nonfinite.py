@@ -136,7 +136,7 @@ def test_bad_nonfinite_option():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_count_nonfinite_matches_numpy(rng, dtype):
     from ccompress import _core
-    from ccompress._arrays import numpy_dtype
+    from ccompress._internal.arrays import numpy_dtype
 
     x = rng.standard_normal(1001).astype(numpy_dtype(dtype))
     assert _core.count_nonfinite(x.ctypes.data, dtype, x.size) == (0, -1)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress._errors import InvalidArgument
+from ccompress._internal.errors import InvalidArgument
 from conftest import lib_decode, lib_encode, rel_l2, same_bits
 from reference import fourbit as ref
 
@@ -187,7 +187,7 @@ def allreduce_bound(parts, spec, algo, slice_elems, h):
     quantization) a quantization errs by <= u * M + s / 128 with M the group amax, and every
     quantized partial sum has group amax <= (sum over ranks of M) * (1 + u)^q; back in element
     space a block of p coefficients maps by p^-1/2 * sum. Plus fp32 sums and rotations."""
-    from ccompress.bounds import quantizations
+    from ccompress.tools.bounds import quantizations
     nranks, n = parts.shape
     q = quantizations(algo, nranks)
     u = U[spec]

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 import ccompress as cc
-from ccompress import perf, perfmodel as pm
-from ccompress.info import build_info
+from ccompress.tools import perf, perfmodel as pm
+from ccompress.tools.info import build_info
 
 
 def test_perf_inproc_prints_measured_then_model_rows(tmp_path, capsys):
@@ -84,7 +84,7 @@ def test_perf_refuses_a_one_rank_mpi_world():
     except ImportError:
         pytest.skip("MPI transport not built")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPI"))}
-    r = subprocess.run([sys.executable, "-m", "ccompress.perf", "allreduce", "-b", "4K", "-e",
+    r = subprocess.run([sys.executable, "-m", "ccompress.tools.perf", "allreduce", "-b", "4K", "-e",
                         "4K"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "1-rank MPI world" in r.stderr and "--inproc" in r.stderr
@@ -106,7 +106,7 @@ def test_info_reports_installed_torch_without_importing_it():
         expected = version("torch")
     except Exception:
         pytest.skip("torch is not installed")
-    code = ("import sys, json; from ccompress.info import build_info; i = build_info(); "
+    code = ("import sys, json; from ccompress.tools.info import build_info; i = build_info(); "
             "print(json.dumps([i['torch'], 'torch' in sys.modules]))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -115,7 +115,7 @@ def test_info_reports_installed_torch_without_importing_it():
 
 
 def test_info_reports_a_missing_library_as_none():
-    from ccompress.info import _installed_version
+    from ccompress.tools.info import _installed_version
     assert _installed_version("ccompress_no_such_module") is None
     assert _installed_version("numpy") == build_info()["numpy"]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress._errors import InvalidArgument
+from ccompress._internal.errors import InvalidArgument
 from conftest import lib_decode as decode, lib_encode as encode, same_bits
 from reference import fourbit as ref
 

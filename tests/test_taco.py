@@ -8,7 +8,7 @@ import pytest
 
 import ccompress as cc
 from ccompress import _core
-from ccompress._errors import InvalidArgument
+from ccompress._internal.errors import InvalidArgument
 from conftest import lib_decode as decode, lib_encode as encode, rel_l2, same_bits
 from reference.taco import (F32, FMT, SIZES, mixed_data, rot_blocks, taco_ref_decode,
                             taco_ref_encode)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.tsr import TSR
-from ccompress.tsr_adam import TSRAdam as NumpyTSRAdam
+from ccompress.compressors.tsr import TSR
+from ccompress.compressors.tsr_adam import NumpyTSRAdam
 
 torch = pytest.importorskip("torch")
 from ccompress.torch.tsr_adam import TSRAdam  # noqa: E402

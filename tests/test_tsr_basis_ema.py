@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.tsr import TSR
+from ccompress.compressors.tsr import TSR
 
 P, STEPS, BETA = 4, 21, 0.9
 SHAPE = (48, 32)

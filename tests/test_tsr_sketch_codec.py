@@ -4,7 +4,7 @@ gradient's top subspace as well as exact sketches do (fp64 SVD reference)."""
 import numpy as np
 
 import ccompress as cc
-from ccompress.tsr import TSR
+from ccompress.compressors.tsr import TSR
 
 P, RANK = 4, 4
 SHAPE = (96, 64)

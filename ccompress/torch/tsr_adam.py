@@ -17,9 +17,9 @@ from typing import Any, Dict, Iterable, Tuple
 import numpy as np
 import torch
 
-from .._errors import InvalidArgument, Unsupported
-from ..tsr import TSR
-from ..tsr_adam import TSRAdam as NumpyTSRAdam
+from .._internal.errors import InvalidArgument, Unsupported
+from ..compressors.tsr import TSR
+from ..compressors.tsr_adam import NumpyTSRAdam
 from . import _common
 
 

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ccompress.perf import parse_size
+from ccompress.tools.perf import parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

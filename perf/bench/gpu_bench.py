@@ -31,8 +31,8 @@ import numpy as np
 
 import ccompress as cc
 from ccompress import _core, _cuda
-from ccompress._arrays import numpy_dtype
-from ccompress._device import DeviceBuffer
+from ccompress._internal.arrays import numpy_dtype
+from ccompress._internal.device import DeviceBuffer
 
 CODECS = ["none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g128", "fp8_e4m3:g128:sr",
           "taco:g128", "hint8", "hint8:g32:h256:s32", "nvfp4", "hnvfp4", "hint4"]

@@ -34,7 +34,7 @@ import statistics
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ccompress.perf import parse_size
+from ccompress.tools.perf import parse_size
 
 CLONE_NEWNET = 0x40000000
 

@@ -7,9 +7,9 @@ from typing import Dict
 import numpy as np
 
 import ccompress as cc
-from ccompress.gift import GIFT
-from ccompress.powersgd import PowerSGD
-from ccompress.tsr import TSR
+from ccompress.compressors.gift import NumpyGIFT
+from ccompress.compressors.powersgd import PowerSGD
+from ccompress.compressors.tsr import TSR
 
 CODECS = {"fp8": "fp8_e4m3:g128", "hint8": "hint8:g32", "nvfp4": "nvfp4",
           "hint4": "hint4"}  # hint4: L2 and the Adam-normalised error order it against nvfp4 apart
@@ -145,7 +145,7 @@ class GIFTMethod(Method):
     def __init__(self, torch, model, comm, args):
         super().__init__(torch, model, comm, args)
         from mpi4py import MPI
-        self.gift = GIFT(codec=CODECS["fp8"], rank=args.gift_rank, sketch=args.gift_sketch,
+        self.gift = NumpyGIFT(codec=CODECS["fp8"], rank=args.gift_rank, sketch=args.gift_sketch,
                          seed=args.seed,
                          **({} if args.gift_ema is None else {"ema": args.gift_ema}))
         self.meas = cc.Communicator.from_mpi(MPI.COMM_WORLD.Dup(), timeout=600)

@@ -25,7 +25,8 @@ import json
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from ccompress import Codec, perfmodel as pm
+from ccompress import Codec
+from ccompress.tools import perfmodel as pm
 
 CODECS = [("bf16", "none"), ("fp8_e4m3:g128", "fp8_e4m3:g128"), ("hint8", "hint8"),
           ("nvfp4", "nvfp4")]

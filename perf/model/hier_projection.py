@@ -23,7 +23,8 @@ import argparse
 import sys
 from dataclasses import replace
 
-from ccompress import Codec, perfmodel as pm
+from ccompress import Codec
+from ccompress.tools import perfmodel as pm
 
 from perf.model import model_report  # noqa: E402  (perf/model/model_report.py: the validation)
 

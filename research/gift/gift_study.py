@@ -31,7 +31,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 import ccompress as cc  # noqa: E402
-from ccompress.gift import Kronecker, Whitening, nystrom  # noqa: E402
+from ccompress.compressors.gift import Kronecker, Whitening, nystrom  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 P = 4

@@ -23,7 +23,8 @@ import statistics
 import sys
 
 import ccompress as cc
-from ccompress import autocodec, fidelity
+from ccompress import autocodec
+from ccompress.tools import fidelity
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from perf.common.train_methods import CODECS as TRAINED  # noqa: E402  (method name -> codec spec)

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from common import gather, ok, rank_input, same_on_all_ranks, start
 import ccompress as cc
-from ccompress.bounds import allreduce_error_bound
+from ccompress.tools.bounds import allreduce_error_bound
 from ccompress.torch import BackendOptions, compressed_group
 from torch_helpers import check_reduced, to_numpy
 

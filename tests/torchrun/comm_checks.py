@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 import ccompress as cc
-from ccompress.bounds import allreduce_error_bound
+from ccompress.tools.bounds import allreduce_error_bound
 
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.set_num_threads(1)

@@ -11,7 +11,7 @@ import os
 import torch.distributed as dist
 
 import ccompress as cc
-import ccompress._transports as ccm  # where from_nccl meets the CUDA module
+import ccompress._internal.transports as ccm  # where from_nccl meets the CUDA module
 
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 dist.init_process_group("gloo")

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ccompress.torch.tsr_adam import TSRAdam
-from ccompress.tsr import TSR
+from ccompress.compressors.tsr import TSR
 
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.set_num_threads(1)

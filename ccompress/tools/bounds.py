@@ -24,8 +24,8 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-from . import _core
-from .codec import Codec
+from .. import _core
+from ..codec import Codec
 
 _FLT_MIN = 2.0 ** -126
 _CAST = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from ._device import _cuda_module, _nccl_path
-from ._errors import InvalidArgument, Unsupported
+from .device import _cuda_module, _nccl_path
+from .errors import InvalidArgument, Unsupported
 
 
 def mpi_transport(comm: Any) -> Tuple[Any, Any]:
@@ -14,7 +14,7 @@ def mpi_transport(comm: Any) -> Tuple[Any, Any]:
     except ImportError as e:
         raise Unsupported("Communicator.from_mpi needs mpi4py: pip install mpi4py mpich") from e
     try:
-        from . import _mpi
+        from .. import _mpi
     except ImportError as e:
         raise Unsupported(f"this ccompress build has no MPI transport ({e}); "
                           "reinstall with mpich (pip install mpich) present") from e

@@ -31,7 +31,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from ._errors import InvalidArgument
+from .._internal.errors import InvalidArgument
 
 BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults
 EPS = 1e-8

@@ -37,9 +37,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 import numpy as np
 
-from ._errors import InvalidArgument
-from ._flat import allreduce_many, as_matrix, shared_gaussian
-from .codec import Codec
+from .._internal.errors import InvalidArgument
+from .._internal.flat import allreduce_many, as_matrix, shared_gaussian
+from ..codec import Codec
 from .error_feedback import ErrorFeedback
 
 
@@ -122,7 +122,7 @@ def roundtrip_errors(codec: Codec, factor, g: Any) -> "tuple[float, float]":
     return float(np.linalg.norm(plain - g)) / norm, float(np.linalg.norm(back - g)) / norm
 
 
-class GIFT:
+class NumpyGIFT:
     """Geometry-informed compressed all-reduce of weight gradients.
 
     Args:

@@ -36,9 +36,9 @@ from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
 
-from ._errors import InvalidArgument
-from ._flat import (allreduce_many, as_matrix, matrix_sides, name_tag, orthonormal_columns,
-                    shared_gaussian)
+from .._internal.errors import InvalidArgument
+from .._internal.flat import (allreduce_many, as_matrix, matrix_sides, name_tag,
+                              orthonormal_columns, shared_gaussian)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ._errors import InvalidArgument
+from .errors import InvalidArgument
 
 SUPPORTED = ("float32", "bfloat16", "float16")
 _HINT = "ccompress reduces float32, bfloat16 and float16 — cast first"

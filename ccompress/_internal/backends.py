@@ -11,9 +11,10 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
-from . import _arrays, _core
-from ._arrays import ArrayView
-from ._errors import InvalidArgument, Unsupported
+from . import arrays as _arrays
+from .. import _core
+from .arrays import ArrayView
+from .errors import InvalidArgument, Unsupported
 
 
 @dataclass
@@ -100,7 +101,7 @@ class DeviceBackend(HostBackend):
         event recorded on that stream now: the worker thread starts the collective later,
         and the event makes it wait for the work issued before the call, not for what the
         caller issues after it (which is meant to overlap)."""
-        from ._device import _cuda_module, cuda_stream_handle
+        from .device import _cuda_module, cuda_stream_handle
 
         handle = cuda_stream_handle(stream, x)
         if not async_op:
@@ -114,7 +115,7 @@ class DeviceBackend(HostBackend):
         return stats["nonfinite_out"], None
 
     def scratch(self, v: np.ndarray) -> Tuple[ArrayView, ArrayView, Callable[[], np.ndarray]]:
-        from ._device import DeviceBuffer
+        from .device import DeviceBuffer
 
         src, dst = DeviceBuffer.of(v, self.device), DeviceBuffer(v.nbytes, self.device)
         name = _arrays.dtype_name(v.dtype)

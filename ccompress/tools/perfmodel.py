@@ -30,9 +30,11 @@ All formulas are per rank and follow the schedules in cuda/src/collectives/.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass, replace
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 ALGOS = ("ring", "two_shot", "tree", "one_shot")
 
@@ -426,37 +428,27 @@ def gpu_codec(name: str, wire_per_element: float, copy_gbs: float = 3350 * 0.8,
                      source=f"datasheet assumption: {efficiency:.0%} of {copy_gbs:.0f} GB/s copy")
 
 
-# How well the model predicted idle emulated runs it was not fitted on (perf/RESULTS.md,
-# "Emulated networks and the cost model with interleaved rows": perf/model/model_report.py over
-# two idle runs each of perf/bench/emulated_net.py flat and with 2 nodes x 2, 4 ranks on 2 cores,
-# 64 MiB float32, fp8 / hint8 / nvfp4 / hint4 and MPI_Allreduce, medians of 7 samples,
-# rows timed in turn, made after the two pairs of the fit): median and max |error| of the
-# 20 rows at each link rate in Gbit/s, and the median over all 40 rows. Fitted the other
-# way round, 6 of the 10 Gbit/s two-node rows miss by 21-35% (the VM ran those runs faster
-# than the fitted ones), while every speedup over MPI_Allreduce stays within 20%.
-VALIDATION_ERROR = {1.0: 0.054, 10.0: 0.069}
-VALIDATION_ERROR_MAX = {1.0: 0.111, 10.0: 0.147}
-VALIDATION_ERROR_ALL = 0.059
-VALIDATION_SOURCE = "perf/RESULTS.md, held-out idle runs of 2026-12-03 on the AMD EPYC VM"
-EMULATED_ALPHA = 50e-6  # s per dependent message round over the emulated TCP links
-MPI_SLICE_ELEMS = 1 << 18  # MpiTransport::kSliceElems (cuda/src/transport/mpi_transport.h)
-# The host transport of perf/bench/emulated_net.py's runs (MPICH over TCP through veths and a
-# bridge, tbf on every veth, shared memory inside a node) on the 2-core AMD EPYC VM (family
-# 25, model 17): the CPU per TCP byte and MPI_Allreduce's per byte of its node-level phases
-# fitted on two pairs of runs' unlimited-link rows, the shaper's CPU and both overlaps on
-# their rate-limited rows (shaper 0: the 10 Gbit/s rows take no longer than the unlimited
-# ones), the CPU per message and per shared-memory byte measured by perf/bench/tcp_cpu.py
-# (perf/RESULTS.md, "Emulated networks and the cost model with interleaved rows"; the Xeon
-# VM's figures, in "Cost model on the Xeon VM, with the executor's overlap", differ: the
-# host's CPU sets them).
-EMULATED_HOST = HostTransport(tcp_per_byte=1.209e-9, per_message=36.5e-6,
-                              shm_per_byte=0.441e-9, node_per_byte=0.671e-9,
-                              shaper_per_byte=0.0, overlap=0.96, baseline_overlap=0.72,
-                              source="MPI over TCP through shaped veths and a bridge: CPU per "
-                                     "TCP byte and per byte of MPI_Allreduce's node-level "
-                                     "phases fitted on unlimited-link times, the shaper's and "
-                                     "both overlaps on rate-limited ones, the rest measured")
+# The lab calibration of the emulated networks, data not code: calibration.json next to this
+# module, with its provenance (command, machine, date; perf/RESULTS.md, "Emulated networks and
+# the cost model with interleaved rows"). VALIDATION_ERROR / VALIDATION_ERROR_MAX: median and
+# max |error| of the model on held-out idle emulated runs at each link rate in Gbit/s;
+# VALIDATION_ERROR_ALL: the median over all rows; EMULATED_ALPHA: s per dependent message round
+# over the emulated TCP links; EMULATED_HOST: the host transport of those runs.
+def _load_calibration() -> Dict[str, Any]:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibration.json"),
+              encoding="utf-8") as f:
+        return json.load(f)
 
+
+CALIBRATION = _load_calibration()
+CALIBRATION_PROVENANCE: Dict[str, str] = CALIBRATION["provenance"]
+VALIDATION_ERROR = {float(k): v for k, v in CALIBRATION["validation_error"].items()}
+VALIDATION_ERROR_MAX = {float(k): v for k, v in CALIBRATION["validation_error_max"].items()}
+VALIDATION_ERROR_ALL = CALIBRATION["validation_error_all"]
+VALIDATION_SOURCE = CALIBRATION["validation_source"]
+EMULATED_ALPHA = CALIBRATION["emulated_alpha"]
+MPI_SLICE_ELEMS = 1 << 18  # MpiTransport::kSliceElems (cuda/src/transport/mpi_transport.h)
+EMULATED_HOST = HostTransport(**CALIBRATION["emulated_host"])
 
 def validation_error(gbit_rate: float, worst: bool = False) -> Optional[float]:
     """The model's measured median |error| (``worst``: max) at the validated link rate
@@ -491,8 +483,8 @@ def measure_codec_cost(spec: str, n: int = 1 << 22, reps: int = 3) -> CodecCost:
 
     import numpy as np
 
-    from . import _core
-    from .codec import Codec
+    from .. import _core
+    from ..codec import Codec
 
     codec = Codec.parse(spec)
     x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)

@@ -37,8 +37,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from . import _core
-from ._errors import InvalidArgument
+from .. import _core
+from .._internal.errors import InvalidArgument
 
 
 class ErrorFeedback:
@@ -160,7 +160,7 @@ class ErrorFeedback:
             self._worker, self._server = (self._host(self._worker, 0),
                                           self._host(self._server, 1))
             if device is not None:
-                from ._device import DeviceBuffer
+                from .._internal.device import DeviceBuffer
 
                 self._worker, self._server = (None if r is None else DeviceBuffer.of(r, device)
                                               for r in (self._worker, self._server))

@@ -7,12 +7,12 @@ import json
 import sys
 from typing import Any, Dict, Optional
 
-from . import _core
+from .. import _core
 
 
 def _mpi_info() -> Dict[str, Any]:
     try:
-        from . import _build_config
+        from .. import _build_config
         status = _build_config.MPI_STATUS
     except ImportError:
         status = "unknown (no _build_config)"
@@ -26,7 +26,7 @@ def _mpi_info() -> Dict[str, Any]:
         info["reason"] = f"mpi4py unusable: {e}"
         return info
     try:
-        from . import _mpi  # noqa: F401
+        from .. import _mpi  # noqa: F401
         info["available"] = True
     except ImportError as e:
         info["reason"] = f"MPI transport module not importable: {e}"
@@ -35,7 +35,7 @@ def _mpi_info() -> Dict[str, Any]:
 
 def _cuda_info() -> Dict[str, Any]:
     try:
-        from . import _build_config
+        from .. import _build_config
         built, status = _build_config.CUDA_BUILT, _build_config.CUDA_STATUS
     except ImportError:
         built, status = False, "unknown (no _build_config)"
@@ -44,7 +44,7 @@ def _cuda_info() -> Dict[str, Any]:
         info["reason"] = "the CUDA module was not built"
         return info
     try:
-        from . import _cuda
+        from .. import _cuda
         info["devices"] = int(_cuda.device_count())
         info["available"] = info["devices"] > 0
         if not info["available"]:
@@ -55,7 +55,7 @@ def _cuda_info() -> Dict[str, Any]:
 
 
 def _nccl_info(cuda: Dict[str, Any]) -> Dict[str, Any]:
-    from ._nccl import find_nccl
+    from .._internal.nccl import find_nccl
 
     lib = find_nccl()
     info: Dict[str, Any] = {"library": lib, "available": False}
@@ -67,7 +67,7 @@ def _nccl_info(cuda: Dict[str, Any]) -> Dict[str, Any]:
         info["reason"] = f"libnccl found, but no CUDA device: {cuda.get('reason', '')}"
     else:
         try:
-            from . import _cuda
+            from .. import _cuda
             info["loaded_version"] = _cuda.nccl_load(lib["path"])
             info["available"] = True
         except Exception as e:  # noqa: BLE001 - reported, not raised

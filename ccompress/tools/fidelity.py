@@ -54,7 +54,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 import ccompress as cc
-from . import _arrays, adam_fidelity, autocodec
+from .._internal import arrays as _arrays
+from . import adam_fidelity
+from .. import autocodec
 
 DEFAULT_CODECS = ("none", "bf16", "fp8_e4m3:g128", "fp8_e5m2:g128")
 ALGOS = ("ring", "two_shot", "tree", "one_shot")
@@ -501,7 +503,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ccompress-fidelity",
                                 description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                                 epilog="Formats, layouts and columns: python -m pydoc "
-                                       "ccompress.fidelity")
+                                       "ccompress.tools.fidelity")
     p.add_argument("files", nargs="+", metavar="FILE", help=".npy, .npz or .safetensors")
     p.add_argument("--codec", action="append", default=[], metavar="SPEC",
                    help=f"codec spec to measure besides the defaults ({', '.join(DEFAULT_CODECS)})"

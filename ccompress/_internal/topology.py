@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, List, Optional
 
-from ._errors import InvalidArgument, Unsupported
+from .errors import InvalidArgument, Unsupported
 
 
 def check(ranks_per_node: Optional[int], size: int) -> Optional[int]:
@@ -87,7 +87,7 @@ def levels(algo: Optional[str], ranks_per_node: Optional[int], intra_codec: Any,
             "algo='hier' needs the node topology: pass ranks_per_node= when making the "
             "communicator (from_mpi finds it when each node holds consecutive ranks; "
             "under torchrun, LOCAL_WORLD_SIZE gives it)")
-    from .codec import Codec
+    from ..codec import Codec
 
     out = {"ranks_per_node": ranks_per_node, "inter_algo": inter_algo}
     if intra_codec is not None:

@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ._errors import InvalidArgument, NonFiniteError
+from .errors import InvalidArgument, NonFiniteError
 
 MODES = ("propagate", "raise")
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 import ccompress as cc
-from . import _arrays
+from .._internal import arrays as _arrays
 from .bounds import allreduce_error_bound, hier_error_bound
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")

@@ -39,22 +39,3 @@ def on_threads(ranks: List[Any], fn: Callable[[Any, int], Any]) -> List[Any]:
             raise e
     return results
 
-
-def _communicator() -> Any:
-    from .communicator import Communicator  # the module that imports this one
-
-    return Communicator
-
-
-def run_inproc(size: int, fn: Callable[[Any], Any], **kwargs: Any) -> List[Any]:
-    """Runs ``fn(comm)`` on ``size`` in-process ranks, one thread each, and returns the
-    results in rank order. If any rank raises, the first error (lowest rank) is re-raised
-    after all ranks have finished."""
-    return run_ranks(_communicator().inproc(size, **kwargs), fn)
-
-
-def run_cuda_loopback(size: int, fn: Callable[[Any], Any], device: int = 0,
-                      **kwargs: Any) -> List[Any]:
-    """:func:`run_inproc` for ``size`` virtual ranks on CUDA device ``device``
-    (:meth:`Communicator.cuda_loopback`)."""
-    return run_ranks(_communicator().cuda_loopback(size, device, **kwargs), fn)

@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import InvalidArgument, Unsupported
+from .errors import InvalidArgument, Unsupported
 
 
 def _cuda_module():
     try:
-        from . import _cuda
+        from .. import _cuda
     except ImportError as e:
         raise Unsupported(f"this ccompress build has no CUDA module ({e}); reinstall with nvcc "
                           "on PATH (CCOMPRESS_CUDA=ON)") from e
@@ -19,7 +19,7 @@ def _cuda_module():
 
 
 def _nccl_path() -> str:
-    from ._nccl import find_nccl
+    from .nccl import find_nccl
 
     found = find_nccl()
     if found["path"] is None:

@@ -21,13 +21,13 @@ from typing import Any, Dict, Mapping, Union
 
 import numpy as np
 
-from ._errors import InvalidArgument
+from .._internal.errors import InvalidArgument
 from .tsr import TSR
 
 REFRESH_MODES = ("rotate", "reset")
 
 
-class TSRAdam:
+class NumpyTSRAdam:
     """AdamW with TSR-compressed, core-space moments for matrices.
 
     Args:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from . import _arrays, _core, autocodec
-from ._backends import Call
-from ._errors import InvalidArgument, Unsupported
-from .codec import Codec
-from .error_feedback import ErrorFeedback
+from . import arrays as _arrays
+from .. import _core, autocodec
+from .backends import Call
+from .errors import InvalidArgument, Unsupported
+from ..codec import Codec
+from ..compressors.error_feedback import ErrorFeedback
 
 
 def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: bool, stream: Any,
