@@ -5,8 +5,9 @@ One quantization errs, per coefficient (the element itself, or its Walsh-Hadamar
 for rotated codecs), by at most ``u * M + v * R`` where M is the largest |coefficient| of its
 scale group and R that of its run piece (two-level scales), or ``u * |x|`` for plain casts
 (2^-8 bf16, 2^-11 fp16, 2^-24 float32). The constants are the ones each codec states in its
-format header (cuda/src/codecs/<family>/<family>.h); stochastic rounding
-doubles them. A collective quantizes each element ``q`` times (one_shot 1, two_shot 2, tree
+format header (cuda/src/codecs/<family>/<family>.h), read from its family's registry entry
+(``Codec.error_model()``: u, v, the floor, and how scale groups lie over rotation blocks);
+stochastic rounding doubles them. A collective quantizes each element ``q`` times (one_shot 1, two_shot 2, tree
 depth+1, ring n); every partial sum it quantizes has group maxima at most ``S`` = the sum
 over ranks of each rank's maxima (rotations are linear), inflated by the earlier errors, so a
 coefficient errs by at most::
@@ -27,7 +28,6 @@ import numpy as np
 from .. import _core
 from ..codec import Codec
 
-_FLT_MIN = 2.0 ** -126
 _CAST = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 # Half the subnormal spacing: the absolute error floor of a cast.
 _CAST_FLOOR = {"float32": 2.0 ** -150, "bfloat16": 2.0 ** -134, "float16": 2.0 ** -25}
@@ -52,43 +52,14 @@ def quantizations(algo: str, nranks: int) -> int:
 
 def _constants(c: "_core.Codec") -> Tuple[float, float, float]:
     """(u, v, floor) of one quantization of a scaled codec (see the module comment)."""
-    kind, sr = c.kind, 2.0 if c.stochastic else 1.0
-    if kind in ("fp8_e4m3", "fp8_e5m2", "taco"):
-        e5m2 = kind == "fp8_e5m2" or (kind == "taco" and c.name.startswith("taco_e5m2"))
-        top = 4096.0 if e5m2 else 16.0  # half the top spacing; max 57344 / 448
-        u = top / (57344.0 if e5m2 else 448.0)
-        return sr * u * (1 + 2.0 ** -16), 0.0, sr * (_FLT_MIN if kind != "taco" else 1e-12) * top
-    if kind == "hint8":
-        slack = {32: 1 + 1e-6, 16: 1 + 2.0 ** -7, 8: 2 ** (1 / 16) * (1 + 1e-6)}[c.scale_bits]
-        return sr * slack / 254, 0.0, sr * _FLT_MIN
-    if kind == "nvfp4":
-        return sr * 17 / 96 * (1 + 2.0 ** -20), sr / (2688 * 128), sr * _FLT_MIN
-    if kind == "hint4":
-        u = {8: 17 / 224, 16: (1 + 2.0 ** -11) / 14}[c.scale_bits]
-        if c.stochastic:
-            u = {8: 9 / 56, 16: (1 + 2.0 ** -10) / 7}[c.scale_bits]
-        m = 448 if c.scale_bits == 8 else 32768
-        return u * (1 + 2.0 ** -20), sr / (7 * m * 128), sr * _FLT_MIN
-    raise ValueError(f"no error bound known for codec {c.name}")
+    e = c.error_model()
+    return e["u"], e["v"], e["floor"]
 
 
 def _chunks(n: int, nranks: int, algo: str) -> List[Tuple[int, int]]:
     if algo in _CHUNKED and nranks > 1:
         return [tuple(_core.chunk_range(n, nranks, r)) for r in range(nranks)]
     return [(0, n)]
-
-
-def _rot_blocks(m: int, h: int) -> List[Tuple[int, int]]:
-    """Rotation blocks of a run of m elements: full blocks of h, then the tail by its binary
-    expansion, largest first (cuda/src/codecs/rotation_blocks.h)."""
-    out = [(o, h) for o in range(0, m - m % h, h)]
-    off, tail, p = m - m % h, m % h, h >> 1
-    while p:
-        if tail & p:
-            out.append((off, p))
-            off += p
-        p >>= 1
-    return out
 
 
 def _wht(a: np.ndarray) -> np.ndarray:
@@ -109,12 +80,12 @@ def _scaled_bound(x: np.ndarray, c: "_core.Codec", q: int) -> np.ndarray:
     grow = (1 + u) ** q
     nranks, m = x.shape
     h, g = c.rotation, c.group
-    piece = c.align if c.kind in ("nvfp4", "hint4") else m  # run pieces: Codec::run_block
+    piece = c.run_block or m  # run pieces: Codec::run_block
     out = np.zeros(m)
     for p0 in range(0, m, max(piece, 1)):
         xs = x[:, p0:p0 + piece]
         mlen = xs.shape[1]
-        blocks = _rot_blocks(mlen, h) if h else [(0, mlen)]
+        blocks = c.rotation_blocks(mlen)
         if h:  # full blocks in one batched transform, then the few tail blocks
             full = mlen - mlen % h
             coef = [_wht(xs[:, :full].reshape(nranks, -1, h)).reshape(nranks, full)]
@@ -125,7 +96,7 @@ def _scaled_bound(x: np.ndarray, c: "_core.Codec", q: int) -> np.ndarray:
         run_amax = float(coef.max(axis=1).sum()) if coef.size else 0.0
         # Scale groups: nvfp4 and hint4 lay groups of g from the piece start over the
         # coefficients; taco and hint8 tile each rotation block (a short block is one group).
-        if c.kind in ("nvfp4", "hint4") or not h:
+        if not c.error_model()["groups_tile_blocks"] or not h:
             spans = [(0, mlen)]
         else:
             spans = [(0, mlen - mlen % h)] + [(o, p) for o, p in blocks if p < h]
@@ -169,12 +140,11 @@ def _level_bound(x: np.ndarray, c: Any, q: int, chunks: List[Tuple[int, int]], o
     ``chunks``' starts, over the rows (ranks) of ``x``."""
     nranks, n = x.shape
     absx = np.where(np.isfinite(x), np.abs(x), 0.0)
-    if c.kind == "raw":
-        wire = dtype if c.unbound else c.raw_dtype
-        sr = 2.0 if c.stochastic else 1.0  # a stochastic cast errs by up to a whole spacing
-        u = sr * _CAST[wire]
+    e = (c.bind(dtype) if c.unbound else c).error_model()  # `none` casts to the input dtype
+    if e["cast"]:
+        u = e["u"]  # a stochastic cast errs by up to a whole spacing: in u and the floor
         s = absx.sum(axis=0)
-        bound = q * u * (1 + u) ** q * s + q * sr * _CAST_FLOOR[wire]
+        bound = q * u * (1 + u) ** q * s + q * e["floor"]
     else:
         bound = np.zeros(n)
         for lo, hi in chunks:
@@ -281,9 +251,9 @@ def _widening(codec: Codec, algo: str, nranks: int, dist: np.ndarray,
     c = codec._c
     q = quantizations(algo, nranks)
     sums = (nranks + 4) * 2.0 ** -23 * dist.sum(axis=0)  # the fp32 sums of the moved inputs
-    if c.kind == "raw":
-        wire = dtype if c.unbound else c.raw_dtype
-        u = (2.0 if c.stochastic else 1.0) * _CAST[wire]
+    e = (c.bind(dtype) if c.unbound else c).error_model()
+    if e["cast"]:
+        u = e["u"]
         return q * u * (1 + u) ** q * dist.sum(axis=0) + sums
     u, v, _ = _constants(c)
     # A coefficient of a rotation block of h moves by at most h^1/2 times the largest input

@@ -447,8 +447,23 @@ VALIDATION_ERROR_MAX = {float(k): v for k, v in CALIBRATION["validation_error_ma
 VALIDATION_ERROR_ALL = CALIBRATION["validation_error_all"]
 VALIDATION_SOURCE = CALIBRATION["validation_source"]
 EMULATED_ALPHA = CALIBRATION["emulated_alpha"]
-MPI_SLICE_ELEMS = 1 << 18  # MpiTransport::kSliceElems (cuda/src/transport/mpi_transport.h)
 EMULATED_HOST = HostTransport(**CALIBRATION["emulated_host"])
+
+
+def _mpi_slice_elems() -> int:
+    """The MPI transport's default slice, MpiTransport::kSliceElems, from the MPI module
+    (loaded on first use: it loads libmpi)."""
+    from .. import _mpi
+
+    return int(_mpi.SLICE_ELEMS)
+
+
+def __getattr__(name: str) -> Any:
+    # MPI_SLICE_ELEMS: the MPI transport's default slice (MpiTransport::kSliceElems,
+    # cuda/src/transport/mpi_transport.h), read from the binding when first asked for.
+    if name == "MPI_SLICE_ELEMS":
+        return _mpi_slice_elems()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 def validation_error(gbit_rate: float, worst: bool = False) -> Optional[float]:
     """The model's measured median |error| (``worst``: max) at the validated link rate
@@ -471,7 +486,7 @@ def emulated_system(ranks: int, gbit_rate: float, cores: int, ranks_per_node: in
     return System(f"{ranks} ranks, {gbit_rate:g} Gbit/s", ranks,
                   Link(gbit(gbit_rate), EMULATED_ALPHA), ranks_per_node, intra,
                   cores_per_rank=cores / ranks, reduce_rate=reduce_rate,
-                  slice_elems=MPI_SLICE_ELEMS, host=EMULATED_HOST)
+                  slice_elems=_mpi_slice_elems(), host=EMULATED_HOST)
 
 
 def measure_codec_cost(spec: str, n: int = 1 << 22, reps: int = 3) -> CodecCost:

@@ -1,6 +1,6 @@
-// Host launchers of the hint4 CUDA kernels (format: codecs/int4/int4.cc). Plain C++, so
+// Host launchers of the hint4 CUDA kernels (format: codecs/hint4/hint4.cc). Plain C++, so
 // host-compiled code can call them; the kernels (fourbit_kernels.cuh) run the same
-// codecs/int4/int4.h math as the CPU backend and produce the same bytes.
+// codecs/hint4/hint4.h math as the CPU backend and produce the same bytes.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // hint4 on the GPU: the shared 4-bit kernels with the symmetric int4 grid.
-#include "codecs/int4/int4_kernels.h"
+#include "codecs/hint4/hint4_kernels.h"
 
-#include "codecs/int4/int4.h"
+#include "codecs/hint4/hint4.h"
 #include "codecs/fourbit/fourbit_kernels.cuh"
 #include "codecs/registry.h"
 
@@ -30,7 +30,7 @@ void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n,
 }
 
 constexpr DeviceOps kDeviceOps = {encode_op, launch_int4_decode, true};
-[[maybe_unused]] const bool kAttached = attach_device_ops("int4", kDeviceOps);
+[[maybe_unused]] const bool kAttached = attach_device_ops("hint4", kDeviceOps);
 
 }  // namespace
 

@@ -1,10 +1,11 @@
-// The hint4 family (format: int4.h): spec options, name, size, host loops and the registry
+// The hint4 family (format: hint4.h): spec options, name, size, host loops and the registry
 // entry.
+#include <cmath>
 #include <string>
 
 #include "ccompress/error.h"
 #include "codecs/hadamard.h"
-#include "codecs/int4/int4.h"
+#include "codecs/hint4/hint4.h"
 #include "codecs/registry.h"
 #include "codecs/fourbit/fourbit_cpu.h"
 #include "cpu/isa_dispatch.h"
@@ -66,10 +67,25 @@ const char* kind_name(const Codec&) { return "hint4"; }
 
 int64_t run_wire_bytes(const Codec& c, int64_t n) { return pieces_wire_bytes(wire_bytes, c, n); }
 
+// hint4.h: int4 codes (-7..7) under an E4M3 (s8) or fp16 (s16) group scale; the group
+// scale's floor under the run's fp32 scale errs by 1/(7 * max * 128) of the run piece's
+// largest coefficient.
+ErrorModel error_model(const Codec& c) {
+  const double sr = c.stochastic ? 2.0 : 1.0;
+  double u = c.scale_bits == 8 ? 17.0 / 224 : (1 + std::ldexp(1.0, -11)) / 14;
+  if (c.stochastic) u = c.scale_bits == 8 ? 9.0 / 56 : (1 + std::ldexp(1.0, -10)) / 7;
+  const double scale_max = c.scale_bits == 8 ? 448 : 32768;
+  ErrorModel m;
+  m.u = u * (1 + std::ldexp(1.0, -20));
+  m.v = sr / (7 * scale_max * 128);
+  m.floor = sr * std::ldexp(1.0, -126);
+  return m;
+}
+
 }  // namespace
 
-extern const CodecFamily kInt4Family = {
-    "int4", {"hint4", nullptr}, configure, spec_name, kind_name, run_wire_bytes, nullptr,
-    kHostOps, kHelp};
+extern const CodecFamily kHint4Family = {
+    "hint4", {"hint4", nullptr}, configure, spec_name, kind_name, run_wire_bytes, nullptr,
+    kHostOps, kHelp, error_model};
 
 }  // namespace ccompress
