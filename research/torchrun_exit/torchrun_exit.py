@@ -9,12 +9,12 @@ non-zero and those that printed that message:
 
     .venv/bin/python -m research.torchrun_exit.torchrun_exit --backend ccompress --launches 20
     .venv/bin/python -m research.torchrun_exit.torchrun_exit --backend gloo --no-destroy --launches 20
-    .venv/bin/python -m research.torchrun_exit.torchrun_exit --worker tests/torch_backend/ops.py --arg fp8_e4m3:g128
+    .venv/bin/python -m research.torchrun_exit.torchrun_exit --worker tests/helpers/torch_backend/ops.py --arg fp8_e4m3:g128
 
 The built-in script makes the process group, runs 200 delegated all-reduces (MAX, 1000
 floats; with ``--async-op`` issued asynchronously, waiting for the last one only) and calls
 ``destroy_process_group`` unless ``--no-destroy``. ``--worker`` runs
-another script instead (``--arg`` repeatable); ``tests/`` and ``tests/torch_backend/`` are on
+another script instead (``--arg`` repeatable); ``tests/`` and ``tests/helpers/torch_backend/`` are on
 its path, as the test suite puts them.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main() -> int:
         what = f"built-in, backend {a.backend}, " + ("async, " if a.async_op else "") + (
             "no destroy_process_group" if a.no_destroy else "destroy_process_group")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "torch_backend"),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "helpers" / "torch_backend"),
                                            str(ROOT / "tests"), str(ROOT)]))
     cwd = Path(script[0]).parent
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])

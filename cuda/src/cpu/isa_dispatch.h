@@ -10,7 +10,7 @@
 //
 // Both copies give the same bits: the loops are integer operations and IEEE fp32 adds,
 // multiplies and divides with contraction off (-ffp-contract=off), and no floating-point
-// reduction is reordered. tests/test_cpu_isa.py compares them (CCOMPRESS_CPU_ISA=baseline
+// reduction is reordered. tests/codecs/test_cpu_isa.py compares them (CCOMPRESS_CPU_ISA=baseline
 // forces the baseline copy).
 #pragma once
 
