@@ -3,7 +3,7 @@ backend: host memory, or this communicator's device), the output (given, or allo
 the input), the stream the call orders itself with, the error-feedback residuals, the step,
 the C++ side's validated options (_core.CallSpec: algo, op, slice, timeout, seed) and, for
 ``algo="auto"`` with a model, the algorithm. The result is a
-:class:`~ccompress._backends.Call` that a backend runs as it is."""
+:class:`~ccompress._internal.backends.Call` that a backend runs as it is."""
 from __future__ import annotations
 
 from typing import Any, Optional, Tuple

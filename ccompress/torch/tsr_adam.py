@@ -1,5 +1,5 @@
 """TSR-Adam for PyTorch: :class:`torch.optim.Optimizer` over the NumPy TSR-Adam
-(``ccompress/tsr_adam.py``), so the core-space math is written once.
+(``ccompress/compressors/tsr_adam.py``), so the core-space math is written once.
 
     from ccompress.torch.tsr_adam import TSRAdam
     opt = TSRAdam(model.named_parameters(), None, cc.tsr.TSR(rank=32), lr=1e-3)  # or a group

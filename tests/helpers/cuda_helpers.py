@@ -1,5 +1,5 @@
 """What the GPU tests share: whether they can run (and why not), device buffers without
-CuPy or PyTorch (ccompress._device.DeviceBuffer), filled from and read back into NumPy, and
+CuPy or PyTorch (ccompress._internal.device.DeviceBuffer), filled from and read back into NumPy, and
 DeviceArray, a CUDA array that offers nothing but DLPack, for the Communicator tests."""
 import ctypes
 import os
