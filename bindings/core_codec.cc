@@ -10,6 +10,7 @@
 #include "kernel_backend_calls.h"
 #include "ccompress/codec.h"
 #include "codecs/registry.h"
+#include "codecs/rotation_blocks.h"
 #include "collectives/message_header.h"
 #include "ccompress/error.h"
 #include "codecs/float_convert.h"
@@ -88,6 +89,40 @@ void bind_codec_class(py::module_& m) {
                              "Wire dtype of a bound raw codec; None for FP8 and unbound 'none'.")
       .def_property_readonly("id", &Codec::id)
       .def_property_readonly("align", &Codec::align)
+      .def_readonly("run_block", &Codec::run_block,
+                    "Elements per run piece (nvfp4, hint4: one fp32 scale each); 0: one piece.")
+      .def(
+          "error_model",
+          [](const Codec& c) {
+            const ErrorModel e = codec_error_model(c);
+            py::dict d;
+            d["u"] = e.u;
+            d["v"] = e.v;
+            d["floor"] = e.floor;
+            d["cast"] = e.cast;
+            d["groups_tile_blocks"] = e.groups_tile_blocks;
+            return d;
+          },
+          "What one quantization may err by, from the family's registry entry (bound codecs): "
+          "u, v, floor, cast, groups_tile_blocks (codecs/registry.h, ErrorModel).")
+      .def(
+          "rotation_blocks",
+          [](const Codec& c, int64_t n) {
+            py::list out;
+            if (c.rotation <= 0) {
+              if (n > 0) out.append(py::make_tuple(int64_t(0), n));
+              return out;
+            }
+            const int64_t count = codecs::rot_block_count(n, c.rotation);
+            for (int64_t b = 0; b < count; ++b) {
+              const codecs::RotBlock r = codecs::rot_block(n, c.rotation, b);
+              out.append(py::make_tuple(r.off, int64_t(r.len)));
+            }
+            return out;
+          },
+          py::arg("n"),
+          "The (offset, length) rotation blocks of a run of n elements "
+          "(codecs/rotation_blocks.h); one block of n without rotation.")
       .def("__repr__", &codec_repr)
       .def("__eq__",
            [](const Codec& a, py::object b) -> py::object {

@@ -1,5 +1,5 @@
 // Transports and collectives for Python. Buffers arrive as integer addresses that the
-// Python layer (ccompress/_arrays.py) has taken from validated arrays it keeps alive.
+// Python layer (ccompress/_internal/arrays.py) has taken from validated arrays it keeps alive.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

@@ -27,7 +27,7 @@ namespace {
 // executor cancels what it posted and the Communicator sees the same class it would from
 // the MPI transport. Python's own messages are kept (the _p2p layer writes them readable).
 [[noreturn]] void rethrow(py::error_already_set& e, const std::string& what) {
-  py::module_ errors = py::module_::import("ccompress._errors");
+  py::module_ errors = py::module_::import("ccompress._internal.errors");
   std::string msg = what + ": " + py::str(e.value()).cast<std::string>();
   if (e.matches(errors.attr("CollectiveTimeout"))) throw TimeoutError(msg);
   if (e.matches(errors.attr("MessageError"))) throw MessageError(msg);

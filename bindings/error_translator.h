@@ -1,4 +1,4 @@
-// The one mapping from the C++ error family to ccompress._errors, shared by every extension
+// The one mapping from the C++ error family to ccompress._internal.errors, shared by every extension
 // module (each registers it: modules built by different compilers may not share pybind11's
 // translator list, and a later, coarser translator would otherwise shadow this one).
 #pragma once
@@ -15,7 +15,7 @@ inline void register_error_translator() {
   pybind11::register_exception_translator([](std::exception_ptr p) {
     if (!p) return;
     auto raise = [](const char* cls, const char* what) {
-      pybind11::object errors = pybind11::module_::import("ccompress._errors");
+      pybind11::object errors = pybind11::module_::import("ccompress._internal.errors");
       PyErr_SetString(errors.attr(cls).ptr(), what);
     };
     try {

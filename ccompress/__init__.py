@@ -8,16 +8,16 @@ Quick start::
     y = comm.allreduce(x, codec="fp8_e4m3:g128", algo="two_shot", op="avg")
     parts = cc.simulate.allreduce([x0, x1, x2, x3], codec="fp8_e4m3:g128", algo="ring")
 """
-from ._errors import (CCompressError, CollectiveTimeout, CudaError, InvalidArgument,
-                      MessageError, MismatchError, MpiError, NcclError, NonFiniteError,
-                      Unsupported)
+from ._internal.errors import (CCompressError, CollectiveTimeout, CudaError, InvalidArgument,
+                               MessageError, MismatchError, MpiError, NcclError, NonFiniteError,
+                               Unsupported)
 from . import _core
 from . import simulate
 from .codec import Codec
-from .error_feedback import ErrorFeedback
-from ._device import nccl_unique_id
+from .compressors.error_feedback import ErrorFeedback
+from ._internal.device import nccl_unique_id
 from .communicator import ALGOS, OPS, Communicator, Work, run_cuda_loopback, run_inproc
-from .info import build_info
+from .tools.info import build_info
 
 __version__ = _core.__version__
 chunk_range = _core.chunk_range

@@ -6,8 +6,9 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from . import _arrays, _core
-from ._errors import InvalidArgument, MessageError
+from ._internal import arrays as _arrays
+from . import _core
+from ._internal.errors import InvalidArgument, MessageError
 
 
 class Codec:

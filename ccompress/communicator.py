@@ -7,13 +7,15 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from . import _arrays, _core, _nonfinite, _topology, _transports, autocodec
-from ._backends import Call, backend_for
-from ._errors import CCompressError, InvalidArgument, MismatchError
-from ._device import _cuda_module
-from ._ranks import on_threads, run_cuda_loopback, run_inproc
-from ._resolve import resolve
-from ._work import IssueQueue, Work
+from ._internal import (arrays as _arrays, nonfinite as _nonfinite, topology as _topology,
+                        transports as _transports)
+from . import _core, autocodec
+from ._internal.backends import Call, backend_for
+from ._internal.errors import CCompressError, InvalidArgument, MismatchError
+from ._internal.device import _cuda_module
+from ._internal.ranks import on_threads, run_ranks
+from ._internal.resolve import resolve
+from ._internal.work import IssueQueue, Work
 from .codec import Codec
 
 # The names the C++ side accepts (it validates them, once per call: _core.CallSpec).
@@ -317,6 +319,20 @@ class Communicator:
 
     def __repr__(self) -> str:
         return f"Communicator(transport={self.transport}, rank={self.rank}, size={self.size})"
+
+
+def run_inproc(size: int, fn: Callable[[Any], Any], **kwargs: Any) -> List[Any]:
+    """Runs ``fn(comm)`` on ``size`` in-process ranks, one thread each, and returns the
+    results in rank order. If any rank raises, the first error (lowest rank) is re-raised
+    after all ranks have finished."""
+    return run_ranks(Communicator.inproc(size, **kwargs), fn)
+
+
+def run_cuda_loopback(size: int, fn: Callable[[Any], Any], device: int = 0,
+                      **kwargs: Any) -> List[Any]:
+    """:func:`run_inproc` for ``size`` virtual ranks on CUDA device ``device``
+    (:meth:`Communicator.cuda_loopback`)."""
+    return run_ranks(Communicator.cuda_loopback(size, device, **kwargs), fn)
 
 
 __all__ = ["ALGOS", "NONFINITE", "OPS", "Communicator", "Work", "on_threads", "run_cuda_loopback",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from ._errors import InvalidArgument
+from ._internal.errors import InvalidArgument
 from .communicator import run_inproc
 
 

@@ -12,8 +12,10 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinylm  # noqa: E402
+if __package__:  # imported as examples.train_common (perf/ and research/ scripts)
+    from . import tinylm
+else:  # imported by a script run from examples/ (python examples/train_dp.py)
+    import tinylm
 
 
 VAL_SEED = 1234  # the held-out sample does not change with --seed
@@ -117,7 +119,7 @@ def stop() -> None:
 
 
 def make_optimizer(torch, model, lr: float):
-    """AdamW (betas 0.9/0.95), weight decay 0.1 on matrices only, as perf/make_tensors.py."""
+    """AdamW (betas 0.9/0.95), weight decay 0.1 on matrices only, as perf/bench/make_tensors.py."""
     decay = [p for p in model.parameters() if p.dim() == 2]
     other = [p for p in model.parameters() if p.dim() != 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},

@@ -50,19 +50,19 @@ fi
 grep -E "ccompress (MPI transport|CUDA module):" "$OUT/setup.log" | sed 's/^.*-- /[gpu_check] /' >&2 || true
 "$PY" -c "from ccompress import _cuda; n = _cuda.device_count(); print('devices:', n); assert n > 0" \
   >"$OUT/devices.txt" 2>&1 || { cat "$OUT/devices.txt"; fail "no CUDA device visible to ccompress"; }
-"$PY" -m ccompress.info >"$OUT/build_info.json"
+"$PY" -m ccompress.tools.info >"$OUT/build_info.json"
 
 step "GPU tests (log $OUT/tests.log)"
 # CCOMPRESS_REQUIRE_GPU turns a GPU test's skip into an error: here they must all run.
 # A failing test does not stop the timings (one run of this script should give both); the
 # script still exits non-zero at the end.
 tests_ok=1
-CCOMPRESS_REQUIRE_GPU=1 "$PY" -m pytest -q -rs tests/test_cuda.py tests/test_cuda_state.py tests/test_ordered_executor.py \
+CCOMPRESS_REQUIRE_GPU=1 "$PY" -m pytest -q -rs tests/cuda/test_cuda.py tests/cuda/test_cuda_state.py tests/collectives/test_ordered_executor.py \
   >"$OUT/tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40 >&2; }
 tail -3 "$OUT/tests.log" >&2
 
 step "timings (kernels at ${GPU_CHECK_MIB:-256} MiB, loopback pipeline)"
-"$PY" perf/gpu_bench.py --mib "${GPU_CHECK_MIB:-256}" --out "$OUT" >"$OUT/bench.log" 2>&1 \
+"$PY" -m perf.bench.gpu_bench --mib "${GPU_CHECK_MIB:-256}" --out "$OUT" >"$OUT/bench.log" 2>&1 \
   || { tail -30 "$OUT/bench.log"; fail "timings"; }
 cat "$OUT/table.md"
 [ "$tests_ok" = 1 ] || fail "GPU tests (the timings above ran anyway; see $OUT/tests.log)"

@@ -1,12 +1,36 @@
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 # The hooks and fixture of the multi-process tests in tests/mpi (see there).
-from reference.mpi_session import (  # noqa: F401
-    pytest_collection_modifyitems, pytest_ignore_collect, pytest_runtest_makereport,
-    pytest_sessionfinish, world)
+from helpers.reference import mpi_session
+from helpers.reference.mpi_session import (  # noqa: F401
+    pytest_ignore_collect, pytest_runtest_makereport, pytest_sessionfinish, world)
+
+TESTS = Path(__file__).resolve().parent
+# Markers by folder (pyproject.toml registers them): pytest -m torch, -m "not slow", ...
+FOLDER_MARKERS = {"mpi": ("mpi",), "pytorch": ("torch",), "cuda": ("cuda_emulated",)}
+# Modules outside those folders, or with more to say: the ones that launch jobs of processes
+# (mpiexec, torchrun) are "slow".
+MODULE_MARKERS = {
+    "test_mpi.py": ("mpi", "slow"), "test_mpi_faults.py": ("mpi", "slow"),
+    "test_soak.py": ("mpi", "slow"), "test_torch_ddp_mpi.py": ("torch",),
+    "test_torchrun.py": ("slow",), "test_torch_backend.py": ("slow",),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    mpi_session.pytest_collection_modifyitems(config, items)
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        names = list(MODULE_MARKERS.get(path.name, ()))
+        if TESTS in path.parents:
+            folder = path.relative_to(TESTS).parts[0]
+            names += FOLDER_MARKERS.get(folder, ())
+        for name in dict.fromkeys(names):
+            item.add_marker(getattr(pytest.mark, name))
 
 
 @pytest.fixture(autouse=True)
@@ -26,54 +50,3 @@ def no_cuda_emulator_errors():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
-
-
-def gaussian_parts(rng, nranks, n, dtype="float32"):
-    """Per-rank Gaussian inputs with a different scale per rank (stresses the scales)."""
-    from ccompress._arrays import numpy_dtype
-
-    scale = np.exp(rng.standard_normal((nranks, 1)))
-    return (rng.standard_normal((nranks, n)) * scale).astype(numpy_dtype(dtype))
-
-
-def same_bits(arrays):
-    """Whether all arrays hold exactly the same bytes."""
-    first = np.ascontiguousarray(arrays[0]).view(np.uint8)
-    return all(np.array_equal(np.ascontiguousarray(a).view(np.uint8), first) for a in arrays)
-
-
-def rel_l2(y, ref):
-    y = np.asarray(y, dtype=np.float64)
-    return float(np.linalg.norm(y - ref) / max(np.linalg.norm(ref), 1e-300))
-
-
-
-def lib_encode(codec, x, seed=0, step=0, rank=0, index=0):
-    """The library's encoding of the contiguous array x (float32, float16 or bfloat16) under
-    ``codec`` (a spec or a _core.Codec), with the stochastic-rounding context (seed, step,
-    rank, index). The buffer starts as garbage (0xAB) that the encoder must overwrite."""
-    from ccompress import _core
-    from ccompress._arrays import dtype_name
-
-    c = _core.Codec.parse(codec) if isinstance(codec, str) else codec
-    wire = np.full(c.wire_bytes(x.size), 0xAB, np.uint8)
-    _core.encode(c, x.ctypes.data, dtype_name(x.dtype), x.size, 1.0, wire.ctypes.data, seed,
-                 step, rank, index)
-    return wire
-
-
-def lib_decode(codec, wire, n):
-    """The library's decoding of n elements from ``wire`` to float32."""
-    from ccompress import _core
-
-    c = _core.Codec.parse(codec) if isinstance(codec, str) else codec
-    out = np.empty(n, np.float32)
-    _core.decode(c, wire.ctypes.data, n, out.ctypes.data, "float32")
-    return out
-
-
-def run_on_threads(ranks, fn):
-    """fn(ranks[r], r) on one thread per rank, results in rank order (first error re-raised)."""
-    from ccompress.communicator import on_threads
-
-    return on_threads(ranks, fn)

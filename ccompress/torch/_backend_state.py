@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from .. import autocodec
-from .._errors import InvalidArgument, Unsupported
+from .._internal.errors import InvalidArgument, Unsupported
 from ..codec import Codec
 from ..communicator import ALGOS
-from ..error_feedback import ErrorFeedback
+from ..compressors.error_feedback import ErrorFeedback
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from .._errors import InvalidArgument, MismatchError, Unsupported
+from .._internal.errors import InvalidArgument, MismatchError, Unsupported
 from ..communicator import Communicator
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from .. import _errors
+from .._internal import errors as _errors
 from .gift import GIFT, Place
 
 

@@ -26,8 +26,9 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
-from .. import _core, _topology
-from .._errors import CCompressError, CollectiveTimeout, InvalidArgument, Unsupported
+from .. import _core
+from .._internal import topology as _topology
+from .._internal.errors import CCompressError, CollectiveTimeout, InvalidArgument, Unsupported
 
 # gloo prefixes its errors with "[<source file>:<line>] " and ends some with a sign-off;
 # users need the rest only.

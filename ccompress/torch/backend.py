@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _core
-from .._errors import CCompressError, InvalidArgument
+from .._internal.errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
 from ._backend_state import BackendOptions, BackwardFeedback
 

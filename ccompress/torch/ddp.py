@@ -16,10 +16,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import _errors, autocodec
+from .._internal import errors as _errors
+from .. import autocodec
 from ..codec import Codec
 from ..communicator import ALGOS, Communicator
-from ..error_feedback import ErrorFeedback
+from ..compressors.error_feedback import ErrorFeedback
 from . import _common
 
 

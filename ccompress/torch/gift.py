@@ -47,9 +47,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Opt
 import numpy as np
 import torch
 
-from .. import _errors
-from .. import gift as _gift
-from .._flat import allreduce_many
+from .._internal import errors as _errors
+from ..compressors import gift as _gift
+from .._internal.flat import allreduce_many
 from ..codec import Codec
 from ._common import bucket_offsets
 
@@ -94,7 +94,7 @@ class GIFT:
             raise _errors.InvalidArgument(f"GIFT min_gain {min_gain} must be >= 1 (below 1 a "
                                           "layer whose error rises would be whitened)")
         # The math (moments' all-reduce and EMA, factors, sketches) is ccompress.gift's.
-        self.core = _gift.GIFT(codec="none", rank=int(rank), ema=ema, damping=damping,
+        self.core = _gift.NumpyGIFT(codec="none", rank=int(rank), ema=ema, damping=damping,
                                error_feedback=False, sketch=sketch, seed=seed,
                                damping_out=damping_out)
         self.refresh_every, self.output_side = int(refresh_every), bool(output_side)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._errors import InvalidArgument
+from .._internal.errors import InvalidArgument
 from ..communicator import Communicator
 from . import _common
 

@@ -1,5 +1,5 @@
 """TSR-Adam for PyTorch: :class:`torch.optim.Optimizer` over the NumPy TSR-Adam
-(``ccompress/tsr_adam.py``), so the core-space math is written once.
+(``ccompress/compressors/tsr_adam.py``), so the core-space math is written once.
 
     from ccompress.torch.tsr_adam import TSRAdam
     opt = TSRAdam(model.named_parameters(), None, cc.tsr.TSR(rank=32), lr=1e-3)  # or a group
@@ -17,9 +17,9 @@ from typing import Any, Dict, Iterable, Tuple
 import numpy as np
 import torch
 
-from .._errors import InvalidArgument, Unsupported
-from ..tsr import TSR
-from ..tsr_adam import TSRAdam as NumpyTSRAdam
+from .._internal.errors import InvalidArgument, Unsupported
+from ..compressors.tsr import TSR
+from ..compressors.tsr_adam import NumpyTSRAdam
 from . import _common
 
 

@@ -786,7 +786,7 @@ void report_error(const std::string& what) { report(what); }
 
 }  // namespace emu
 
-/// Test hook (tests/test_nccl_emulated.py, through ctypes): operations enqueued on @p stream
+/// Test hook (tests/cuda/test_nccl_emulated.py, through ctypes): operations enqueued on @p stream
 /// so far (0: the calling thread's legacy stream).
 extern "C" __attribute__((visibility("default"))) uint64_t ccompress_emu_stream_operations(
     cudaStream_t stream) {

@@ -1,5 +1,5 @@
 // Checks of the CPU emulator itself (built into the emulated _cuda module only, as
-// _cuda.emulator_selftest(); tests/test_cuda_emulator.py runs it): the primitives give CUDA's
+// _cuda.emulator_selftest(); tests/cuda/test_cuda_emulator.py runs it): the primitives give CUDA's
 // results, and the mistakes it exists to catch are caught.
 #include "emu_selftest.h"
 

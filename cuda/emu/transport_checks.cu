@@ -1,7 +1,7 @@
 // Checks of the CUDA backend's host side that need the emulator's internals and reach no
 // Python API: run one by name with ccompress_emu_check (extern "C", through ctypes, in a
 // child process: they load the emulated NCCL and may use CCOMPRESS_EMU_DEVICES=2). Each
-// returns "ok" or what went wrong (tests/test_nccl_emulated.py).
+// returns "ok" or what went wrong (tests/cuda/test_nccl_emulated.py).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 

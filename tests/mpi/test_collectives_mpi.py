@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress._arrays import numpy_dtype
-from ccompress.bounds import allreduce_error_bound
+from ccompress._internal.arrays import numpy_dtype
+from ccompress.tools.bounds import allreduce_error_bound
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import ccompress as cc  # noqa: E402
 from ccompress.torch import (ddp_comm_hook, init_process_group_from_mpi,  # noqa: E402
                              tp_all_reduce)
 from ccompress.torch._common import communicator_for, world_communicator  # noqa: E402
-from torch_helpers import check_reduced, rank_tensor, to_numpy  # noqa: E402
+from helpers.torch_helpers import check_reduced, rank_tensor, to_numpy  # noqa: E402
 
 world = MPI.COMM_WORLD
 rank, size = world.rank, world.size

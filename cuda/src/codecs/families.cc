@@ -11,7 +11,7 @@ namespace ccompress {
   X(kTacoFamily)             \
   X(kHint8Family)            \
   X(kNvfp4Family)            \
-  X(kInt4Family)
+  X(kHint4Family)
 
 #define CC_DECLARE_FAMILY(f) extern const CodecFamily f;
 CC_CODEC_FAMILIES(CC_DECLARE_FAMILY)

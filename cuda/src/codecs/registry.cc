@@ -75,6 +75,11 @@ const DeviceOps& device_ops(const Codec& c) {
   return *ops;
 }
 
+ErrorModel codec_error_model(const Codec& c) {
+  CC_CHECK(!c.unbound, "codec 'none' is unbound: bind it to a dtype first (codec.bind(dtype))");
+  return codec_family(c).error_model(c);
+}
+
 int64_t pieces_wire_bytes(int64_t (*piece_bytes)(const Codec&, int64_t), const Codec& c,
                           int64_t n) {
   if (c.run_block <= 0 || n <= c.run_block) return piece_bytes(c, n);

@@ -62,6 +62,24 @@ struct DeviceOps {
   bool hop_scratch;
 };
 
+/// What one quantization of the family may err by, for the per-element error bounds
+/// (ccompress/tools/bounds.py). Each family states these constants in its format header.
+struct ErrorModel {
+  /// Per coefficient (the element, or its Walsh-Hadamard coefficient for rotated codecs), at
+  /// most u * M + v * R + floor, M the largest |coefficient| of its scale group and R that
+  /// of its run piece (two-level scales). A plain cast (`cast`) errs by u * |x| + floor.
+  /// Stochastic rounding is included.
+  double u = 0;
+  double v = 0;
+  double floor = 0;
+  /// A plain cast to the wire dtype (the raw family): no scale groups, no rotation.
+  bool cast = false;
+  /// Scale groups tile each rotation block, a block shorter than a group being one group
+  /// (rotation_blocks.h; taco, hint8); otherwise groups of `group` run from the start of the
+  /// run piece over the coefficients, across blocks (nvfp4, hint4).
+  bool groups_tile_blocks = false;
+};
+
 struct CodecFamily {
   const char* name;      ///< the family and its folder ("fp8", "taco")
   const char* bases[4];  ///< the spec base names it parses (nullptr after the last)
@@ -80,6 +98,8 @@ struct CodecFamily {
   HostOps host;
   /// One line for error messages, e.g. "taco[:gG][:sr] (G a power of two, 32..512)".
   const char* help;
+  /// The error constants and layout of one quantization (a bound codec).
+  ErrorModel (*error_model)(const Codec& c);
 };
 
 /// Every family, in the order of codecs/families.cc (the raw casts first: CodecKind 0).
@@ -100,6 +120,9 @@ std::vector<std::string> codec_family_examples();
 bool attach_device_ops(const char* family, const DeviceOps& ops);
 /// The CUDA launchers of a codec's family; throws Unsupported when none are attached.
 const DeviceOps& device_ops(const Codec& c);
+
+/// The error model of a codec's family (codec_family(c).error_model(c)).
+ErrorModel codec_error_model(const Codec& c);
 
 /// Calls fn(first, length) for the pieces of a run of n elements (see Codec::run_block).
 template <class Fn>

@@ -1,7 +1,7 @@
 // The host codec loops are compiled twice, for baseline x86-64 (SSE2) and for AVX2, and the
 // AVX2 copy runs when the CPU has it: the library itself stays baseline, so it loads on any
 // x86-64 machine, and the loops run about twice as fast where AVX2 is there
-// (perf/codec_throughput.py).
+// (perf/bench/codec_throughput.py).
 //
 // CC_CPU_DISPATCH(ret, name, params, args) defines `ret name params`, which calls
 // `name##_body args` in one of the two copies. `flatten` inlines everything the body calls,
@@ -10,7 +10,7 @@
 //
 // Both copies give the same bits: the loops are integer operations and IEEE fp32 adds,
 // multiplies and divides with contraction off (-ffp-contract=off), and no floating-point
-// reduction is reordered. tests/test_cpu_isa.py compares them (CCOMPRESS_CPU_ISA=baseline
+// reduction is reordered. tests/codecs/test_cpu_isa.py compares them (CCOMPRESS_CPU_ISA=baseline
 // forces the baseline copy).
 #pragma once
 

@@ -2,7 +2,7 @@
 // Walsh-Hadamard transform of a block held in registers, group maxima, and the counter-based
 // stochastic rounding noise. Each computes exactly what its scalar reference does (the same
 // IEEE fp32 adds, subtracts and multiplies on the same operands, the same integer hash), so
-// the bits do not depend on which runs; tests/test_cpu_isa.py and tests/test_digests.py check
+// the bits do not depend on which runs; tests/codecs/test_cpu_isa.py and tests/codecs/test_digests.py check
 // it. Host-only (simd_avx2.cc, compiled by the host compiler alone).
 //
 // The dispatching wrappers below (wht_normalized_host, group_abs_max_host, sr_uniforms_host)

@@ -4,7 +4,7 @@
 // Each computes, lane by lane, exactly what its scalar reference in cuda/src/codecs does (the
 // same IEEE fp32 adds, subtracts, multiplies and divides on the same operands in the same
 // order, the same integer hash), so the bits, NaN payloads included, do not depend on which
-// runs; tests/test_cpu_isa.py and tests/test_digests.py check it.
+// runs; tests/codecs/test_cpu_isa.py and tests/codecs/test_digests.py check it.
 //
 // Host-only and x86-64 only: include it from a .cc file compiled by the host compiler alone,
 // inside `#ifdef CC_HAVE_SIMD_AVX2` (simd_avx2.h). Every function is `target("avx2")`, so the

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "codecs/fourbit/fourbit.h"
-#include "codecs/int4/int4.h"
+#include "codecs/hint4/hint4.h"
 #include "codecs/nvfp4/nvfp4.h"
 #include "cpu/simd_avx2_inl.h"
 
@@ -148,7 +148,7 @@ CC_AVX2_INLINE void scales8(__m256i amax, float qmax, float s, __m256i* code, __
 // saturating at 0, by one saturating 16-bit subtract on the upper half of each lane, the
 // mantissa bits then masked off, and 2f is that shifted down by 22.
 // Every fp32 b in [0, 12] was checked against E2M1::magnitude_rn(b / 2) when this was
-// written; tests/test_cpu_isa.py and tests/test_nvfp4.py compare the nibbles with the baseline
+// written; tests/codecs/test_cpu_isa.py and tests/codecs/test_nvfp4.py compare the nibbles with the baseline
 // copy and the NumPy reference (ties included).
 CC_AVX2_INLINE __m256i quantize8_e2m1_finite(__m256 x, __m256 h) {
   const __m256 b = _mm256_min_ps(

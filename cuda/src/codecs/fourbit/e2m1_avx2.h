@@ -2,8 +2,8 @@
 // intrinsics, two 8-wide vectors per group. They compute what fourbit_cpu.h's scalar loop
 // does for those groups (the same IEEE divisions and multiplies; the nibble of a finite
 // x / d found by operations proven to give the same code as the scalar comparisons), so the
-// bits match the scalar loop and the CUDA kernels; tests/test_nvfp4.py and
-// tests/test_cpu_isa.py check it. Callers use them only when cpu_use_avx2() (isa_dispatch.h).
+// bits match the scalar loop and the CUDA kernels; tests/codecs/test_nvfp4.py and
+// tests/codecs/test_cpu_isa.py check it. Callers use them only when cpu_use_avx2() (isa_dispatch.h).
 #pragma once
 
 #include <cstdint>

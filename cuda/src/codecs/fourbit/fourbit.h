@@ -1,4 +1,4 @@
-// What the 4-bit codecs (nvfp4.h: E2M1, int4.h: symmetric int4) share: the wire layout of
+// What the 4-bit codecs (nvfp4.h: E2M1, hint4.h: symmetric int4) share: the wire layout of
 // two 4-bit codes per byte under a two-level scale, the group-scale formats, the per-element
 // quantize step with its non-finite marker, and the rotation of a run into Walsh-Hadamard
 // coefficients. Each format supplies a policy Q with

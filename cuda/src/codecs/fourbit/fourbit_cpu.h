@@ -1,4 +1,4 @@
-// Host loops of the 4-bit codecs (codecs/nvfp4/nvfp4.cc, codecs/int4/int4.cc) over the math of
+// Host loops of the 4-bit codecs (codecs/nvfp4/nvfp4.cc, codecs/hint4/hint4.cc) over the math of
 // codecs/fourbit/fourbit.h: one run of n fp32 values in, wire bytes out, and back.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include "ccompress/codec.h"
 #include "ccompress/kernel_backend.h"
 #include "codecs/fourbit/fourbit.h"
-#include "codecs/int4/int4.h"
+#include "codecs/hint4/hint4.h"
 #include "codecs/fp8/group_codec.h"
 #include "codecs/nvfp4/nvfp4.h"
 #include "codecs/stochastic.h"

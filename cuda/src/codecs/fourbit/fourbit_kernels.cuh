@@ -1,4 +1,4 @@
-// CUDA kernels of the 4-bit codecs (nvfp4_kernels.cu, int4_kernels.cu), templated on the
+// CUDA kernels of the 4-bit codecs (nvfp4_kernels.cu, hint4_kernels.cu), templated on the
 // grid policy Q of codecs/fourbit/fourbit.h. They compute exactly what codecs/fourbit/fourbit_cpu.h computes:
 // every value goes through the same fp32 operations, and the rotation evaluates the same
 // butterfly network (each butterfly's operands are fixed by the network, whatever order the

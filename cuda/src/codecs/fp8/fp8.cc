@@ -1,6 +1,7 @@
 // The fp8 family (fp8_e4m3:gG, fp8_e5m2:gG; format: group_codec.h): spec options, name,
 // size, host loops and the registry entry.
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstring>
 #include <string>
@@ -202,12 +203,27 @@ void host_decode_reduce_encode_body(const void* src, const void* x, DType x_dtyp
 
 CC_CPU_HOST_OPS_DISPATCH(kHostOps)
 
+// group_codec.h: round to nearest errs by half the top spacing (16 of 448 for E4M3, 4096
+// of 57344 for E5M2) times the group's scale, and by half a subnormal step of fp32 scales.
+ErrorModel error_model(const Codec& c) {
+  const double sr = c.stochastic ? 2.0 : 1.0;
+  const bool e5m2 = c.fp8_format == 1;
+  const double top = e5m2 ? 4096.0 : 16.0;
+  const double u = top / (e5m2 ? 57344.0 : 448.0);
+  ErrorModel m;
+  m.u = sr * u * (1 + std::ldexp(1.0, -16));
+  m.floor = sr * std::ldexp(1.0, -126) * top;
+  m.groups_tile_blocks = true;
+  return m;
+}
+
 }  // namespace
 
 extern const CodecFamily kFp8Family = {
     "fp8", {"fp8_e4m3", "fp8_e5m2", nullptr}, configure, spec_name, kind_name, wire_bytes,
     nullptr, kHostOps,
     "fp8_e4m3[:gG][:sr], fp8_e5m2[:gG][:sr] (FP8 with an fp32 scale per group of G; G in "
-    "16..1024, default 128)"};
+    "16..1024, default 128)",
+    error_model};
 
 }  // namespace ccompress

@@ -1,5 +1,6 @@
 // Host loops of the hint8 family (format and policies: codecs/hint8/hint8.h) and its registration.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -210,12 +211,28 @@ const char* kind_name(const Codec&) { return "hint8"; }
 
 int64_t run_wire_bytes(const Codec& c, int64_t n) { return pieces_wire_bytes(wire_bytes, c, n); }
 
+// hint8.h: int8 codes of step amax / 127 err by half a step, 1/254 of the group's largest
+// coefficient, with the slack of its scale format (fp32; fp16; 8-bit exponent steps of 2^1/16
+// under the run's fp32 scale).
+ErrorModel error_model(const Codec& c) {
+  const double sr = c.stochastic ? 2.0 : 1.0;
+  const double slack = c.scale_bits == 32   ? 1 + 1e-6
+                       : c.scale_bits == 16 ? 1 + std::ldexp(1.0, -7)
+                                            : std::pow(2.0, 1.0 / 16) * (1 + 1e-6);
+  ErrorModel m;
+  m.u = sr * slack / 254;
+  m.floor = sr * std::ldexp(1.0, -126);
+  m.groups_tile_blocks = true;
+  return m;
+}
+
 }  // namespace
 
 extern const CodecFamily kHint8Family = {
     "hint8", {"hint8", nullptr}, configure, spec_name, kind_name, run_wire_bytes, nullptr,
     kHostOps,
     "hint8[:gG][:hH][:rs][:s32|:s16|:s8][:sr] (Hadamard rotation of H, symmetric int8 per G; "
-    "G, H powers of two, 8 <= G <= H <= 1024, H >= 16; default hint8:g16:h128:s8, 8.5 bits)"};
+    "G, H powers of two, 8 <= G <= H <= 1024, H >= 16; default hint8:g16:h128:s8, 8.5 bits)",
+    error_model};
 
 }  // namespace ccompress

@@ -4,8 +4,8 @@
 // rotates it, takes the group maxima, the (s8: block exponent and) scales, and divides,
 // rounds and packs the codes; decode reads codes and scales, rotates in registers and stores
 // or accumulates. They compute exactly what hint8.cc's scalar loops do (the same IEEE
-// operations on the same operands), so the bits are the same; tests/test_cpu_isa.py and
-// tests/test_digests.py check it. Call them only when cpu_use_avx2() (isa_dispatch.h).
+// operations on the same operands), so the bits are the same; tests/codecs/test_cpu_isa.py and
+// tests/codecs/test_digests.py check it. Call them only when cpu_use_avx2() (isa_dispatch.h).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // The nvfp4 / hnvfp4 family (format: nvfp4.h): spec options, name, size, host loops and the registry
 // entry.
+#include <cmath>
 #include <string>
 
 #include "ccompress/error.h"
@@ -68,12 +69,24 @@ const char* kind_name(const Codec&) { return "nvfp4"; }
 
 int64_t run_wire_bytes(const Codec& c, int64_t n) { return pieces_wire_bytes(wire_bytes, c, n); }
 
+// nvfp4.h: E2M1 under an E4M3 block scale errs by 17/96 of the block's largest coefficient,
+// and the E4M3 scale's floor under the run's fp32 scale by 1/(2688 * 128) of the run piece's.
+ErrorModel error_model(const Codec& c) {
+  const double sr = c.stochastic ? 2.0 : 1.0;
+  ErrorModel m;
+  m.u = sr * 17 / 96 * (1 + std::ldexp(1.0, -20));
+  m.v = sr / (2688 * 128);
+  m.floor = sr * std::ldexp(1.0, -126);
+  return m;
+}
+
 }  // namespace
 
 extern const CodecFamily kNvfp4Family = {
     "nvfp4", {"nvfp4", "hnvfp4", nullptr}, configure, spec_name, kind_name, run_wire_bytes,
     nullptr, kHostOps,
     "nvfp4[:sr], hnvfp4[:g16][:hH][:rs][:sr] (E2M1 in 16-element blocks with E4M3 block "
-    "scales, hnvfp4 after a Hadamard rotation of H, a power of two in 2..256, default 16)"};
+    "scales, hnvfp4 after a Hadamard rotation of H, a power of two in 2..256, default 16)",
+    error_model};
 
 }  // namespace ccompress

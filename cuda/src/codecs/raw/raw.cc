@@ -1,5 +1,6 @@
 // The raw family (none, bf16, fp16; format: raw.h): spec options, name, size, host loops and
 // the registry entry.
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -110,11 +111,29 @@ void host_decode_reduce_encode_body(const void* src, const void* x, DType x_dtyp
 
 CC_CPU_HOST_OPS_DISPATCH(kHostOps)
 
+// raw.h: a round-to-nearest cast errs by half a unit in the last place (2^-24 float32,
+// 2^-8 bf16, 2^-11 fp16) relative to |x|, and by half the subnormal spacing; a stochastic
+// cast by up to a whole spacing.
+ErrorModel error_model(const Codec& c) {
+  const double sr = c.stochastic ? 2.0 : 1.0;
+  ErrorModel m;
+  m.cast = true;
+  switch (c.raw_dtype) {
+    case DType::Float32: m.u = std::ldexp(1.0, -24); m.floor = std::ldexp(1.0, -150); break;
+    case DType::BFloat16: m.u = std::ldexp(1.0, -8); m.floor = std::ldexp(1.0, -134); break;
+    case DType::Float16: m.u = std::ldexp(1.0, -11); m.floor = std::ldexp(1.0, -25); break;
+  }
+  m.u *= sr;
+  m.floor *= sr;
+  return m;
+}
+
 }  // namespace
 
 extern const CodecFamily kRawFamily = {
     "raw", {"none", "bf16", "fp16", nullptr}, configure, spec_name, kind_name, wire_bytes,
     lossy, kHostOps,
-    "none, bf16[:sr], fp16[:sr] (the input dtype, or a round-to-nearest cast to 16 bits)"};
+    "none, bf16[:sr], fp16[:sr] (the input dtype, or a round-to-nearest cast to 16 bits)",
+    error_model};
 
 }  // namespace ccompress

@@ -1,5 +1,6 @@
 // Host loops of the TACO family (format and policies: codecs/taco/taco.h) and its registration.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -187,12 +188,27 @@ const char* kind_name(const Codec&) { return "taco"; }
 
 int64_t run_wire_bytes(const Codec& c, int64_t n) { return pieces_wire_bytes(wire_bytes, c, n); }
 
+// taco.h: the FP8 element's half top spacing over its max, as fp8; the RMS pre-scale leaves a
+// floor of 1e-12 times that spacing.
+ErrorModel error_model(const Codec& c) {
+  const double sr = c.stochastic ? 2.0 : 1.0;
+  const bool e5m2 = c.fp8_format == 1;
+  const double top = e5m2 ? 4096.0 : 16.0;
+  const double u = top / (e5m2 ? 57344.0 : 448.0);
+  ErrorModel m;
+  m.u = sr * u * (1 + std::ldexp(1.0, -16));
+  m.floor = sr * 1e-12 * top;
+  m.groups_tile_blocks = true;
+  return m;
+}
+
 }  // namespace
 
 extern const CodecFamily kTacoFamily = {
     "taco", {"taco", "taco_e5m2", nullptr}, configure, spec_name, kind_name, run_wire_bytes,
     nullptr, kHostOps,
     "taco[:gG][:sr], taco_e5m2[:gG][:sr] (TACO: RMS pre-scale, Hadamard, FP8 E4M3 or E5M2; G a "
-    "power of two in 32..512, default 128)"};
+    "power of two in 32..512, default 128)",
+    error_model};
 
 }  // namespace ccompress

@@ -2,7 +2,7 @@
 // whole groups of g <= 128 in one call, each group in one pass in registers (sum of squares,
 // pre-scale, rotation, maximum, FP8 codes; decode: FP8 values, rotation, the division by the
 // pre-scale, then store or accumulate). They compute exactly what taco.cc's scalar loops do,
-// so the bits are the same; tests/test_cpu_isa.py and tests/test_digests.py check it. Call
+// so the bits are the same; tests/codecs/test_cpu_isa.py and tests/codecs/test_digests.py check it. Call
 // them only when cpu_use_avx2() (isa_dispatch.h).
 #pragma once
 

@@ -1,0 +1,1 @@
+"""Tools around the library: the ccompress-perf sweep (perf), the cost model (perfmodel), the ccompress-fidelity measurements (fidelity, adam_fidelity), per-element error bounds (bounds), build information and ccompress-info (info)."""

@@ -1,0 +1,1 @@
+"""The examples as a package, so that perf/ and research/ import the tiny GPT (examples.tinylm) and the training start-up (examples.train_common); each example also runs as a script: python examples/train_dp.py."""

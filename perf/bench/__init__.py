@@ -1,0 +1,1 @@
+"""Benchmarks a user runs: perf/bench/README.md."""

@@ -1,0 +1,1 @@
+"""Code the benchmarks and the research studies share: perf/common/README.md."""

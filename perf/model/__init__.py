@@ -1,0 +1,1 @@
+"""Cost-model reports and projections: perf/model/README.md."""

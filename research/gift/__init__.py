@@ -1,0 +1,1 @@
+"""research/README.md: the gift study."""

@@ -1,0 +1,1 @@
+"""research/README.md: the nonfinite_cost study."""

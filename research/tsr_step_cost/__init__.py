@@ -1,0 +1,1 @@
+"""research/README.md: the tsr_step_cost study."""

@@ -1,0 +1,348 @@
+"""CUDA backend: kernels bit-identical to the CPU backend for every codec family and dtype,
+the whole pipeline on N virtual ranks of one GPU (loopback) bit-identical to the host
+collectives, stream ordering, CuPy / PyTorch inputs; and, without a GPU, the clear errors
+that replace them. GPU tests skip with the reason when no device is visible."""
+
+import numpy as np
+import pytest
+
+import ccompress as cc
+from ccompress import _core
+from ccompress._internal.arrays import numpy_dtype
+from helpers.common import gaussian_parts, rel_l2, run_on_threads, same_bits
+from helpers.cuda_helpers import (DeviceBuffer, cuda_or_reason, device_run, framework_cases, host_ptr,
+                          to_device, to_host)
+
+CUDA, WHY = cuda_or_reason()
+gpu = pytest.mark.skipif(CUDA is None, reason=str(WHY))
+
+DTYPES = ["float32", "bfloat16", "float16"]
+# Every codec family, with and without stochastic rounding and the scale-width variants.
+CODECS = ["none", "bf16", "fp16", "bf16:sr", "fp8_e4m3:g32", "fp8_e5m2:g128", "fp8_e4m3:g64:sr",
+          "taco:g32", "taco_e5m2:g128", "taco:g64:sr", "hint8", "hint8:g32:h256:s32",
+          "hint8:g16:h64:s16:rs", "hint8:sr", "nvfp4", "hnvfp4:h64", "nvfp4:sr", "hint4",
+          "hint4:g32:h64:s16", "hint4:sr"]
+SIZES = [1, 33, 4097, 70001]  # tails of every kind, and more than one 65536-element piece
+
+
+# ---- without a GPU: what replaces the device path ----
+
+@pytest.mark.skipif(CUDA is not None, reason="a GPU is present: the device path itself is tested")
+def test_no_device_is_unsupported_with_reason():
+    try:
+        from ccompress import _cuda
+    except ImportError:
+        pytest.skip("no CUDA module in this build")
+    with pytest.raises(cc.Unsupported, match="no CUDA device"):
+        cc.Communicator.cuda_loopback(2)
+    with pytest.raises(cc.Unsupported, match="no CUDA device"):
+        _cuda.Backend(0)
+    info = cc.build_info()
+    assert info["transports"]["cuda_loopback"] is False and info["nccl"]["available"] is False
+    assert info["nccl"]["reason"]
+
+
+def test_missing_libnccl_is_unsupported(monkeypatch):
+    try:
+        from ccompress import _cuda
+    except ImportError:
+        pytest.skip("no CUDA module in this build")
+    with pytest.raises(cc.Unsupported, match="cannot load"):
+        _cuda.nccl_load("/nonexistent/libnccl.so.2")
+    import ccompress._internal.nccl as nccl_mod
+
+    monkeypatch.setattr(nccl_mod, "find_nccl", lambda: {"path": None, "reason": "libnccl not found (test)"})
+    with pytest.raises(cc.Unsupported, match="libnccl not found"):
+        cc.Communicator.from_nccl(unique_id=b"\0" * 128, rank=0, size=1)
+    with pytest.raises(cc.Unsupported, match="libnccl not found"):
+        cc.nccl_unique_id()
+
+
+def test_stream_handles():
+    from ccompress._internal.device import cuda_stream_handle
+
+    class CupyLike:
+        ptr = 1234
+
+    class TorchLike:
+        cuda_stream = 5678
+
+    assert cuda_stream_handle(42) == 42
+    assert cuda_stream_handle(CupyLike()) == 1234
+    assert cuda_stream_handle(TorchLike()) == 5678
+    assert cuda_stream_handle(None, np.zeros(3)) == 0
+    with pytest.raises(cc.InvalidArgument, match="not a CUDA stream"):
+        cuda_stream_handle("default")
+
+
+def test_host_communicator_rejects_device_arrays_and_streams():
+    class FakeCuda:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    comm = cc.Communicator.inproc(1)[0]
+    with pytest.raises(cc.InvalidArgument, match="cuda:0"):
+        comm.allreduce(FakeCuda())
+    with pytest.raises(cc.Unsupported, match="stream="):
+        comm.allreduce(np.zeros(4, np.float32), stream=0)
+
+
+# ---- kernels against the CPU backend ----
+
+def cpu_encode(codec, x, divisor=1.0, ctx=(0, 0, 0, 0)):
+    c = cc.Codec.parse(codec)._c.bind(x.dtype.name if x.dtype != numpy_dtype("bfloat16") else "bfloat16")
+    wire = np.zeros(c.wire_bytes(x.size), np.uint8)
+    _core.encode(c, host_ptr(x), dtype_of(x), x.size, divisor, host_ptr(wire), *ctx)
+    return c, wire
+
+
+def dtype_of(x):
+    return "bfloat16" if x.dtype == numpy_dtype("bfloat16") else x.dtype.name
+
+
+@pytest.fixture(scope="module")
+def backend():
+    if CUDA is None:
+        pytest.skip(str(WHY))
+    return CUDA.Backend(0)
+
+
+@gpu
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_encode_decode_bit_identical_to_cpu(backend, rng, codec, dtype):
+    for n in SIZES:
+        x = gaussian_parts(rng, 1, n, dtype)[0]
+        x[n // 2] *= 1e4  # an outlier inside a group
+        for divisor, ctx in ((1.0, (0, 0, 0, 0)), (3.0, (7, 5, 2, 12345))):
+            c, want = cpu_encode(codec, x, divisor, ctx)
+            src, dst = DeviceBuffer.of(x), DeviceBuffer(want.size)
+            backend.encode(c, src.ptr, dtype, n, divisor, dst.ptr, *ctx)
+            backend.synchronize()
+            got = dst.bytes(want.size)
+            assert np.array_equal(got, want), f"{codec} {dtype} n={n}: wire bytes differ"
+            # decode to every dtype, and decode-accumulate (assign, then add)
+            for out_dtype in DTYPES:
+                ref = np.empty(n, numpy_dtype(out_dtype))
+                _core.decode(c, host_ptr(want), n, host_ptr(ref), out_dtype)
+                out = DeviceBuffer(ref.nbytes)
+                backend.decode(c, dst.ptr, n, out.ptr, out_dtype)
+                backend.synchronize()
+                assert same_bits([out.download(ref), ref]), f"{codec} decode to {out_dtype}"
+            acc_ref = np.linspace(-1, 1, n).astype(np.float32)
+            acc = DeviceBuffer.of(acc_ref)
+            _core.decode_accumulate(c, host_ptr(want), n, host_ptr(acc_ref), False)
+            backend.decode_accumulate(c, dst.ptr, n, acc.ptr, False)
+            backend.synchronize()
+            assert same_bits([acc.download(acc_ref), acc_ref]), f"{codec} decode_accumulate"
+
+
+@gpu
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_reduce_encode_bit_identical_to_cpu(backend, rng, codec, dtype):
+    for n in (5, 4099, 70001):
+        a, x = gaussian_parts(rng, 2, n, dtype)
+        c, wire = cpu_encode(codec, a)
+        want = np.zeros_like(wire)
+        ctx = (3, 1, 1, 64)
+        _core.decode_reduce_encode(c, host_ptr(wire), host_ptr(x), dtype, n, 2.0, host_ptr(want), *ctx)
+        src, xd, dst = DeviceBuffer.of(wire), DeviceBuffer.of(x), DeviceBuffer(wire.size)
+        backend.decode_reduce_encode(c, src.ptr, xd.ptr, dtype, n, 2.0, dst.ptr, *ctx)
+        backend.synchronize()
+        assert np.array_equal(dst.bytes(wire.size), want), f"{codec} {dtype} n={n}"
+        # in place: src and dst the same buffer
+        backend.decode_reduce_encode(c, src.ptr, xd.ptr, dtype, n, 2.0, src.ptr, *ctx)
+        backend.synchronize()
+        assert np.array_equal(src.bytes(wire.size), want), f"{codec} {dtype} n={n} in place"
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_load_accumulate_and_finalize_bit_identical_to_cpu(backend, rng, dtype):
+    for n in (1, 7, 8, 9, 1000, 65543):
+        x = gaussian_parts(rng, 1, n, dtype)[0]
+        acc_ref = rng.standard_normal(n).astype(np.float32)
+        acc = DeviceBuffer.of(acc_ref)
+        xd = DeviceBuffer.of(x)
+        for assign in (False, True):
+            _core.load_accumulate(host_ptr(x), dtype, n, host_ptr(acc_ref), assign)
+            backend.load_accumulate(xd.ptr, dtype, n, acc.ptr, assign)
+        backend.synchronize()
+        assert same_bits([acc.download(acc_ref), acc_ref])
+        for divisor in (1.0, 3.0):
+            ref = np.empty(n, numpy_dtype(dtype))
+            _core.finalize(host_ptr(acc_ref), n, divisor, host_ptr(ref), dtype)
+            out = DeviceBuffer(ref.nbytes)
+            backend.finalize(acc.ptr, n, divisor, out.ptr, dtype)
+            backend.synchronize()
+            assert same_bits([out.download(ref), ref])
+
+
+@gpu
+def test_unaligned_buffers_take_the_scalar_path(backend, rng):
+    """16-byte vector accesses only where every pointer allows: offsets of one element."""
+    n = 1001
+    x = gaussian_parts(rng, 1, n + 1, "bfloat16")[0]
+    xd = DeviceBuffer.of(x)
+    ref = np.zeros(n + 1, np.float32)
+    _core.load_accumulate(host_ptr(x) + 2, "bfloat16", n, host_ptr(ref) + 4, True)
+    acc = DeviceBuffer.of(np.zeros(n + 1, np.float32))
+    backend.load_accumulate(xd.ptr + 2, "bfloat16", n, acc.ptr + 4, True)
+    backend.synchronize()
+    assert same_bits([acc.download(ref), ref])
+
+
+# ---- the whole pipeline on virtual ranks of one GPU ----
+
+def loopback_run(ranks, parts, call):
+    """call(device_rank, r) on `ranks` virtual ranks of GPU 0, one thread each."""
+    return run_on_threads(CUDA.loopback_group(ranks, 0), call)
+
+
+ALGO_CASES = [(algo, ranks) for algo in ("ring", "two_shot", "tree", "one_shot") for ranks in (2, 3, 4)]
+
+
+@gpu
+@pytest.mark.parametrize("algo,ranks", ALGO_CASES)
+@pytest.mark.parametrize("codec", ["none", "bf16", "fp8_e4m3:g32", "taco:g64", "hint8",
+                                   "nvfp4", "hint4:sr", "fp8_e5m2:g128:sr"])
+def test_loopback_allreduce_matches_host(rng, algo, ranks, codec):
+    for dtype, n, op in (("float32", 10007, "sum"), ("bfloat16", 3001, "avg"), ("float16", 517, "sum")):
+        parts = gaussian_parts(rng, ranks, n, dtype)
+        want = cc.run_inproc(ranks, lambda c: c.allreduce(parts[c.rank], codec=codec, algo=algo, op=op,
+                                                             step=4), slice_elems=1024, seed=9)
+
+        def call(dr, r):
+            x = DeviceBuffer.of(parts[r])
+            y = DeviceBuffer(parts[r].nbytes)
+            stats = device_run(dr, "allreduce", x.ptr, y.ptr, n, dtype, codec, algo=algo, op=op,
+                               slice_elems=1024, seed=9, step=4)
+            assert stats["algo"] == algo
+            return y.download(parts[r])
+
+        got = loopback_run(ranks, parts, call)
+        assert same_bits(got), f"{codec} {algo} {ranks} ranks: ranks disagree"
+        assert same_bits([got[0], want[0]]), f"{codec} {algo} {ranks} ranks {dtype}: differs from CPU"
+        if codec == "fp8_e4m3:g32" and op == "sum":  # and against fp64
+            ref = parts.astype(np.float64).sum(axis=0)
+            assert rel_l2(got[0], ref) < 0.1 * ranks
+
+
+@gpu
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_loopback_reduce_scatter_allgather_inplace_match_host(rng, ranks):
+    n, codec = 9001, "hint8:g32"
+    parts = gaussian_parts(rng, ranks, n, "bfloat16")
+
+    def host(c):
+        x = parts[c.rank].copy()
+        rs = c.reduce_scatter(x, codec=codec)
+        ag = c.allgather(x, codec=codec)
+        c.allreduce(x, codec=codec, algo="ring", out=x)  # in place
+        return rs, ag, x
+
+    want = cc.run_inproc(ranks, host, slice_elems=512)
+
+    def call(dr, r):
+        lo, hi = cc.chunk_range(n, ranks, r)
+        x = DeviceBuffer.of(parts[r])
+        rs = DeviceBuffer((hi - lo) * 2)
+        ag = DeviceBuffer(ranks * n * 2)
+        device_run(dr, "reduce_scatter", x.ptr, rs.ptr, n, "bfloat16", codec, op="sum",
+                   slice_elems=512)
+        device_run(dr, "allgather", x.ptr, ag.ptr, n, "bfloat16", codec, slice_elems=512)
+        device_run(dr, "allreduce", x.ptr, x.ptr, n, "bfloat16", codec, algo="ring", op="sum",
+                   slice_elems=512)
+        return (rs.download(want[r][0]), ag.download(want[r][1]), x.download(parts[r]))
+
+    got = loopback_run(ranks, parts, call)
+    for r in range(ranks):
+        for g, w in zip(got[r], want[r]):
+            assert same_bits([g, w])
+
+
+@gpu
+def test_loopback_respects_the_callers_stream(rng):
+    """Input written on the caller's stream just before the call, output copied on it just
+    after, no synchronisation in between: the collective must order itself with it."""
+    ranks, n = 3, 200003
+    parts = gaussian_parts(rng, ranks, n)
+    want = cc.run_inproc(ranks, lambda c: c.allreduce(parts[c.rank], codec="fp8_e4m3:g128",
+                                                        algo="two_shot"))
+
+    def call(dr, r):
+        caller = CUDA.Backend(0)  # its stream plays the caller's stream
+        acc = DeviceBuffer.of(parts[r].astype(np.float32))
+        x, y, z = (DeviceBuffer(parts[r].nbytes) for _ in range(3))
+        for _ in range(3):  # make the caller's stream busy first
+            caller.finalize(acc.ptr, n, 1.0, z.ptr, "float32")
+        caller.finalize(acc.ptr, n, 1.0, x.ptr, "float32")  # x written on the caller's stream
+        device_run(dr, "allreduce", x.ptr, y.ptr, n, "float32", "fp8_e4m3:g128", algo="two_shot",
+                   op="sum", stream=caller.stream)
+        CUDA.copy_async(z.ptr, y.ptr, parts[r].nbytes, caller.stream)  # read on the caller's stream
+        caller.synchronize()
+        return z.download(parts[r])
+
+    got = loopback_run(ranks, parts, call)
+    assert same_bits(got) and same_bits([got[0], want[0]])
+
+
+@gpu
+def test_loopback_mismatch_raises_on_every_rank(rng):
+    bufs = [DeviceBuffer(4096) for _ in range(2)]
+
+    def call(dr, r):
+        with pytest.raises(cc.MismatchError):
+            device_run(dr, "allreduce", bufs[r].ptr, bufs[r].ptr, 100 + r, "float32", "none",
+                       algo="ring", op="sum", timeout=30.0)
+        return True
+
+    assert loopback_run(2, None, call) == [True, True]
+
+
+@gpu
+def test_loopback_repeated_calls_reuse_scratch(rng):
+    ranks, n = 4, 30011
+    parts = gaussian_parts(rng, ranks, n)
+
+    def call(dr, r):
+        x, y = DeviceBuffer.of(parts[r]), DeviceBuffer(parts[r].nbytes)
+        results = []
+        for size in (n, n // 3, n):
+            device_run(dr, "allreduce", x.ptr, y.ptr, size, "float32", "taco:g128", algo="ring",
+                       op="sum", slice_elems=2048)
+            results.append(y.download(parts[r])[:size].copy())
+        return results
+
+    got = loopback_run(ranks, parts, call)
+    assert same_bits([got[r][0] for r in range(ranks)])
+    assert same_bits([got[0][0], got[0][2]])  # the same call again gives the same bits
+
+
+# ---- CuPy and PyTorch arrays through the Communicator ----
+
+@gpu
+@pytest.mark.parametrize("lib", framework_cases())
+def test_communicator_on_framework_arrays(rng, lib):
+    ranks, n = 3, 5003
+    parts = gaussian_parts(rng, ranks, n, "float16")
+    want = cc.run_inproc(ranks, lambda c: c.allreduce(parts[c.rank], codec="fp8_e4m3:g64", op="avg"))
+
+    def fn(c):
+        assert c.device == 0 and c.transport == "cuda_loopback"
+        x = to_device(lib, parts[c.rank])
+        y = c.allreduce(x, codec="fp8_e4m3:g64", op="avg")
+        assert type(y) is type(x)
+        out = to_device(lib, np.zeros_like(parts[c.rank]))
+        c.allreduce(x, codec="fp8_e4m3:g64", op="avg", out=out)
+        z = c.allreduce(x, codec="fp8_e4m3:g64", op="avg", async_op=True).wait()
+        c.allreduce(x, codec="fp8_e4m3:g64", op="avg", out=x)  # in place
+        with pytest.raises(cc.InvalidArgument, match="not a CUDA array"):
+            c.allreduce(parts[c.rank])
+        return [to_host(lib, a) for a in (y, out, z, x)]
+
+    got = cc.run_cuda_loopback(ranks, fn)
+    for r in range(ranks):
+        for a in got[r]:
+            assert same_bits([a, want[0]])

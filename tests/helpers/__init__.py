@@ -1,0 +1,1 @@
+"""Helpers and drivers of the test suite: modules the tests import (common, torch_helpers, cuda_helpers, reference implementations, the MPI session), and the scripts they launch (torchrun and mpiexec workers, the ISA digests, the fuzzer, the soak)."""

@@ -1,0 +1,1 @@
+"""Scripts launched by the tests under torchrun (tests/pytorch)."""
