@@ -53,7 +53,8 @@ def test_inplace_reduce_scatter_and_all_gather_against_gloo():
     bf16(gloo's); a strided view compressed through a copy and written back; stats()
     counting each delegation reason and fewer bytes than an exact ring."""
     check_ok("torchrun/integration_checks.py", "inplace",
-             names=["inplace reduce_scatter", "inplace all_gather", "strided", "stats"])
+             names=["inplace reduce_scatter", "inplace all_gather", "strided", "stats",
+                    "hook stats"])
 
 
 def _train(tmp_path, backend, env=None):

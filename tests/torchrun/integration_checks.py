@@ -138,6 +138,20 @@ if CHECK == "inplace":
     assert compressed_group(exact).stats()["all_reduce"]["compressed"] == 0
     assert compressed_group(exact).stats()["reduce_scatter"]["delegated"]["codec none"] == 1
     ok("stats")
+
+    # the DDP hook's counters
+    from ccompress.torch import ddp_comm_hook
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=ref)
+    hook = ddp_comm_hook(codec="hint8")
+    ddp.register_comm_hook(state=None, hook=hook)
+    for _ in range(2):
+        ddp(torch.randn(4, 64)).sum().backward()
+    hs = hook.stats()
+    assert hs["calls"] == hs["compressed"] == 2 and 0 < hs["bytes_sent"] < hs["exact_bytes"], hs
+    ok("hook stats")
     dist.destroy_process_group()
 
 elif CHECK == "compile":
