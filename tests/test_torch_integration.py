@@ -136,3 +136,32 @@ def test_environment_errors_name_the_variable(monkeypatch, var, value, accepted)
         else:
             BackendOptions().resolved()
     assert f"{var}={value!r}" in str(e.value) and accepted in str(e.value), str(e.value)
+
+
+def _train_dp(*args):
+    e = {k: v for k, v in os.environ.items() if k not in ENV}
+    e.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "--monitor-interval=1", str(HERE.parent / "examples" / "train_dp.py"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=e, cwd=HERE)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--corpus", "/nonexistent/text"], "--corpus /nonexistent/text: no such file"),
+    (["--codec", "hnit8"], "did you mean hint8"),
+])
+def test_train_dp_usage_errors_from_rank_0_alone(args, message):
+    p = _train_dp(*args)
+    assert p.returncode != 0
+    assert (p.stdout + p.stderr).count(message) == 1, (p.stdout + p.stderr)[-4000:]
+    assert "[rank1]" not in p.stderr, p.stderr[-4000:]
+
+
+def test_train_dp_on_a_fresh_machine():
+    """No --corpus and (where python3-doc is absent) no Python documentation: the example
+    trains on the standard library's docstrings, which it extracts itself."""
+    p = _train_dp("--codec", "hint8", "--steps", "2", "--evals", "1", "--eval-batches", "1",
+                  "--batch", "4", "--d-model", "32", "--layers", "1", "--ctx", "32")
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-6000:]
+    assert "bit-identical on all 2 ranks: yes" in p.stdout, out[-4000:]
