@@ -70,3 +70,32 @@ def test_same_verdict_on_every_rank():
         return comm.allgather(buf[comm.rank * 64:(comm.rank + 1) * 64], out=buf).sum()
 
     assert run_inproc(2, run) == [128.0, 128.0]
+
+
+def test_a_check_that_fails_on_one_rank_fails_on_all():
+    """7 elements over 2 ranks: chunks of 4 and 3. An output of 3 elements on both ranks is
+    right for rank 1 only: rank 0 raises InvalidArgument, rank 1 MismatchError, at once, and
+    the next call runs on both (no rank waits for a call its peer never made)."""
+    def run(comm):
+        try:
+            comm.reduce_scatter(np.ones(7, np.float32), out=np.zeros(3, np.float32))
+        except cc.CCompressError as e:
+            got = type(e)
+        else:
+            got = None
+        return got, float(comm.allreduce(np.ones(8, np.float32)).sum()), comm.usable
+
+    (e0, s0, u0), (e1, s1, u1) = run_inproc(2, run, timeout=30)
+    assert (e0, e1) == (cc.InvalidArgument, cc.MismatchError)
+    assert s0 == s1 == 16.0 and u0 and u1
+
+
+def test_a_check_that_fails_on_every_rank_keeps_the_steps():
+    def run(comm):
+        try:
+            comm.allreduce(np.ones(8, np.float32), out=np.zeros(5, np.float32))
+        except cc.InvalidArgument:
+            pass
+        return comm._step
+
+    assert run_inproc(3, run, timeout=30) == [0, 0, 0]
