@@ -101,11 +101,15 @@ def test_torch_compile_ddp_on_the_backend():
 def test_log_line_and_report():
     """Rank 0 logs what each op does at the first collective (visible without any logging
     set-up); CCOMPRESS_REPORT=1 prints the counters at destroy_process_group;
-    CCOMPRESS_LOG=0 silences the line."""
+    CCOMPRESS_LOG=0 silences the line. A configured codec that has not engaged in 20 calls
+    gets a warning. The group made again afterwards with other options
+    (the same store) agrees on its own options, not the first group's."""
     _, err = check_ok("torchrun/integration_checks.py", "report", names=["report"],
                       env={"CCOMPRESS_REPORT": "1"})
     assert "all_reduce: exact (CCOMPRESS_CODEC is not set)" in err, err[-3000:]
-    assert err.count("ccompress backend:") == 1
+    assert err.count("ccompress backend:") == 2 and "all_reduce: bf16, algo auto" in err
+    assert err.count("none of its first 20 calls was compressed") == 1, err[-3000:]
+    assert "all_reduce is configured with codec bf16" in err and "small: 20" in err
     assert "ccompress report (rank 0)" in err and "delegated exactly: codec none 2" in err, err
     _, err = check_ok("torchrun/integration_checks.py", "report", names=["report"],
                       env={"CCOMPRESS_LOG": "0", "CCOMPRESS_CODEC": "hint8"})

@@ -84,12 +84,17 @@ class CompressedProcessGroup(dist.ProcessGroup):
                  options: Optional[BackendOptions] = None) -> None:
         super().__init__(rank, size)
         self._store, self._timeout = store, timeout
-        self.options = _agreed_options(store, rank, size, timeout, options)
+        # A store prefix can serve more than one group (one made again after
+        # destroy_process_group, torch naming it alike): each creation counts itself, and
+        # every key of this group (options, the inner groups' rendezvous) carries the count.
+        gen = (store.add("ccompress/creations", 1) - 1) // size
+        self._prefix = "" if gen == 0 else f"g{gen}/"
+        self.options = _agreed_options(store, rank, size, timeout, options, self._prefix)
         self._given = options
         self._stats = _engagement.OpStats()
         self._announced = False
         self._sent_mark = 0
-        self._inner = _inner_group(store, rank, size, timeout, "inner")
+        self._inner = _inner_group(store, rank, size, timeout, self._prefix + "inner")
         for dev, kind in ((torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO),
                           (torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL)):
             try:  # ops this class does not override go straight to these backends
@@ -380,9 +385,10 @@ class CompressedProcessGroup(dist.ProcessGroup):
             # A gloo group of its own: ccompress's tags meet no delegated message; CUDA
             # tensors get an NCCL communicator whose id travels through the store.
             pg = self._comm_pg = _inner_group(self._store, self.rank(), self.size(),
-                                              self._timeout, "ccompress", cuda=False)
+                                              self._timeout, self._prefix + "ccompress",
+                                              cuda=False)
             self._comm = Communicator.from_torch(
-                pg, store=dist.PrefixStore("ccompress/nccl/", self._store),
+                pg, store=dist.PrefixStore(self._prefix + "ccompress/nccl/", self._store),
                 timeout=self._timeout.total_seconds())
         return self._comm
 
@@ -506,7 +512,7 @@ _OPTION_SOURCES = {"all_reduce": "all_reduce codec (pg_options or CCOMPRESS_CODE
 
 
 def _agreed_options(store: Any, rank: int, size: int, timeout: timedelta,
-                    options: Optional[BackendOptions]) -> BackendOptions:
+                    options: Optional[BackendOptions], prefix: str = "") -> BackendOptions:
     """``options`` resolved on this rank and compared with every other rank's through the
     group's store before the group is made: where any option differs (or a rank could not
     resolve its own), every rank raises, naming the option and the ranks. A rank that never
@@ -524,7 +530,7 @@ def _agreed_options(store: Any, rank: int, size: int, timeout: timedelta,
     fields = list(_OPTION_SOURCES)
     blob = ({"error": f"{type(error).__name__}: {error}"} if error is not None else
             {k: getattr(mine, k) for k in fields})
-    keys = [f"ccompress/options/{r}" for r in range(size)]
+    keys = [f"{prefix}ccompress/options/{r}" for r in range(size)]
     store.set(keys[rank], json.dumps(blob))
     try:
         store.wait(keys, timeout)

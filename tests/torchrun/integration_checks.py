@@ -192,5 +192,16 @@ elif CHECK == "report":
     y = torch.ones(5000)
     dist.all_reduce(y)
     dist.all_reduce(torch.ones(10))
+    dist.destroy_process_group()
+    # made again over the same store with other options: agreed afresh, not against the
+    # first group's
+    os.environ["CCOMPRESS_CODEC"] = "bf16"
+    dist.init_process_group("ccompress", timeout=timedelta(seconds=60))
+    for _ in range(20):  # a configured codec that never engages: warned after 20 calls
+        dist.all_reduce(torch.ones(8))
+    y = torch.ones(5000)
+    dist.all_reduce(y)
+    assert torch.equal(y, torch.full((5000,), float(size)))
+    assert compressed_group().stats()["all_reduce"]["compressed"] == 1
     ok("report")
     dist.destroy_process_group()
