@@ -253,7 +253,11 @@ class Communicator:
         if nccl is not None:
             return nccl._submit(kind, x, async_op=async_op, nonfinite=nonfinite, **how)
         mode = _nonfinite.mode_of(self._nonfinite, nonfinite)
-        call, result, auto = resolve(self, kind, x, async_op=async_op, **how)
+        try:
+            call, result, auto = resolve(self, kind, x, async_op=async_op, **how)
+        except InvalidArgument:
+            self._refuse()
+            raise
         body: Callable[[], dict] = lambda: self._run(call)  # noqa: E731
         if auto:
             body = lambda: autocodec.allreduce(self, call, auto)  # noqa: E731
@@ -267,6 +271,31 @@ class Communicator:
         # Device, async: the caller's stream waits from Work.wait() on (ready is re-recorded).
         on_done = None if call.ready is None else lambda: call.ready.block(call.stream)
         return self._queue.launch(run, async_op, on_done)
+
+    def _refuse(self) -> None:
+        """This rank's arguments failed a check that its peers' may have passed (an output
+        of the wrong size for this rank's chunk, say): before raising, it takes part in the
+        call's mismatch check with a description no real call has (an empty all-gather of
+        slice 1), so a peer that passed its checks raises MismatchError at the same point
+        instead of waiting for this rank; where every rank refused, they all meet there and
+        each raises its own error. One rank alone, or an unusable communicator, just raises."""
+        if self.size == 1 or self._broken is not None:
+            return
+        spec = _core.CallSpec("allgather", algo=None, op=None, slice_elems=1,
+                              timeout=self._timeout, seed=self._seed)
+        src, dst = np.zeros(1, np.float32), np.zeros(1, np.float32)
+        views = [_arrays.ArrayView(int(a.__array_interface__["data"][0]), 0, "float32", (0,),
+                                   False, a) for a in (src, dst)]
+        call = Call(spec, views[0], views[1], Codec.parse("none"), 0)
+        try:
+            self._queue.launch(lambda: self._run(call), False)
+        except MismatchError:
+            # A peer made its real call (and raises MismatchError): it took a step there,
+            # so this rank takes one too and both number their next calls alike. Where every
+            # rank refused, none took one.
+            self._next_step(None)
+        except CCompressError:
+            pass  # the communicator is unusable now; the next call says why
 
     def _spec(self, kind: str, algo: Optional[str], op: Optional[str],
               hier: Tuple[Any, Optional[str]] = (None, None)) -> Any:
@@ -287,7 +316,12 @@ class Communicator:
                                      "create a new one (all ranks)")
             try:
                 stats = self._backend.run(call)
-            except MismatchError:
+            except MismatchError as e:
+                if "allgather(count=0," in str(e) and "slice_elems=" in str(e):
+                    raise MismatchError(
+                        f"{e}\n(an empty allgather is how a rank whose arguments failed a "
+                        "check takes part: that rank raised InvalidArgument for this call)"
+                    ) from None
                 raise  # every rank stopped at the same point: the group is still in step
             except CCompressError as e:
                 # A peer may still deliver messages of the failed call, which the next call

@@ -99,10 +99,52 @@ def find_corpus(path: str) -> Tuple[List[str], str]:
             pkg = "python" + os.path.basename(os.path.dirname(os.path.dirname(d)))[6:] + "-doc"
             return files, (f"the reST sources of the Python documentation, {len(files)} files "
                            f"under {d} (Debian package {pkg}, installed by python3-doc)")
-    sys.exit("no training text found. The examples train on the Python documentation "
-             "that Debian/Ubuntu install under /usr/share/doc/python3.X/html/_sources:\n"
-             "    apt-get update && apt-get install -y python3-doc\n"
-             "or pass --corpus FILE_OR_FOLDER with any English UTF-8 text (.txt/.rst/.md).")
+    return stdlib_docstrings()
+
+
+def stdlib_docstrings(limit: int = 4_000_000) -> Tuple[List[str], str]:
+    """No Python documentation installed: the docstrings of this interpreter's standard
+    library (English prose, on every machine that has Python; no download), written once to
+    a cache file (sorted modules, so every machine builds the same text). Up to ``limit``
+    bytes."""
+    import ast
+    import sysconfig
+    import tempfile
+
+    lib = sysconfig.get_paths()["stdlib"]
+    cache = os.path.join(tempfile.gettempdir(),
+                         f"ccompress-stdlib-docstrings-{sys.version_info[0]}.{sys.version_info[1]}"
+                         f"-{limit}.txt")
+    desc = f"the docstrings of the Python standard library under {lib} (generated into {cache})"
+    if os.path.isfile(cache) and os.path.getsize(cache) > 0:
+        return [cache], desc
+    parts, size = [], 0
+    for path in sorted(glob.glob(os.path.join(lib, "**", "*.py"), recursive=True)):
+        if os.sep + "test" in path[len(lib):] or "site-packages" in path:
+            continue
+        try:
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                 ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) > 80:
+                    parts.append(doc)
+                    size += len(doc) + 2
+        if size >= limit:
+            break
+    if size < 100_000:
+        sys.exit("no training text found: no Python documentation under "
+                 f"{DOC_GLOB} and too little in the standard library's docstrings; pass "
+                 "--corpus FILE_OR_FOLDER with any English UTF-8 text (.txt/.rst/.md)")
+    tmp = f"{cache}.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("\n\n".join(parts))
+    os.replace(tmp, cache)
+    return [cache], desc
 
 
 def load_text(files: List[str], desc: str) -> Tuple[np.ndarray, np.ndarray, Dict[str, object]]:

@@ -21,10 +21,37 @@ else:  # imported by a script run from examples/ (python examples/train_dp.py)
 VAL_SEED = 1234  # the held-out sample does not change with --seed
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are printed by the first rank only (every rank parses the same command
+    line under torchrun or mpiexec, and every rank exits)."""
+
+    def error(self, message: str):
+        if _launch_rank() == 0:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2)
+
+
+def _launch_rank() -> int:
+    for var in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def _codec(spec: str) -> str:
+    import ccompress as cc
+
+    try:
+        return cc.Codec.parse(spec).name if not spec.startswith("auto") else spec
+    except cc.CCompressError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     """The options both examples take."""
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--codec", default="none",
+    ap = _Parser(description=description)
+    ap.add_argument("--codec", default="none", type=_codec,
                     help="ccompress codec of the all-reduces ('none': exact fp32)")
     ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--batch", type=int, default=16, help="sequences per step, all ranks together")
@@ -106,8 +133,17 @@ def start(args: argparse.Namespace):
         torch.cuda.set_device(device)
     data = None
     if world.rank == 0:
-        data = tinylm.load_text(*tinylm.find_corpus(args.corpus))
-    train, val, info = world.bcast(data, root=0)
+        try:
+            data = tinylm.load_text(*tinylm.find_corpus(args.corpus))
+        except SystemExit as e:  # a usage error: every rank stops, rank 0 alone says why
+            data = ("error", str(e.code))
+    data = world.bcast(data, root=0)
+    if isinstance(data[0], str):  # ("error", message)
+        stop()
+        if world.rank == 0:
+            sys.exit(data[1])
+        sys.exit(2)
+    train, val, info = data
     return world, torch, device, train, val, info
 
 

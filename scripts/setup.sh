@@ -116,6 +116,23 @@ if [ "${CCOMPRESS_SKIP_TORCH:-0}" != 1 ] \
   fi
 fi
 
+# The frameworks of the torch integration tests (tests/test_torch_frameworks.py) and of
+# examples/lightning_ccompress.py and accelerate_ccompress.py, pinned with the torch above so
+# that pip keeps it (best effort like torch; required with CCOMPRESS_REQUIRE_TORCH=1).
+FRAMEWORKS="lightning==2.6.6 accelerate==1.16.0"
+if [ "${CCOMPRESS_SKIP_TORCH:-0}" != 1 ] \
+   && ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(not (m.version('lightning') == '2.6.6' and m.version('accelerate') == '1.16.0'))" 2>/dev/null; then
+  say "installing $FRAMEWORKS for the framework tests"
+  # shellcheck disable=SC2086
+  if ! pip_q $FRAMEWORKS "torch==$TORCH_VERSION"; then
+    if [ "${CCOMPRESS_REQUIRE_TORCH:-0}" = 1 ]; then
+      say "ERROR: $FRAMEWORKS could not be installed and CCOMPRESS_REQUIRE_TORCH=1"
+      exit 1
+    fi
+    say "WARNING: $FRAMEWORKS could not be installed; the framework tests will be skipped"
+  fi
+fi
+
 "$PY" - <<'PYEOF' >&2
 import shutil, sys, ccompress as cc
 info = cc.build_info()

@@ -68,6 +68,10 @@ class HostBackend:
     def run(self, call: Call) -> dict:
         return _run(self.rank, call)
 
+    def copy_input(self, x: Any, xv: ArrayView, stream: Any) -> ArrayView:
+        """A private copy of ``xv``, taken now (an input its output overlaps)."""
+        return _arrays.view(np.array(_arrays.as_numpy(xv), copy=True))
+
     def count_out(self, call: Call, stats: dict) -> Tuple[int, Optional[int]]:
         """(NaN/Inf elements of this rank's output, index of the first or None)."""
         return tuple(_core.count_nonfinite(call.out.ptr, call.out.dtype, call.out.n))
@@ -109,6 +113,16 @@ class DeviceBackend(HostBackend):
         ready = _cuda_module().TimingEvent(self.device)
         ready.record(handle)
         return handle, ready
+
+    def copy_input(self, x: Any, xv: ArrayView, stream: Any) -> ArrayView:
+        """A private device copy of ``xv``, enqueued on the caller's stream (the collective
+        starts after it, as after everything issued there before the call)."""
+        from ._device import DeviceBuffer, _cuda_module, cuda_stream_handle
+
+        nbytes = xv.n * _arrays.numpy_dtype(xv.dtype).itemsize
+        buf = DeviceBuffer(nbytes, self.device)
+        _cuda_module().copy_async(buf.ptr, xv.ptr, nbytes, cuda_stream_handle(stream, x))
+        return ArrayView(buf.ptr, xv.n, xv.dtype, xv.shape, False, buf, self.device)
 
     def count_out(self, call: Call, stats: dict) -> Tuple[int, Optional[int]]:
         # Counted on the device by the collective; finding the first is not.

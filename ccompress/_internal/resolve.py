@@ -38,8 +38,13 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
         lo, hi = _core.chunk_range(xv.n, comm.size, comm.rank)
         n_out, shape = hi - lo, (hi - lo,)
     result, ov = _output(backend, x, xv, out, shape, n_out, kind)
-    if kind == "allgather" and xv.n and ov.ptr == xv.ptr:
-        raise InvalidArgument("allgather cannot write its output over its input")
+    if _needs_copy(kind, xv, ov):
+        # The output overlaps the input other than as an in-place all-reduce (out=x): an
+        # all-gather into a buffer whose own chunk is x (FSDP2), a reduce-scatter into this
+        # rank's slice of x (ZeRO), or any other overlap. The collective reads a private copy
+        # of x taken now, so it computes what separate buffers would. Every rank takes the
+        # same branch whatever the addresses, so no rank refuses a call its peers run.
+        xv = backend.copy_input(x, xv, stream)
     handle, ready = backend.order(stream, x, async_op)
     fb, residuals = _feedback(comm, error_feedback, auto, xv.n)
     if kind == "reduce_scatter":
@@ -63,12 +68,18 @@ def _output(backend: Any, x: Any, xv: _arrays.ArrayView, out: Any, shape, n: int
         raise InvalidArgument(
             f"out holds {ov.n} elements of {ov.dtype}, but {what} of this x writes {n} "
             f"elements of {xv.dtype}; pass out=None or an array of that size and dtype")
+    return out, ov
+
+
+def _needs_copy(kind: str, xv: _arrays.ArrayView, ov: _arrays.ArrayView) -> bool:
+    """Whether ``out`` shares memory with ``x`` in a way the schedules do not read and write
+    in place themselves (all-reduce with out=x is the one they do)."""
+    if not xv.n or not ov.n:
+        return False
     in_bytes = xv.n * _arrays.numpy_dtype(xv.dtype).itemsize
     out_bytes = ov.n * _arrays.numpy_dtype(ov.dtype).itemsize
     overlaps = ov.ptr < xv.ptr + in_bytes and xv.ptr < ov.ptr + out_bytes
-    if overlaps and ov.ptr != xv.ptr:
-        raise InvalidArgument("out partly overlaps x; pass out=x (in place) or a separate array")
-    return out, ov
+    return overlaps and not (kind == "allreduce" and ov.ptr == xv.ptr)
 
 
 def _feedback(comm: Any, ef: Any, auto: Optional[str], n: int):

@@ -399,9 +399,13 @@ def _line(vals: Sequence[Any]) -> str:
                            for i, (v, (_, w)) in enumerate(zip(vals, COLUMNS + OPT_COLUMNS)))
 
 
+ANY_ALGO = "any"  # the algo of a row at one rank, where every schedule computes the same
+
+
 def summarize(rows: List[Dict[str, Any]], algo: str, ranks: int) -> Dict[str, Any]:
     """Per codec, medians over the tensors at one algo and rank count (by file group too)."""
-    sel = [r for r in rows if r["algo"] == algo and r["ranks"] == ranks and "error" not in r]
+    sel = [r for r in rows if r["algo"] in (algo, ANY_ALGO) and r["ranks"] == ranks
+           and "error" not in r]
     groups = sorted({r["group"] for r in sel})
     codecs = list(dict.fromkeys(r["codec"] for r in sel))
     table = []
@@ -626,17 +630,20 @@ def run(args: argparse.Namespace) -> int:
         if args.ranks and len(ks) < len(args.ranks):
             say(f"{t.name}: {R} part(s): skipping rank counts above {R} "
                 f"({', '.join(str(k) for k in args.ranks if k > R)})")
-        runs = len(ks) * len(codecs) * len(algos)
+        # At one rank every schedule is the codec's round trip: one run, algo "any".
+        runs = sum(len(codecs) * (1 if k == 1 else len(algos)) for k in ks)
         steps = f"{len(unit)} steps of " if len(unit) > 1 else ""
         say(f"({i + 1}/{len(units)}) {t.name}: {steps}{R} x {t.parts.shape[1]} "
             f"{_arrays.dtype_name(t.parts.dtype)}, ranks {','.join(map(str, ks))}: {runs} runs"
             f" [{time.time() - t0:.0f} s]")
         for k in ks:
             for cname, c in codecs.items():
-                for algo in algos:
+                for algo in (algos[:1] if k == 1 else algos):
                     try:
                         row = measure_sequence(unit, k, c, algo, setup) if optimizer else \
                             measure(t, k, c, algo)
+                        if k == 1:
+                            row["algo"] = ANY_ALGO
                     except cc.CCompressError as e:
                         failed += 1
                         msg = f"{type(e).__name__}: {e}"
@@ -664,10 +671,21 @@ def run(args: argparse.Namespace) -> int:
             say(f"no tensor has {args.summary_ranks} ranks: summary and plot at {at} ranks")
     summary_algos = list(dict.fromkeys(args.summary_algo or ["two_shot"]))
     summaries = [summarize(rows, a, at) for a in summary_algos] if args.summary else []
+    left_out = sorted({r["tensor"] for r in good} - {r["tensor"] for r in good
+                                                     if r["ranks"] == at})
+    if args.summary and left_out:
+        say(f"the summary at {at} ranks leaves out {len(left_out)} tensor(s) measured at "
+            f"fewer ranks only (single tensors are measured at 1 rank; --summary-ranks 1 "
+            f"summarises them): {', '.join(left_out)}")
+        for summary in summaries:
+            summary["left_out"] = left_out
     for a, summary in zip(summary_algos, summaries):
         if a not in algos:
             say(f"--summary-algo {a} was not run (--algo): its summary is empty")
         print_summary(summary, len({r['tensor'] for r in good if r['ranks'] == at}))
+        if summary.get("left_out"):
+            print(f"# not in this summary (measured at fewer than {at} ranks): "
+                  f"{', '.join(summary['left_out'])}")
     if args.json:
         clean = json.loads(json.dumps(rows), parse_constant=lambda c: None)
         with open(args.json, "w") as f:

@@ -417,11 +417,22 @@ def parse_link_rates(text: str) -> List[float]:
     return rates
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds "(default: X)" to an option's help where the help does not state its default
+    itself and there is one to state (not None, not a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ccompress-perf", description=__doc__.split("\n\n")[0],
                                 epilog="Sizes take K/M/G suffixes (powers of 1024). Columns and "
                                        "formulas: perf/README.md",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=_DefaultsFormatter)
     p.add_argument("collective", choices=COLLECTIVES, help="the collective to sweep")
     p.add_argument("-b", "--minbytes", type=parse_size, default="1M",
                    help="smallest message, bytes of input per rank")

@@ -20,14 +20,24 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 def _env_flag(name: str, default: bool) -> bool:
+    from ._engagement import env_flag
+
+    return env_flag(name, default)
+
+
+def _from_env(name: str, parse: Any, accepted: str) -> Any:
+    """``parse(raw)`` of environment variable ``name``; an error names the variable, its
+    value and the accepted values."""
     raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if raw.strip().lower() in _TRUE:
-        return True
-    if raw.strip().lower() in _FALSE:
-        return False
-    raise InvalidArgument(f"{name}={raw!r}; use 1 or 0")
+    try:
+        return parse(raw)
+    except (InvalidArgument, Unsupported, ValueError) as e:
+        kind = Unsupported if isinstance(e, Unsupported) else InvalidArgument
+        raise kind(f"{name}={raw!r}: {e}\n{name} accepts {accepted}") from e
+
+
+_CODEC_VALUES = ("a codec spec (none, bf16, fp16, fp8_e4m3:g128, hint8, nvfp4, ...; unset: "
+                 "none, exact); auto8/auto4 are not accepted by the backend")
 
 
 def _spec(codec: Optional[str], what: str) -> str:
@@ -37,6 +47,18 @@ def _spec(codec: Optional[str], what: str) -> str:
         raise Unsupported(f"{what} codec {codec!r} picks a codec per call; the backend needs "
                           "a fixed codec spec (error feedback and replica agreement depend on it)")
     return Codec.parse(codec).name
+
+
+def _check_algo(algo: str) -> str:
+    if algo not in ALGOS:
+        raise InvalidArgument(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
+    return algo
+
+
+def _check_min_numel(n: int) -> int:
+    if n < 0:
+        raise InvalidArgument(f"min_numel {n} must be >= 0")
+    return n
 
 
 @dataclass
@@ -74,22 +96,35 @@ class BackendOptions:
 
     def resolved(self) -> "BackendOptions":
         """A copy with every field filled in (environment, then defaults) and checked."""
-        codec = os.environ.get("CCOMPRESS_CODEC") or None
+        env_codec = _from_env("CCOMPRESS_CODEC", lambda v: (v and _spec(v, "CCOMPRESS_CODEC")) or None,
+                              _CODEC_VALUES) if not (self.all_reduce and self.reduce_scatter) \
+            else None
+        env_gather = _from_env("CCOMPRESS_ALLGATHER_CODEC",
+                               lambda v: (v and _spec(v, "CCOMPRESS_ALLGATHER_CODEC")) or None,
+                               _CODEC_VALUES) if not self.all_gather else None
+        algo = self.algo
+        if not algo:
+            algo = _from_env("CCOMPRESS_ALGO", lambda v: _check_algo(v or "auto"),
+                             "one of " + ", ".join(ALGOS))
+        min_numel = self.min_numel
+        if min_numel is None:
+            min_numel = _from_env("CCOMPRESS_MIN_NUMEL",
+                                  lambda v: _check_min_numel(int(v) if v else 4096),
+                                  "an integer >= 0 (default 4096)")
         out = BackendOptions(
-            all_reduce=_spec(self.all_reduce or codec, "all_reduce"),
-            reduce_scatter=_spec(self.reduce_scatter or codec, "reduce_scatter"),
-            all_gather=_spec(self.all_gather or os.environ.get("CCOMPRESS_ALLGATHER_CODEC")
-                             or None, "all_gather"),
-            algo=self.algo or os.environ.get("CCOMPRESS_ALGO") or "auto",
+            all_reduce=_spec(self.all_reduce or env_codec, "all_reduce"),
+            reduce_scatter=_spec(self.reduce_scatter or env_codec, "reduce_scatter"),
+            all_gather=_spec(self.all_gather or env_gather, "all_gather"),
+            algo=algo,
             error_feedback=(_env_flag("CCOMPRESS_ERROR_FEEDBACK", False)
                             if self.error_feedback is None else bool(self.error_feedback)),
-            min_numel=int(self.min_numel if self.min_numel is not None
-                          else os.environ.get("CCOMPRESS_MIN_NUMEL", 4096)))
+            min_numel=int(min_numel))
         if out.algo not in ALGOS:
             raise InvalidArgument(f"unknown algo {out.algo!r}; use one of {', '.join(ALGOS)}")
         if out.error_feedback and out.algo in ("ring", "tree"):
             raise Unsupported(f"error feedback needs the two_shot, one_shot or auto schedule, "
-                              f"not {out.algo!r}; choose another algo or turn it off")
+                              f"not {out.algo!r}; choose another algo (algo= or CCOMPRESS_ALGO) "
+                              "or turn it off (error_feedback= or CCOMPRESS_ERROR_FEEDBACK=0)")
         if out.min_numel < 0:
             raise InvalidArgument(f"min_numel {out.min_numel} must be >= 0")
         return out

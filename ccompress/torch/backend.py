@@ -19,6 +19,9 @@ reduce-scatters (:meth:`CompressedProcessGroup.use_gift`).
 from __future__ import annotations
 
 import atexit
+import json
+import os
+import sys
 import threading
 import weakref
 from datetime import timedelta
@@ -28,8 +31,9 @@ import torch
 import torch.distributed as dist
 
 from .. import _core
-from .._internal.errors import CCompressError, InvalidArgument
+from .._internal.errors import CCompressError, InvalidArgument, MismatchError
 from ..communicator import Communicator
+from . import _engagement
 from ._backend_state import BackendOptions, BackwardFeedback
 
 NAME = "ccompress"
@@ -79,9 +83,18 @@ class CompressedProcessGroup(dist.ProcessGroup):
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta,
                  options: Optional[BackendOptions] = None) -> None:
         super().__init__(rank, size)
-        self.options = (options or BackendOptions()).resolved()
         self._store, self._timeout = store, timeout
-        self._inner = _inner_group(store, rank, size, timeout, "inner")
+        # A store prefix can serve more than one group (one made again after
+        # destroy_process_group, torch naming it alike): each creation counts itself, and
+        # every key of this group (options, the inner groups' rendezvous) carries the count.
+        gen = (store.add("ccompress/creations", 1) - 1) // size
+        self._prefix = "" if gen == 0 else f"g{gen}/"
+        self.options = _agreed_options(store, rank, size, timeout, options, self._prefix)
+        self._given = options
+        self._stats = _engagement.OpStats()
+        self._announced = False
+        self._sent_mark = 0
+        self._inner = _inner_group(store, rank, size, timeout, self._prefix + "inner")
         for dev, kind in ((torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO),
                           (torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL)):
             try:  # ops this class does not override go straight to these backends
@@ -107,6 +120,26 @@ class CompressedProcessGroup(dist.ProcessGroup):
     def bytes_sent(self) -> int:
         """Bytes ccompress put on the wire from this rank (delegated calls not counted)."""
         return 0 if self._comm is None else self._comm.bytes_sent
+
+    def stats(self) -> dict:
+        """What this group did, per op (``"all_reduce"``, ``"reduce_scatter"``,
+        ``"all_gather"``): ``calls``; ``compressed`` (ran through ccompress with the op's
+        codec); ``delegated``, the calls the inner gloo/NCCL group ran exactly, by reason
+        (``"codec none"``: the op's codec is none; ``"op"``: a reduction other than sum/avg;
+        ``"dtype"``: not float32/bfloat16/float16; ``"layout"``: sparse, or a non-contiguous
+        CUDA tensor; ``"small"``: fewer than min_numel elements; ``"shape"``: sizes that are
+        not an even split of the group, or a list of tensors; ``"device"``: neither CPU nor
+        CUDA); ``bytes_sent``, the bytes ccompress sent for the compressed calls (headers
+        included), against ``exact_bytes``, what an exact ring sends for them (all-reduce
+        2(P-1)/P of the tensor, reduce-scatter (P-1)/P of the input, all-gather P-1 inputs),
+        and ``delegated_exact_bytes``, the exact ring's bytes of the delegated calls. Plus
+        ``"total"``: the sums over the ops. Counted on this rank; every rank sees the same
+        calls."""
+        ops = self._stats.snapshot()
+        total = {k: sum(s[k] for s in ops.values())
+                 for k in ("calls", "compressed", "bytes_sent", "exact_bytes",
+                           "delegated_exact_bytes")}
+        return dict(ops, total=total)
 
     def state_dict(self) -> dict:
         """Codecs and the error-feedback residuals (CPU tensors; ``torch.save`` them); with
@@ -163,7 +196,10 @@ class CompressedProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
         op = self._op(opts)
         t = tensors[0] if len(tensors) == 1 else None
-        if t is None or op is None or not self._compressible(t, self.options.all_reduce):
+        why = ("shape" if t is None else
+               self._why_exact(t, self.options.all_reduce, op, writes=t))
+        if why is not None:
+            self._count_delegated("all_reduce", why, tensors)
             return self._delegate(lambda: self._inner.allreduce(tensors, opts or
                                                                 dist.AllreduceOptions()))
         kw = dict(codec=self.options.all_reduce, algo=self.options.algo, op=op)
@@ -171,7 +207,12 @@ class CompressedProcessGroup(dist.ProcessGroup):
         if ef is not None:
             kw["error_feedback"] = ef
         x = t.detach()  # in place; DLPack refuses tensors that require grad
-        return self._run(lambda c: c.allreduce(x, out=x, **self._stream(x, kw)), tensors)
+        finish = None
+        if not x.is_contiguous():  # a contiguous copy, reduced, then written back
+            x, finish = x.contiguous(), (lambda: t.detach().copy_(x))
+        self._count_compressed("all_reduce", x)
+        return self._run(lambda c: c.allreduce(x, out=x, **self._stream(x, kw)), tensors,
+                         "all_reduce", finish)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any = None) -> dist._Work:
@@ -184,10 +225,12 @@ class CompressedProcessGroup(dist.ProcessGroup):
         op = self._op(opts)
         size, n = self.size(), input.numel()
         even = (n == size * output.numel() and output.dtype == input.dtype
-                and output.is_contiguous()
                 and _core.chunk_range(n, size, self.rank()) == (self.rank() * n // size,
                                                                 (self.rank() + 1) * n // size))
-        if op is None or not even or not self._compressible(input, self.options.reduce_scatter):
+        why = "shape" if not even else self._why_exact(input, self.options.reduce_scatter, op,
+                                                       writes=output)
+        if why is not None:
+            self._count_delegated("reduce_scatter", why, [input])
             if before is not None:
                 before(None)
             return self._delegate(lambda: self._inner.reduce_scatter_single(
@@ -198,19 +241,27 @@ class CompressedProcessGroup(dist.ProcessGroup):
             kw["error_feedback"] = ef
         if before is not None:
             before(ef)
-        x, y = input.detach(), output.detach().view(-1)
-        return self._run(lambda c: c.reduce_scatter(x, out=y, **self._stream(x, kw)), [output])
+        x = input.detach().contiguous()  # a copy where it is not contiguous (read only)
+        y, finish = _writable_flat(output)
+        self._count_compressed("reduce_scatter", x)
+        return self._run(lambda c: c.reduce_scatter(x, out=y, **self._stream(x, kw)), [output],
+                         "reduce_scatter", finish)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: Any = None) -> dist._Work:
-        fits = (output.numel() == self.size() * input.numel() and output.dtype == input.dtype
-                and output.is_contiguous())
-        if not fits or not self._compressible(input, self.options.all_gather):
+        fits = output.numel() == self.size() * input.numel() and output.dtype == input.dtype
+        why = "shape" if not fits else self._why_exact(input, self.options.all_gather, "sum",
+                                                       writes=output)
+        if why is not None:
+            self._count_delegated("all_gather", why, [input])
             return self._delegate(lambda: self._inner.all_gather_single(
                 output, input, opts or dist.AllgatherOptions()))
         kw = dict(codec=self.options.all_gather)
-        x, y = input.detach(), output.detach().view(-1)
-        return self._run(lambda c: c.allgather(x, out=y, **self._stream(x, kw)), [output])
+        x = input.detach().contiguous()
+        y, finish = _writable_flat(output)
+        self._count_compressed("all_gather", x)
+        return self._run(lambda c: c.allgather(x, out=y, **self._stream(x, kw)), [output],
+                         "all_gather", finish)
 
     # ---- delegated exactly (the inner group's own result and Work) ----
     # Every op that torch's ProcessGroup trampoline routes to Python is overridden here,
@@ -268,11 +319,44 @@ class CompressedProcessGroup(dist.ProcessGroup):
                 return v
         return None
 
-    def _compressible(self, t: torch.Tensor, codec: str) -> bool:
-        return (codec != "none" and t.dtype in _FLOATS and t.layout == torch.strided
-                and t.is_contiguous()
-                and t.numel() >= max(1, self.options.min_numel)
-                and t.device.type in ("cpu", "cuda"))
+    def _why_exact(self, t: torch.Tensor, codec: str, op: Optional[str],
+                   writes: torch.Tensor) -> Optional[str]:
+        """None when ccompress computes this call, else the reason it is delegated
+        (:meth:`stats`). A non-contiguous host tensor is compressed through a contiguous
+        copy (written back); a non-contiguous CUDA one is delegated."""
+        if codec == "none":
+            return "codec none"
+        if op is None:
+            return "op"
+        if t.dtype not in _FLOATS:
+            return "dtype"
+        if t.device.type not in ("cpu", "cuda"):
+            return "device"
+        if t.layout != torch.strided or writes.layout != torch.strided or (
+                t.is_cuda and not (t.is_contiguous() and writes.is_contiguous())):
+            return "layout"
+        if t.numel() < max(1, self.options.min_numel):
+            return "small"
+        return None
+
+    def _announce(self) -> None:
+        """The log line at the group's first collective (rank 0): what each op does."""
+        if not self._announced:
+            self._announced = True
+            _engagement.log_info(self.rank(), _engagement.plan_line(self.options, self._given))
+
+    def _exact_bytes(self, kind: str, tensors: List[torch.Tensor]) -> int:
+        return sum(_engagement.exact_ring_bytes(kind, t.numel(), t.element_size(), self.size())
+                   for t in tensors if isinstance(t, torch.Tensor))
+
+    def _count_delegated(self, kind: str, why: str, tensors: List[torch.Tensor]) -> None:
+        self._announce()
+        self._stats.delegated(kind, why, self._exact_bytes(kind, tensors))
+        self._stats.check_engaged(kind, getattr(self.options, kind), self.rank())
+
+    def _count_compressed(self, kind: str, x: torch.Tensor) -> None:
+        self._announce()
+        self._stats.compressed(kind, self._exact_bytes(kind, [x]))
 
     def _feedback(self, kind: str, t: torch.Tensor) -> Any:
         return self.feedback.lookup(kind, t) if self.options.error_feedback else None
@@ -301,15 +385,18 @@ class CompressedProcessGroup(dist.ProcessGroup):
             # A gloo group of its own: ccompress's tags meet no delegated message; CUDA
             # tensors get an NCCL communicator whose id travels through the store.
             pg = self._comm_pg = _inner_group(self._store, self.rank(), self.size(),
-                                              self._timeout, "ccompress", cuda=False)
+                                              self._timeout, self._prefix + "ccompress",
+                                              cuda=False)
             self._comm = Communicator.from_torch(
-                pg, store=dist.PrefixStore("ccompress/nccl/", self._store),
+                pg, store=dist.PrefixStore(self._prefix + "ccompress/nccl/", self._store),
                 timeout=self._timeout.total_seconds())
         return self._comm
 
-    def _run(self, call: Callable[[Communicator], Any], outputs: List[torch.Tensor]) -> _Work:
+    def _run(self, call: Callable[[Communicator], Any], outputs: List[torch.Tensor],
+             kind: str, finish: Optional[Callable[[], Any]] = None) -> _Work:
         """Starts ``call(comm)`` asynchronously on ccompress's worker thread (issue order
-        is kept); the Work completes with ``outputs``."""
+        is kept); the Work completes with ``outputs``, after ``finish()`` (the write-back
+        of a non-contiguous output)."""
         self._check_usable()
         fut: torch.futures.Future = torch.futures.Future()
         try:
@@ -320,8 +407,15 @@ class CompressedProcessGroup(dist.ProcessGroup):
             raise
 
         def done(w: Any) -> None:
+            # Runs right after the call, before the worker thread starts the next one: the
+            # communicator's byte count grew by this call's bytes alone.
+            sent = self._comm.bytes_sent
+            self._stats.sent(kind, sent - self._sent_mark)
+            self._sent_mark = sent
             try:
                 w.wait()
+                if finish is not None:
+                    finish()
             except Exception as e:  # noqa: BLE001 - handed to torch through the future
                 if not self._comm.usable:  # a lost peer or a timeout, not a MismatchError
                     self._fail(e)
@@ -378,7 +472,12 @@ class CompressedProcessGroup(dist.ProcessGroup):
         finishes its pending collectives and stops its threads, its private gloo group and
         the delegated backends shut down, all while the interpreter is still running (a
         thread of theirs that outlives it aborts the process). The group refuses later
-        calls; make a new one to go on."""
+        calls; make a new one to go on. With ``CCOMPRESS_REPORT=1`` rank 0 first prints
+        :meth:`stats` as a summary on stderr."""
+        if _engagement.env_flag("CCOMPRESS_REPORT", False) and self.rank() == 0 \
+                and self._broken is None:
+            print(_engagement.summary(self._stats.snapshot(), self.bytes_sent),
+                  file=sys.stderr, flush=True)
         self._release()
         super().shutdown()
 
@@ -394,6 +493,80 @@ class CompressedProcessGroup(dist.ProcessGroup):
             pg.shutdown()
 
 
+def _writable_flat(output: torch.Tensor) -> Tuple[torch.Tensor, Optional[Callable[[], Any]]]:
+    """A flat contiguous tensor a collective may write, and, where that is a copy of a
+    non-contiguous ``output``, the write-back."""
+    y = output.detach()
+    if y.is_contiguous():
+        return y.view(-1), None
+    flat = torch.empty(y.numel(), dtype=y.dtype, device=y.device)
+    return flat, lambda: y.copy_(flat.view(y.shape))
+
+
+_OPTION_SOURCES = {"all_reduce": "all_reduce codec (pg_options or CCOMPRESS_CODEC)",
+                   "reduce_scatter": "reduce_scatter codec (pg_options or CCOMPRESS_CODEC)",
+                   "all_gather": "all_gather codec (pg_options or CCOMPRESS_ALLGATHER_CODEC)",
+                   "algo": "algo (pg_options or CCOMPRESS_ALGO)",
+                   "error_feedback": "error_feedback (pg_options or CCOMPRESS_ERROR_FEEDBACK)",
+                   "min_numel": "min_numel (pg_options or CCOMPRESS_MIN_NUMEL)"}
+
+
+def _agreed_options(store: Any, rank: int, size: int, timeout: timedelta,
+                    options: Optional[BackendOptions], prefix: str = "") -> BackendOptions:
+    """``options`` resolved on this rank and compared with every other rank's through the
+    group's store before the group is made: where any option differs (or a rank could not
+    resolve its own), every rank raises, naming the option and the ranks. A rank that never
+    publishes its options (it died, or never made the group) makes the others raise after
+    the group's timeout."""
+    error: Optional[BaseException] = None
+    try:
+        mine = (options or BackendOptions()).resolved()
+    except CCompressError as e:
+        mine, error = None, e
+    if size <= 1:
+        if error is not None:
+            raise error
+        return mine
+    fields = list(_OPTION_SOURCES)
+    blob = ({"error": f"{type(error).__name__}: {error}"} if error is not None else
+            {k: getattr(mine, k) for k in fields})
+    keys = [f"{prefix}ccompress/options/{r}" for r in range(size)]
+    store.set(keys[rank], json.dumps(blob))
+    try:
+        store.wait(keys, timeout)
+    except Exception as e:  # noqa: BLE001 - the store's timeout error, named
+        missing = [r for r in range(size) if not store.check([keys[r]])]
+        raise MismatchError(f"ranks {missing} did not make the ccompress process group "
+                            f"within the group's timeout ({timeout}); every rank must call "
+                            "init_process_group / new_group with backend 'ccompress'") from e
+    theirs = [json.loads(store.get(k)) for k in keys]
+    if error is not None:
+        raise error
+    failed = {r: t["error"] for r, t in enumerate(theirs) if "error" in t}
+    if failed:
+        raise MismatchError("ccompress backend options could not be resolved on ranks "
+                            f"{sorted(failed)} (this rank's resolved): " +
+                            "; ".join(f"rank {r}: {m}" for r, m in failed.items()))
+    diffs = []
+    for k in fields:
+        by_value: dict = {}
+        for r, t in enumerate(theirs):
+            by_value.setdefault(json.dumps(t[k]), []).append(r)
+        if len(by_value) > 1:
+            diffs.append(f"{_OPTION_SOURCES[k]} is " + ", ".join(
+                f"{json.loads(v)!r} on ranks {_ranges(rs)}" for v, rs in by_value.items()))
+    if diffs:
+        raise MismatchError("ccompress backend options differ between ranks: " +
+                            "; ".join(diffs) + ". Set the same CCOMPRESS_* environment (or "
+                            "pg_options) on every rank")
+    return mine
+
+
+def _ranges(ranks: List[int]) -> str:
+    return "[" + ", ".join(map(str, ranks)) + "]" if len(ranks) <= 8 else \
+        f"[{ranks[0]}..{ranks[-1]} ({len(ranks)} ranks)]"
+
+
 class _Async:
     """A communicator whose collectives are asynchronous (``async_op=True``)."""
 
@@ -406,6 +579,19 @@ class _Async:
 
 
 _LIVE: "weakref.WeakSet[CompressedProcessGroup]" = weakref.WeakSet()
+
+# torch.compile: dynamo must not trace into the group's Python methods (DDP's bucket rebuild
+# calls broadcast from compiled code; tracing it fails on the group's private members).
+# They run eagerly, as a C++ process group's would.
+for _name in ("allreduce", "reduce_scatter_single", "all_gather_single",
+              "all_gather_single_coalesced", "reduce_scatter_single_coalesced",
+              "start_coalescing", "end_coalescing", "allreduce_coalesced", "allgather",
+              "broadcast", "barrier", "reduce_scatter", "all_to_all_single", "send", "recv",
+              "getBackendName", "shutdown", "stats", "state_dict", "load_state_dict",
+              "use_gift"):
+    setattr(CompressedProcessGroup, _name,
+            torch.compiler.disable(getattr(CompressedProcessGroup, _name)))
+del _name
 
 
 @atexit.register

@@ -21,7 +21,7 @@ from .. import autocodec
 from ..codec import Codec
 from ..communicator import ALGOS, Communicator
 from ..compressors.error_feedback import ErrorFeedback
-from . import _common
+from . import _common, _engagement
 
 
 class CompressedAllreduceHook:
@@ -71,6 +71,8 @@ class CompressedAllreduceHook:
         if gift is not None:
             gift.attach(self.codec)
         self._pending_state: Optional[dict] = None
+        self._calls = 0
+        self._exact_bytes = 0
         self.__name__ = self.__qualname__ = f"ccompress_{self.codec}_hook"
 
     # ---- the hook ----
@@ -79,6 +81,14 @@ class CompressedAllreduceHook:
         buf = bucket.buffer()
         _common.check_tensor(buf, "the gradient bucket")
         comm = self.comm
+        if self._calls == 0:
+            _engagement.log_info(dist.get_rank() if dist.is_initialized() else 0,
+                                 f"ccompress DDP hook: bucket all-reduces with {self.codec}, "
+                                 f"algo {self.algo}" + (", error feedback"
+                                                        if self.error_feedback else ""))
+        self._calls += 1
+        self._exact_bytes += _engagement.exact_ring_bytes(
+            "all_reduce", buf.numel(), buf.element_size(), comm.size)
         kwargs: Dict[str, Any] = dict(codec=self.codec, algo=self.algo, op="avg")
         if self.gift is not None:
             return self._call_gift(comm, bucket, buf, kwargs)
@@ -151,6 +161,16 @@ class CompressedAllreduceHook:
                     v.copy_(part)
 
         return _common.run_now(buf, body)
+
+    def stats(self) -> dict:
+        """What the hook did on this rank: ``calls`` (buckets all-reduced, every one through
+        ccompress with the hook's codec), ``bytes_sent`` (ccompress's bytes, headers
+        included) and ``exact_bytes`` (what an exact ring all-reduce of the same buckets
+        sends: 2(P-1)/P of each bucket), as :meth:`CompressedProcessGroup.stats` reports
+        its all-reduces."""
+        sent = self._comm.bytes_sent if self._comm is not None else 0
+        return {"calls": self._calls, "compressed": self._calls if self.codec != "none" else 0,
+                "bytes_sent": sent, "exact_bytes": self._exact_bytes}
 
     # ---- state ----
     @property

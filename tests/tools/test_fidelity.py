@@ -58,11 +58,12 @@ def test_npy_single_tensor_is_a_round_trip(tmp_path, rng, capsys):
     assert rc == 0
     doc = rows_of(tmp_path / "o.json")
     rows = doc["rows"]
-    # one rank only (a single tensor), every default codec x every algo
+    # one rank only (a single tensor): one row per default codec, whatever the schedule
     assert {r["ranks"] for r in rows} == {1}
-    assert len(rows) == len(fidelity.DEFAULT_CODECS) * len(fidelity.ALGOS)
+    assert len(rows) == len(fidelity.DEFAULT_CODECS)
+    assert {r["algo"] for r in rows} == {fidelity.ANY_ALGO}
     n = x.size  # 3000: not a multiple of the group
-    for algo in fidelity.ALGOS:
+    for algo in (fidelity.ANY_ALGO,):
         none = find(rows, codec="none", algo=algo)
         assert none["relerr"] == 0 and none["maxabs"] == 0 and none["snr_db"] is None
         assert none["bits"] == 32 and none["sent_bytes_per_elem"] == 0
@@ -81,8 +82,8 @@ def test_npy_single_tensor_is_a_round_trip(tmp_path, rng, capsys):
                 assert r[k] == pytest.approx(want[k], rel=1e-12), (spec, k)
             # payload n bytes (padded to 4) + one fp32 scale per 128 elements
             assert r["bits"] == pytest.approx(8 * (n + 4 * math.ceil(n / 128)) / n)
-    e4 = find(rows, codec="fp8_e4m3:g128", algo="ring")["relerr"]
-    e5 = find(rows, codec="fp8_e5m2:g128", algo="ring")["relerr"]
+    e4 = find(rows, codec="fp8_e4m3:g128")["relerr"]
+    e5 = find(rows, codec="fp8_e5m2:g128")["relerr"]
     assert 0.005 < e4 < e5 < 0.2
     assert "w" in out and "fp8_e4m3:g128" in out
 

@@ -1,0 +1,177 @@
+"""What the ``ccompress`` backend (and the DDP hook) tell a user about their compression: the
+``ccompress`` logger's line at the first collective, the per-op counters behind
+``compressed_group().stats()``, the warning when a configured codec has not engaged, and the
+summary ``CCOMPRESS_REPORT=1`` prints at ``destroy_process_group``.
+
+Logging: the logger is ``logging.getLogger("ccompress")`` (records from ``ccompress.torch``).
+Rank 0 logs at INFO. When nothing configured logging for it (no handler on it or an
+ancestor), ccompress adds a stderr handler to that logger, so the line is visible by default
+in a plain torchrun script; ``CCOMPRESS_LOG=0`` turns ccompress's own logging off, and any
+logging configuration of the application (levels, handlers) applies as usual.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any, Dict, Optional
+
+LOGGER = logging.getLogger("ccompress.torch")
+OPS = ("all_reduce", "reduce_scatter", "all_gather")
+REASONS = ("codec none", "op", "dtype", "layout", "small", "shape", "device")
+# A configured (not "none") codec that has not compressed one of the first ENGAGE_CHECK_CALLS
+# calls of its op gets a warning (once per op), with the reasons counted so far.
+ENGAGE_CHECK_CALLS = 20
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A boolean CCOMPRESS_* variable; anything else raises naming the variable."""
+    from .._internal.errors import InvalidArgument
+
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in _TRUE:
+        return True
+    if raw.strip().lower() in _FALSE:
+        return False
+    raise InvalidArgument(f"{name}={raw!r}; accepted values: 1, true, yes, on (enable) or 0, "
+                          "false, no, off, empty (disable)")
+
+
+def logging_enabled() -> bool:
+    return env_flag("CCOMPRESS_LOG", True)
+
+
+def _logger() -> Optional[logging.Logger]:
+    """The logger, with a stderr handler added when nothing handles its records; None when
+    CCOMPRESS_LOG=0."""
+    if not logging_enabled():
+        return None
+    root = logging.getLogger("ccompress")
+    if not LOGGER.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[ccompress] %(message)s"))
+        root.addHandler(handler)
+        if root.level == logging.NOTSET:
+            root.setLevel(logging.INFO)
+    return LOGGER
+
+
+def exact_ring_bytes(kind: str, numel: int, itemsize: int, size: int) -> int:
+    """Bytes one rank sends in an exact ring of this collective (``numel``: the input's
+    elements): all-reduce 2(P-1)/P, reduce-scatter (P-1)/P of the input, all-gather P-1
+    inputs."""
+    if size <= 1:
+        return 0
+    nbytes = numel * itemsize
+    if kind == "all_reduce":
+        return 2 * (size - 1) * nbytes // size
+    if kind == "reduce_scatter":
+        return (size - 1) * nbytes // size
+    return (size - 1) * nbytes
+
+
+def plan_line(options: Any, given: Any = None) -> str:
+    """What each op of a group with these resolved options does, in one line (``given``:
+    the BackendOptions passed as pg_options, if any)."""
+    parts = []
+    for op in OPS:
+        codec = getattr(options, op)
+        if codec == "none":
+            var = "CCOMPRESS_ALLGATHER_CODEC" if op == "all_gather" else "CCOMPRESS_CODEC"
+            if given is not None and getattr(given, op) is not None:
+                why = "codec none in pg_options"
+            elif not os.environ.get(var):
+                why = f"{var} is not set"
+            else:
+                why = f"{var}={os.environ[var]}"
+            parts.append(f"{op}: exact ({why})")
+        else:
+            extra = f", algo {options.algo}" if op == "all_reduce" else ""
+            ef = ", error feedback" if options.error_feedback and op != "all_gather" else ""
+            parts.append(f"{op}: {codec}{extra}{ef}")
+    return ("ccompress backend: " + "; ".join(parts) +
+            f" (float32/bfloat16/float16 tensors of >= {options.min_numel} elements; "
+            "compressed_group().stats() counts what ran)")
+
+
+class OpStats:
+    """Counters of one group (or hook): per op, calls compressed, calls delegated by
+    reason, bytes ccompress sent for the compressed calls and what an exact ring would have
+    sent for them, and the exact ring's bytes of the delegated calls."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.ops: Dict[str, Dict[str, Any]] = {op: self._empty() for op in OPS}
+        self._warned: set = set()
+
+    @staticmethod
+    def _empty() -> Dict[str, Any]:
+        return {"calls": 0, "compressed": 0, "delegated": {r: 0 for r in REASONS},
+                "bytes_sent": 0, "exact_bytes": 0, "delegated_exact_bytes": 0}
+
+    def compressed(self, op: str, exact: int) -> None:
+        with self._lock:
+            s = self.ops[op]
+            s["calls"] += 1
+            s["compressed"] += 1
+            s["exact_bytes"] += exact
+
+    def sent(self, op: str, nbytes: int) -> None:
+        with self._lock:
+            self.ops[op]["bytes_sent"] += nbytes
+
+    def delegated(self, op: str, reason: str, exact: int) -> None:
+        with self._lock:
+            s = self.ops[op]
+            s["calls"] += 1
+            s["delegated"][reason] = s["delegated"].get(reason, 0) + 1
+            s["delegated_exact_bytes"] += exact
+
+    def snapshot(self) -> Dict[str, Dict[str, Any]]:
+        with self._lock:
+            return {op: dict(s, delegated=dict(s["delegated"])) for op, s in self.ops.items()}
+
+    def check_engaged(self, op: str, codec: str, rank: int) -> None:
+        """Warns (rank 0, once per op) when ``codec`` is configured for ``op`` but none of
+        its first ENGAGE_CHECK_CALLS calls was compressed."""
+        s = self.ops[op]
+        if (codec == "none" or op in self._warned or s["compressed"]
+                or s["calls"] < ENGAGE_CHECK_CALLS):
+            return
+        self._warned.add(op)
+        log = _logger() if rank == 0 else None
+        if log is not None:
+            why = ", ".join(f"{k}: {v}" for k, v in s["delegated"].items() if v)
+            log.warning(f"{op} is configured with codec {codec} but none of its first "
+                        f"{s['calls']} calls was compressed (delegated exactly: {why}); see "
+                        "the backend's conditions in docs (dtype, min_numel, layout, op)")
+
+
+def summary(stats: Dict[str, Dict[str, Any]], total_sent: int) -> str:
+    """A few lines for CCOMPRESS_REPORT=1."""
+    lines = ["ccompress report (rank 0):"]
+    for op, s in stats.items():
+        if not s["calls"]:
+            continue
+        why = ", ".join(f"{k} {v}" for k, v in s["delegated"].items() if v) or "none"
+        saved = ""
+        if s["exact_bytes"]:
+            saved = (f"; sent {s['bytes_sent']} B where an exact ring sends "
+                     f"{s['exact_bytes']} B ({s['exact_bytes'] / max(s['bytes_sent'], 1):.2f}x)")
+        lines.append(f"  {op}: {s['calls']} calls, {s['compressed']} compressed, delegated "
+                     f"exactly: {why}{saved}")
+    if len(lines) == 1:
+        lines.append("  no all_reduce / reduce_scatter / all_gather calls")
+    lines.append(f"  ccompress bytes sent in all: {total_sent}")
+    return "\n".join(lines)
+
+
+def log_info(rank: int, message: str) -> None:
+    if rank == 0:
+        log = _logger()
+        if log is not None:
+            log.info(message)

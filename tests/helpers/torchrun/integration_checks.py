@@ -1,0 +1,205 @@
+"""torchrun worker of tests/test_torch_integration.py; argv[1] names the check.
+
+inplace   in-place reduce_scatter_tensor (output = this rank's slice of the input, as ZeRO
+          calls it) and all_gather_into_tensor (input = this rank's chunk of the output, as
+          FSDP2 calls it) on the ccompress backend: codec none bit-identical to gloo's
+          in-place result, fp8/bf16 within the codec's bound of it; a strided view
+          compressed through a copy and written back; the group's counters.
+mismatch  rank 1 sets CCOMPRESS_CODEC=hint8, rank 0 leaves it unset: init_process_group
+          raises MismatchError on both, naming the option and the ranks.
+compile   torch.compile(DDP(model)) on the backend against DDP(model) uncompiled: the same
+          losses and parameters, bit for bit (codec from the environment).
+report    CCOMPRESS_REPORT=1: the first-collective log line and the summary at
+          destroy_process_group (the test reads stderr).
+"""
+import os
+import sys
+import time
+from datetime import timedelta
+
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+CHECK = sys.argv[1]
+RANK = int(os.environ["RANK"])
+
+if CHECK == "mismatch":
+    import ccompress.torch  # noqa: F401
+    from ccompress import MismatchError
+
+    if RANK == 1:
+        os.environ["CCOMPRESS_CODEC"] = "hint8"
+    else:
+        os.environ.pop("CCOMPRESS_CODEC", None)
+    t0 = time.monotonic()
+    try:
+        dist.init_process_group("ccompress", timeout=timedelta(seconds=600))
+    except MismatchError as e:
+        took = time.monotonic() - t0
+        msg = str(e)
+        assert "CCOMPRESS_CODEC" in msg and "[0]" in msg and "[1]" in msg, msg
+        assert took < 60, took
+        print(f"RAISED rank {RANK} in {took:.1f}s: {msg}", flush=True)
+        print(f"OK mismatch {RANK}", flush=True)
+        sys.exit(0)
+    raise AssertionError("options that differ between ranks made a group")
+
+from helpers.torch_backend.common import gather, rank_input, same_on_all_ranks, start  # noqa: E402
+import ccompress as cc  # noqa: E402
+from ccompress.bounds import allreduce_error_bound  # noqa: E402
+from ccompress.torch import BackendOptions, compressed_group  # noqa: E402
+from helpers.torch_helpers import check_reduced, to_numpy  # noqa: E402
+
+
+def ok(name):
+    print(f"OK {name} {dist.get_rank()}", flush=True)
+
+
+if CHECK == "inplace":
+    CODEC = "fp8_e4m3:g128"
+    rank, size, ref = start(pg_options=BackendOptions(
+        all_reduce=CODEC, reduce_scatter=CODEC, all_gather="bf16", algo="two_shot",
+        min_numel=256))
+    exact = dist.new_group(backend="ccompress", pg_options=BackendOptions(
+        all_reduce="none", reduce_scatter="none", all_gather="none"))
+    pg = compressed_group()
+    n = 1000
+
+    # reduce_scatter_tensor, output = own slice of the input
+    x = rank_input(rank, n * size, seed=1)
+    parts = gather(x, ref)
+    for group in (None, exact, ref):
+        buf = x.clone()
+        out = buf[rank * n:(rank + 1) * n]
+        dist.reduce_scatter_tensor(out, buf, group=group)
+        if group is ref:
+            gloo_rs = out.clone()
+        elif group is exact:
+            exact_rs = out.clone()
+        else:
+            comp_rs = out.clone()
+    assert torch.equal(exact_rs, gloo_rs), "in-place reduce-scatter, codec none, differs from gloo"
+    stack = np.stack([to_numpy(p).astype(np.float64) for p in parts])
+    bound = allreduce_error_bound(stack, CODEC, "reduce_scatter")[rank * n:(rank + 1) * n]
+    err = np.abs(to_numpy(comp_rs).astype(np.float64) - to_numpy(gloo_rs).astype(np.float64))
+    # gloo's float32 sum is itself within fp32 rounding of the fp64 sum
+    assert np.all(err <= bound + 1e-5 * np.abs(stack).sum(axis=0)[rank * n:(rank + 1) * n]), \
+        err.max()
+    assert not torch.equal(comp_rs, gloo_rs), "the fp8 reduce-scatter was not compressed"
+    ok("inplace reduce_scatter")
+
+    # all_gather_into_tensor, input = own chunk of the output
+    x = rank_input(rank, n, seed=2)
+    results = []
+    for group in (None, exact, ref):
+        buf = torch.zeros(n * size)
+        buf[rank * n:(rank + 1) * n] = x
+        dist.all_gather_into_tensor(buf, buf[rank * n:(rank + 1) * n], group=group)
+        results.append(buf)
+    comp_ag, exact_ag, gloo_ag = results
+    assert torch.equal(exact_ag, gloo_ag)
+    bf16 = gloo_ag.to(torch.bfloat16).to(torch.float32)
+    assert torch.equal(comp_ag, bf16), "the bf16 in-place all-gather is not bf16(gloo's)"
+    assert same_on_all_ranks([comp_ag], ref)
+    ok("inplace all_gather")
+
+    # a strided view: compressed through a contiguous copy, written back in place
+    base = rank_input(rank, 2 * 4096, seed=3).view(4096, 2)
+    keep = base[:, 1].clone()
+    view = base[:, 0]
+    assert not view.is_contiguous()
+    before = pg.stats()["all_reduce"]["compressed"]
+    parts = gather(view.contiguous(), ref)
+    dist.all_reduce(view)
+    assert pg.stats()["all_reduce"]["compressed"] == before + 1, pg.stats()
+    check_reduced(base[:, 0].contiguous(), parts, CODEC, "two_shot", what="strided all_reduce")
+    assert torch.equal(base[:, 1], keep), "the write-back touched the other column"
+    ok("strided")
+
+    # the counters: reasons and bytes
+    s0 = pg.stats()
+    dist.all_reduce(torch.ones(10))                        # small
+    dist.all_reduce(torch.ones(5000, dtype=torch.float64))  # dtype
+    dist.all_reduce(torch.ones(5000), op=dist.ReduceOp.MAX)  # op
+    y = torch.ones(5000)
+    dist.all_reduce(y)                                     # compressed
+    s = pg.stats()
+    ar = s["all_reduce"]
+    for reason in ("small", "dtype", "op"):
+        assert ar["delegated"][reason] == s0["all_reduce"]["delegated"][reason] + 1, s
+    assert ar["compressed"] == s0["all_reduce"]["compressed"] + 1
+    assert s["reduce_scatter"]["compressed"] == 1 and s["all_gather"]["compressed"] == 1, s
+    assert 0 < ar["bytes_sent"] < ar["exact_bytes"], ar
+    assert s["total"]["bytes_sent"] == pg.bytes_sent, (s["total"], pg.bytes_sent)
+    assert compressed_group(exact).stats()["all_reduce"]["compressed"] == 0
+    assert compressed_group(exact).stats()["reduce_scatter"]["delegated"]["codec none"] == 1
+    ok("stats")
+
+    # the DDP hook's counters
+    from ccompress.torch import ddp_comm_hook
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=ref)
+    hook = ddp_comm_hook(codec="hint8")
+    ddp.register_comm_hook(state=None, hook=hook)
+    for _ in range(2):
+        ddp(torch.randn(4, 64)).sum().backward()
+    hs = hook.stats()
+    assert hs["calls"] == hs["compressed"] == 2 and 0 < hs["bytes_sent"] < hs["exact_bytes"], hs
+    ok("hook stats")
+    dist.destroy_process_group()
+
+elif CHECK == "compile":
+    rank, size, ref = start()
+    import torch._dynamo
+
+    torch._dynamo.config.cache_size_limit = 64
+    losses, finals = [], []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(),
+                                    torch.nn.Linear(64, 4))
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        net = torch.compile(ddp) if compiled else ddp
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(7 + rank)
+        run = []
+        for step in range(3):
+            xb, yb = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+            loss = torch.nn.functional.mse_loss(net(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            run.append(float(loss))
+        losses.append(run)
+        finals.append([p.detach().clone() for p in ddp.parameters()])
+    assert losses[0] == losses[1], losses
+    assert all(torch.equal(a, b) for a, b in zip(*finals))
+    assert same_on_all_ranks(finals[1], ref)
+    if rank == 0:
+        print("losses", losses[1], "compressed calls",
+              compressed_group().stats()["all_reduce"]["compressed"], flush=True)
+    ok("compile")
+    dist.destroy_process_group()
+
+elif CHECK == "report":
+    rank, size, ref = start()
+    y = torch.ones(5000)
+    dist.all_reduce(y)
+    dist.all_reduce(torch.ones(10))
+    dist.destroy_process_group()
+    # made again over the same store with other options: agreed afresh, not against the
+    # first group's
+    os.environ["CCOMPRESS_CODEC"] = "bf16"
+    dist.init_process_group("ccompress", timeout=timedelta(seconds=60))
+    for _ in range(20):  # a configured codec that never engages: warned after 20 calls
+        dist.all_reduce(torch.ones(8))
+    y = torch.ones(5000)
+    dist.all_reduce(y)
+    assert torch.equal(y, torch.full((5000,), float(size)))
+    assert compressed_group().stats()["all_reduce"]["compressed"] == 1
+    ok("report")
+    dist.destroy_process_group()
