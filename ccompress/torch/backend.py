@@ -30,6 +30,7 @@ import torch.distributed as dist
 from .. import _core
 from .._errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
+from . import _p2p
 from ._backend_state import BackendOptions, BackwardFeedback
 
 NAME = "ccompress"
@@ -298,13 +299,18 @@ class CompressedProcessGroup(dist.ProcessGroup):
         """The ccompress communicator over the group's ranks (made at the first compressed
         call, which every rank makes alike)."""
         if self._comm is None:
-            # A gloo group of its own: ccompress's tags meet no delegated message; CUDA
+            # Host bytes over TCP connections of its own (or, with CCOMPRESS_TRANSPORT=gloo,
+            # a gloo group of its own: ccompress's tags meet no delegated message); CUDA
             # tensors get an NCCL communicator whose id travels through the store.
-            pg = self._comm_pg = _inner_group(self._store, self.rank(), self.size(),
-                                              self._timeout, "ccompress", cuda=False)
-            self._comm = Communicator.from_torch(
-                pg, store=dist.PrefixStore("ccompress/nccl/", self._store),
-                timeout=self._timeout.total_seconds())
+            store = dist.PrefixStore("ccompress/", self._store)
+            timeout = self._timeout.total_seconds()
+            if _p2p.transport_choice() == "tcp":
+                self._comm = _p2p.from_store(Communicator, store, self.rank(), self.size(),
+                                             timeout=timeout)
+            else:
+                pg = self._comm_pg = _inner_group(self._store, self.rank(), self.size(),
+                                                  self._timeout, "ccompress", cuda=False)
+                self._comm = Communicator.from_torch(pg, store=store, timeout=timeout)
         return self._comm
 
     def _run(self, call: Callable[[Communicator], Any], outputs: List[torch.Tensor]) -> _Work:
