@@ -59,6 +59,7 @@ ROWS: Dict[str, tuple] = {
     "nvfp4": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "nvfp4:sr", **_EF}, []),
     "hnvfp4": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "hnvfp4:g16", **_EF}, []),
     "hint4": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "hint4:g16", **_EF}, []),
+    "auto": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "auto", **_EF}, []),
     "none": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "none"}, []),
     "bf16": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "bf16"}, []),
     "hier-hint8": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "hint8", "CCOMPRESS_ALGO": "hier",
@@ -73,7 +74,7 @@ ROWS: Dict[str, tuple] = {
     "gift": ("hook", "gloo", {}, ["--codec", "nvfp4:sr", "--gift", "32"]),
     "tsr": ("tsr", "gloo", {}, ["--tsr-rank", "32"]),
 }
-DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,fsdp-gloo,fsdp-hint8,hook-hint8"
+DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,auto,fsdp-gloo,fsdp-hint8,hook-hint8"
 
 
 # ------------------------------------------------------------------ the worker (one rank)
@@ -188,9 +189,17 @@ def worker(argv: List[str]) -> None:
             "replicas_identical": len({d for _, _, d in got}) == 1, "parameters": nparams,
             "ccompress_bytes_per_step": (sent() - sent0) / (args.steps - args.warmup),
             "ranks": size,
-            "codec": (pg.options.all_reduce if pg is not None and args.mode != "fsdp" else
-                      pg.options.reduce_scatter if pg is not None else args.codec)}))
+            "codec": codec_of(pg, args)}))
     dist.destroy_process_group()
+
+
+def codec_of(pg, args) -> str:
+    """The codec of the row's gradient collective; for ``auto``, what it chose."""
+    if pg is None:
+        return args.codec
+    kind = "reduce_scatter" if args.mode == "fsdp" else "all_reduce"
+    codec = getattr(pg.options, kind)
+    return f"auto: {pg._auto.get(kind, '?')}" if codec == "auto" else codec
 
 
 def corpus():

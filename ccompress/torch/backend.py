@@ -19,7 +19,9 @@ reduce-scatters (:meth:`CompressedProcessGroup.use_gift`).
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
+import time
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, List, Optional, Tuple
@@ -31,9 +33,10 @@ from .. import _core
 from .._errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
 from . import _p2p
-from ._backend_state import BackendOptions, BackwardFeedback
+from ._backend_state import AUTO, AUTO_CANDIDATE, BackendOptions, BackwardFeedback
 
 NAME = "ccompress"
+_log = logging.getLogger("ccompress.torch")
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 _COMPRESSIBLE_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg"}
 
@@ -99,6 +102,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self._retired: List[Any] = []  # Works seen complete by the last call: freed at the next
         self.feedback = BackwardFeedback()
         self.gift: Any = None  # use_gift
+        self._auto: dict = {}  # op -> the codec auto chose
 
     # ---- identity ----
     def getBackendName(self) -> str:
@@ -164,10 +168,14 @@ class CompressedProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
         op = self._op(opts)
         t = tensors[0] if len(tensors) == 1 else None
+        exact = lambda: self._delegate(lambda: self._inner.allreduce(  # noqa: E731
+            tensors, opts or dist.AllreduceOptions()))
         if t is None or op is None or not self._compressible(t, self.options.all_reduce):
-            return self._delegate(lambda: self._inner.allreduce(tensors, opts or
-                                                                dist.AllreduceOptions()))
-        kw = dict(codec=self.options.all_reduce, algo=self.options.algo, op=op)
+            return exact()
+        codec = self._codec("all_reduce", t, op)
+        if codec == "none":
+            return exact()
+        kw = dict(codec=codec, algo=self.options.algo, op=op)
         ef = self._feedback("all_reduce", t)
         if ef is not None:
             kw["error_feedback"] = ef
@@ -188,12 +196,15 @@ class CompressedProcessGroup(dist.ProcessGroup):
                 and output.is_contiguous()
                 and _core.chunk_range(n, size, self.rank()) == (self.rank() * n // size,
                                                                 (self.rank() + 1) * n // size))
-        if op is None or not even or not self._compressible(input, self.options.reduce_scatter):
+        codec = "none"
+        if op is not None and even and self._compressible(input, self.options.reduce_scatter):
+            codec = self._codec("reduce_scatter", input, op, output)
+        if codec == "none":
             if before is not None:
                 before(None)
             return self._delegate(lambda: self._inner.reduce_scatter_single(
                 output, input, opts or dist.ReduceScatterOptions()))
-        kw = dict(codec=self.options.reduce_scatter, op=op)
+        kw = dict(codec=codec, op=op)
         ef = self._feedback("reduce_scatter", input)
         if ef is not None:
             kw["error_feedback"] = ef
@@ -274,6 +285,57 @@ class CompressedProcessGroup(dist.ProcessGroup):
                 and t.is_contiguous()
                 and t.numel() >= max(1, self.options.min_numel)
                 and t.device.type in ("cpu", "cuda"))
+
+    def _codec(self, kind: str, t: torch.Tensor, op: str,
+               output: Optional[torch.Tensor] = None) -> str:
+        """The codec of this call: the option's, or for ``auto`` the choice made at the op's
+        first call (:meth:`_choose`)."""
+        codec = getattr(self.options, kind)
+        if codec != AUTO:
+            return codec
+        if kind not in self._auto:
+            self._check_usable()
+            self._auto[kind] = self._choose(kind, t, op, output)
+        return self._auto[kind]
+
+    def _choose(self, kind: str, t: torch.Tensor, op: str,
+                output: Optional[torch.Tensor]) -> str:
+        """``auto``: times this call exact (the inner group) and compressed with
+        AUTO_CANDIDATE on copies of its tensors, three times each after a warm-up, and
+        returns the faster ("none" for exact). Every rank times; the slowest rank's times
+        decide (a MAX all-reduce over the inner group), so every rank picks the same. Collective:
+        every rank reaches the op's first call alike, as for any collective."""
+        x = t.detach().clone()
+        y = (output if output is not None else t).detach().clone().view(-1)
+        comm = self.communicator()
+        cand = AUTO_CANDIDATE
+        if kind == "all_reduce":
+            ops = {"none": lambda: self._inner.allreduce([x.clone()]).wait(),
+                   cand: lambda: comm.allreduce(x.clone(), codec=cand, algo=self.options.algo,
+                                                op=op)}
+        else:
+            ops = {"none": lambda: self._inner.reduce_scatter_single(y, x.clone()).wait(),
+                   cand: lambda: comm.reduce_scatter(x.clone(), out=y, codec=cand, op=op)}
+        best = {name: float("inf") for name in ops}
+        for rep in range(4):
+            for name, fn in ops.items():
+                t0 = time.perf_counter()
+                fn()
+                if rep:  # the first of each is a warm-up (connections, buffers)
+                    best[name] = min(best[name], time.perf_counter() - t0)
+        slowest = torch.tensor([best["none"], best[cand]], dtype=torch.float64)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        self._inner.allreduce([slowest], opts).wait()
+        exact_s, comp_s = float(slowest[0]), float(slowest[1])
+        choice = cand if comp_s < exact_s else "none"
+        if self.rank() == 0:
+            _log.warning(
+                "ccompress: %s codec auto: %d elements took %.1f ms exact and %.1f ms with %s "
+                "(the slowest rank's best of 3); sending %s", kind.replace("_", "-"),
+                t.numel(), 1e3 * exact_s, 1e3 * comp_s, cand,
+                cand if choice == cand else "exact: compression does not pay on this link")
+        return choice
 
     def _feedback(self, kind: str, t: torch.Tensor) -> Any:
         return self.feedback.lookup(kind, t) if self.options.error_feedback else None

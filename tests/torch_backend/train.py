@@ -78,7 +78,8 @@ if rank == 0:
     with open(out_path, "w") as f:
         json.dump(dict(losses=losses, full=digest(full), shards=shards,
                        bytes=pg.bytes_sent if pg is not None else 0,
-                       residuals=len(pg.feedback.slots) if pg is not None else 0), f)
+                       residuals=len(pg.feedback.slots) if pg is not None else 0,
+                       auto=pg._auto if pg is not None else {}), f)
 ok(f"train {mode} {backend}")
 dist.destroy_process_group()
 if pg is not None:  # destroy_process_group stopped ccompress's threads, not the exit
