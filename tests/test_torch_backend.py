@@ -82,8 +82,8 @@ def test_unmodified_training(tmp_path, mode, nproc):
 def test_auto_codec_times_both_and_agrees(tmp_path, mode):
     """CCOMPRESS_CODEC=auto: the op's first call times it exact and with hint8 on every rank
     and every rank keeps the same one (the worker checks the replicas are identical); the
-    choice is logged once, on rank 0; the losses are within 1% of gloo's, and bytes went
-    through ccompress exactly when hint8 was chosen."""
+    choice is logged once, on rank 0; the losses are within 1% of gloo's, and bit for bit
+    gloo's when exact was chosen."""
     kind = "all_reduce" if mode == "ddp" else "reduce_scatter"
     gloo = _train(tmp_path, mode, "gloo", 2)
     path = tmp_path / f"auto_{mode}.json"
@@ -92,7 +92,9 @@ def test_auto_codec_times_both_and_agrees(tmp_path, mode):
     auto = json.loads(path.read_text())
     assert auto["auto"].get(kind) in ("hint8", "none"), auto["auto"]
     assert out.count(f"{kind.replace('_', '-')} codec auto:") == 1, out[-4000:]
-    assert (auto["bytes"] > 0) == (auto["auto"][kind] == "hint8")
+    if auto["auto"][kind] == "none":  # exact: gloo's own collective, bit for bit
+        assert auto["losses"] == gloo["losses"] and auto["full"] == gloo["full"]
+    assert auto["bytes"] > 0  # the timing ran through ccompress at least
     for a, b in zip(auto["losses"], gloo["losses"]):
         assert abs(a - b) <= 0.01 * abs(b), (auto["losses"], gloo["losses"])
 
