@@ -7,19 +7,23 @@
 Every node is a network namespace of perf/emulated_net.py (veth pairs into a bridge, tbf on
 both ends of every veth); each runs ``torchrun --nnodes N --node_rank i`` with its ranks, so
 the ranks of a node share a host and the nodes talk over the shaped links only
-(GLOO_SOCKET_IFNAME and ccompress's TCP transport on the namespace's eth0). For each link rate
-the rows run one after the other in the same network, exact gloo first, and each row reports:
+(GLOO_SOCKET_IFNAME and ccompress's TCP transport on the namespace's eth0). At each link rate
+one launch trains every row side by side: each row has its own model, optimiser and process
+group (a ccompress row's is ``dist.new_group(backend="ccompress", pg_options=BackendOptions(...))``,
+what ``init_process_group("ccompress")`` makes from the same ``CCOMPRESS_*`` settings), and
+the rows take turns, a few steps each, round after round, so a host whose speed drifts slows
+every row alike. Each row reports:
 
 - the median step time after ``--warmup`` steps (the slowest rank's, a barrier before each
-  step) and its speedup over the gloo row of the same rate;
+  step) and its speedup over the gloo row of the same rate (FSDP2 rows: over ``fsdp-gloo``);
 - ``comm``: the share of the step spent on communication, 1 - compute / step, where compute is
   the ``compute`` row's step: the same model and launch with DDP's ``no_sync`` (nothing sent);
   that is also the ideal step with communication fully hidden behind backward;
-- bytes per step and node: what crossed the node's veth (both directions over 2, all traffic);
+- bytes a rank sends per step (ccompress's own count, or an exact ring's for what gloo sends);
 - the mean training loss of the last 10 steps against the gloo row's (same seed and data);
 - whether the replicas are bit-identical at the end.
 
-The model (``--model lm``) is examples/tinylm.py's byte-level GPT (``--d-model 256 --layers 9``:
+The model is examples/tinylm.py's byte-level GPT (``--d-model 256 --layers 9``:
 7.2M parameters) trained from scratch on the repository's own text with AdamW, 2 sequences of
 32 bytes per rank per step: a gradient-heavy step, as on a cluster whose compute is fast next
 to its links. The emulation models that: link rate and queueing on every node's NIC. It does
@@ -28,8 +32,8 @@ codec), switch contention, or latency beyond the shaper's queue.
 
 Rows (``--rows``, comma separated; ``--list-rows`` prints them): ``gloo`` (DDP, exact),
 ``compute`` (DDP with no_sync: no communication), the ccompress backend with a codec
-(``hint8``, ``fp8``, ``nvfp4``, ...; error feedback on, ``CCOMPRESS_*`` set as a user would),
-``hier-*`` (``CCOMPRESS_ALGO=hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*`` (FSDP2 on
+(``hint8``, ``fp8``, ``nvfp4``, ``auto``, ...; error feedback on), ``hier-*`` (algo
+``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*`` (FSDP2 on
 gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
 (the hook with GIFT) and ``tsr`` (TSR-Adam). Writes ``<out>/e2e.json``, ``<out>/e2e.md`` and
 ``<out>/e2e.png`` (step time against link rate). Needs root, iproute2 and the .venv of
@@ -49,44 +53,131 @@ from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# name -> (mode, backend, environment, worker options)
-_EF = {"CCOMPRESS_ERROR_FEEDBACK": "1"}
+# name -> (mode, backend options or None for plain gloo, worker options)
+_EF = {"error_feedback": True}
 ROWS: Dict[str, tuple] = {
-    "gloo": ("ddp", "gloo", {}, []),
-    "compute": ("compute", "gloo", {}, []),
-    "hint8": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "hint8", **_EF}, []),
-    "fp8": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "fp8_e4m3:g128", **_EF}, []),
-    "nvfp4": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "nvfp4:sr", **_EF}, []),
-    "hnvfp4": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "hnvfp4:g16", **_EF}, []),
-    "hint4": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "hint4:g16", **_EF}, []),
-    "auto": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "auto", **_EF}, []),
-    "none": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "none"}, []),
-    "bf16": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "bf16"}, []),
-    "hier-hint8": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "hint8", "CCOMPRESS_ALGO": "hier",
-                                        **_EF}, []),
-    "hier-fp8": ("ddp", "ccompress", {"CCOMPRESS_CODEC": "fp8_e4m3:g128",
-                                      "CCOMPRESS_ALGO": "hier", **_EF}, []),
-    "fsdp-gloo": ("fsdp", "gloo", {}, []),
-    "fsdp-hint8": ("fsdp", "ccompress", {"CCOMPRESS_CODEC": "hint8", **_EF}, []),
-    "fsdp-hint8-ag": ("fsdp", "ccompress", {"CCOMPRESS_CODEC": "hint8", **_EF,
-                                            "CCOMPRESS_ALLGATHER_CODEC": "fp8_e4m3:g128"}, []),
-    "hook-hint8": ("hook", "gloo", {}, ["--codec", "hint8"]),
-    "gift": ("hook", "gloo", {}, ["--codec", "nvfp4:sr", "--gift", "32"]),
-    "tsr": ("tsr", "gloo", {}, ["--tsr-rank", "32"]),
+    "gloo": ("ddp", None, {}),
+    "compute": ("compute", None, {}),
+    "hint8": ("ddp", {"codec": "hint8", **_EF}, {}),
+    "fp8": ("ddp", {"codec": "fp8_e4m3:g128", **_EF}, {}),
+    "nvfp4": ("ddp", {"codec": "nvfp4:sr", **_EF}, {}),
+    "hnvfp4": ("ddp", {"codec": "hnvfp4:g16", **_EF}, {}),
+    "hint4": ("ddp", {"codec": "hint4:g16", **_EF}, {}),
+    "auto": ("ddp", {"codec": "auto", **_EF}, {}),
+    "bf16": ("ddp", {"codec": "bf16"}, {}),
+    "hier-hint8": ("ddp", {"codec": "hint8", "algo": "hier", **_EF}, {}),
+    "hier-fp8": ("ddp", {"codec": "fp8_e4m3:g128", "algo": "hier", **_EF}, {}),
+    "fsdp-gloo": ("fsdp", None, {}),
+    "fsdp-hint8": ("fsdp", {"codec": "hint8", **_EF}, {}),
+    "fsdp-hint8-ag": ("fsdp", {"codec": "hint8", "all_gather": "fp8_e4m3:g128", **_EF}, {}),
+    "hook-hint8": ("hook", None, {"codec": "hint8"}),
+    "gift": ("hook", None, {"codec": "nvfp4:sr", "gift": 32}),
+    "tsr": ("tsr", None, {"tsr_rank": 32}),
 }
 DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,auto,fsdp-gloo,fsdp-hint8,hook-hint8"
 
 
 # ------------------------------------------------------------------ the worker (one rank)
+class Row:
+    """One row's model, optimiser and process group in this rank; :meth:`step` trains one
+    step. A ccompress row's group is ``dist.new_group(backend="ccompress", pg_options=...)``:
+    the backend a script gets from ``init_process_group("ccompress")`` with the same
+    ``CCOMPRESS_*`` settings; the others use a gloo group of their own."""
+
+    def __init__(self, name: str, args, torch, dist, cct, tinylm) -> None:
+        self.name = name
+        self.mode, opts, extra = ROWS[name]
+        self.torch, self.tinylm = torch, tinylm
+        self.pg = None
+        if opts is None:
+            group = dist.new_group(backend="gloo")
+        else:
+            o = dict(opts)
+            codec = o.pop("codec")
+            group = dist.new_group(backend="ccompress", pg_options=cct.BackendOptions(
+                all_reduce=codec, reduce_scatter=codec, **o))
+            self.pg = cct.compressed_group(group)
+        torch.manual_seed(args.seed)
+        model = tinylm.build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
+        self.parameters = sum(p.numel() for p in model.parameters())
+        self.hook = None
+        if self.mode == "fsdp":
+            from torch.distributed.device_mesh import DeviceMesh
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = DeviceMesh.from_group(group, "cpu")
+            for blk in model.h:
+                fully_shard(blk, mesh=mesh)
+            self.net = fully_shard(model, mesh=mesh)
+        elif self.mode == "tsr":
+            self.net = model
+        else:
+            self.net = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+            if self.mode == "hook":
+                gift = cct.GIFT(model, rank=extra["gift"]) if extra.get("gift") else None
+                self.hook = cct.ddp_comm_hook(codec=extra["codec"], gift=gift, algo="two_shot",
+                                              process_group=group)
+                self.net.register_comm_hook(state=None, hook=self.hook)
+        if self.mode == "tsr":  # TSR-Adam all-reduces its r x r cores; weight decay on matrices
+            from ccompress.tsr import TSR
+
+            tsr = TSR(rank=extra["tsr_rank"], refresh_every=25, codec="fp8_e4m3:g128",
+                      error_feedback=True)
+            self.opt = cct.TSRAdam(model.named_parameters(), group, tsr, lr=args.lr,
+                                   weight_decay={n: 0.1 if p.dim() == 2 else 0.0
+                                                 for n, p in model.named_parameters()})
+        else:
+            self.opt = torch.optim.AdamW(self.net.parameters(), lr=args.lr, weight_decay=0.1)
+        import numpy as np
+
+        self.rng = np.random.default_rng([args.seed, dist.get_rank()])  # the same data per row
+        self.times: List[float] = []
+        self.losses: List[float] = []
+        self.sent0 = 0
+
+    def sent(self) -> int:
+        if self.hook is not None:
+            return self.hook.comm.bytes_sent
+        if self.mode == "tsr":
+            return self.opt.comm.bytes_sent
+        return self.pg.bytes_sent if self.pg is not None else 0
+
+    def step(self, train, args) -> None:
+        torch = self.torch
+        x, y = self.tinylm.batch(torch, train, self.rng, args.seq, args.ctx)
+        t0 = time.perf_counter()
+        if self.mode == "compute":
+            with self.net.no_sync():
+                loss = self.net(x, y)
+                loss.backward()
+        else:
+            loss = self.net(x, y)
+            loss.backward()
+        if self.mode != "tsr":
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.times.append(time.perf_counter() - t0)
+        self.losses.append(float(loss.detach()))
+        if len(self.times) == args.warmup:
+            self.sent0 = self.sent()
+
+    def digest(self) -> str:
+        import hashlib
+
+        h = hashlib.sha256()
+        for p in self.net.parameters():
+            p = p.full_tensor() if hasattr(p, "full_tensor") else p
+            h.update(p.detach().contiguous().view(-1).view(self.torch.uint8).numpy().tobytes())
+        return h.hexdigest()
+
+
 def worker(argv: List[str]) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=("ddp", "compute", "fsdp", "hook", "tsr"), required=True)
-    ap.add_argument("--backend", choices=("gloo", "ccompress"), default="gloo")
-    ap.add_argument("--codec", default="none")
-    ap.add_argument("--gift", type=int, default=0)
-    ap.add_argument("--tsr-rank", type=int, default=32)
+    ap.add_argument("--rows", required=True)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="rows take turns, steps/rounds each")
     ap.add_argument("--seq", type=int, default=2, help="sequences per rank per step")
     ap.add_argument("--ctx", type=int, default=32)
     ap.add_argument("--d-model", type=int, default=256)
@@ -96,8 +187,6 @@ def worker(argv: List[str]) -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", required=True)
     args = ap.parse_args(argv)
-
-    import hashlib
 
     import numpy as np
     import torch
@@ -109,97 +198,48 @@ def worker(argv: List[str]) -> None:
     import tinylm
 
     torch.set_num_threads(1)
-    dist.init_process_group(args.backend)
-    side = dist.new_group(backend="gloo")  # barriers and results: never a measured group
-    rank, size = dist.get_rank(), dist.get_world_size()
-    text = corpus()
-    split = int(len(text) * 0.9)
-    train = text[:split]
-    torch.manual_seed(args.seed)
-    model = tinylm.build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
-    nparams = sum(p.numel() for p in model.parameters())
-    hook = None
-    if args.mode == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
-        for blk in model.h:
-            fully_shard(blk)
-        net = fully_shard(model)
-    elif args.mode == "tsr":
-        net = model
-    else:
-        net = torch.nn.parallel.DistributedDataParallel(model)
-        if args.mode == "hook":
-            gift = cct.GIFT(model, rank=args.gift) if args.gift else None
-            hook = cct.ddp_comm_hook(codec=args.codec, gift=gift, algo="two_shot")
-            net.register_comm_hook(state=None, hook=hook)
-    if args.mode == "tsr":  # over the world group's communicator; weight decay on matrices
-        from ccompress.tsr import TSR
-
-        tsr = TSR(rank=args.tsr_rank, refresh_every=25, codec="fp8_e4m3:g128",
-                  error_feedback=True)
-        opt = cct.TSRAdam(model.named_parameters(), None, tsr, lr=args.lr,
-                          weight_decay={n: 0.1 if p.dim() == 2 else 0.0
-                                        for n, p in model.named_parameters()})
-    else:
-        opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.1)
-    pg = cct.compressed_group() if args.backend == "ccompress" else None
-    rng = np.random.default_rng([args.seed, rank])
-
-    def sent() -> int:
-        if hook is not None:
-            return hook.comm.bytes_sent
-        if args.mode == "tsr":
-            return opt.comm.bytes_sent
-        return pg.bytes_sent if pg is not None else 0
-
-    times, losses = [], []
-    for step in range(args.steps):
-        x, y = tinylm.batch(torch, train, rng, args.seq, args.ctx)
-        dist.barrier(group=side)
-        t0 = time.perf_counter()
-        if args.mode == "compute":
-            with net.no_sync():
-                loss = net(x, y)
-                loss.backward()
-        else:
-            loss = net(x, y)
-            loss.backward()
-        if args.mode == "tsr":
-            opt.step()
-        else:
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
-        opt.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.detach()))
-        if step == args.warmup - 1:
-            sent0 = sent()
-    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in net.parameters()]
-    h = hashlib.sha256()
-    for p in full:
-        h.update(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    got: List[Any] = [None] * size
-    dist.all_gather_object(got, (times, losses, h.hexdigest()), group=side)
-    if rank == 0:
+    dist.init_process_group("gloo")  # barriers and results only: never a measured group
+    rank = dist.get_rank()
+    train = corpus()
+    train = train[:int(len(train) * 0.9)]
+    rows = [Row(name, args, torch, dist, cct, tinylm) for name in args.rows.split(",")]
+    # Rows take turns (a few steps each, round after round), so that a host whose speed
+    # drifts slows every row alike; a barrier before every step.
+    per_round = -(-args.steps // args.rounds)
+    for rnd in range(args.rounds):
+        for row in rows:
+            for _ in range(min(per_round, args.steps - len(row.times))):
+                dist.barrier()
+                row.step(train, args)
+        if rank == 0:
+            print(f"[e2e] round {rnd + 1}/{args.rounds}", flush=True)
+    out = {}
+    for row in rows:
+        got: List[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(got, (row.times, row.losses, row.digest()))
         steps = [max(t[i] for t, _, _ in got) for i in range(args.steps)][args.warmup:]
-        loss = float(np.mean([np.mean(ls[-10:]) for _, ls, _ in got]))
-        Path(args.json).write_text(json.dumps({
-            "step_s": statistics.median(steps), "steps_s": steps, "loss": loss,
-            "replicas_identical": len({d for _, _, d in got}) == 1, "parameters": nparams,
-            "ccompress_bytes_per_step": (sent() - sent0) / (args.steps - args.warmup),
-            "ranks": size,
-            "codec": codec_of(pg, args)}))
+        out[row.name] = {
+            "step_s": statistics.median(steps), "steps_s": steps,
+            "loss": float(np.mean([np.mean(ls[-10:]) for _, ls, _ in got])),
+            "replicas_identical": len({d for _, _, d in got}) == 1,
+            "parameters": row.parameters, "ranks": dist.get_world_size(),
+            "ccompress_bytes_per_step": (row.sent() - row.sent0) / (args.steps - args.warmup),
+            "codec": codec_of(row)}
+    if rank == 0:
+        Path(args.json).write_text(json.dumps(out))
     dist.destroy_process_group()
 
 
-def codec_of(pg, args) -> str:
+def codec_of(row: "Row") -> str:
     """The codec of the row's gradient collective; for ``auto``, what it chose."""
-    if pg is None:
-        return args.codec
-    kind = "reduce_scatter" if args.mode == "fsdp" else "all_reduce"
-    codec = getattr(pg.options, kind)
-    return f"auto: {pg._auto.get(kind, '?')}" if codec == "auto" else codec
+    opts = ROWS[row.name][1]
+    if row.pg is None:
+        return ROWS[row.name][2].get("codec", "tsr" if row.mode == "tsr" else "none")
+    kind = "reduce_scatter" if row.mode == "fsdp" else "all_reduce"
+    codec = getattr(row.pg.options, kind)
+    if opts.get("all_gather"):
+        codec += f" + all-gather {opts['all_gather']}"
+    return f"auto: {row.pg._auto.get(kind, '?')}" if codec == "auto" else codec
 
 
 def corpus():
@@ -213,11 +253,12 @@ def corpus():
 
 
 # ------------------------------------------------------------------ the driver
-def run_row(net, name: str, args, rate: Optional[float], out: Path) -> Dict[str, Any]:
-    mode, backend, env, extra = ROWS[name]
+def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> List[dict]:
+    """Every row at one link rate: one torchrun launch per node, the rows taking turns."""
     k, n = args.ranks_per_node, args.nodes
     port = 29400 + int(time.time()) % 500
-    result = out / f"{name}-{rate or 'none'}.json"
+    tag = f"{rate or 'none'}"
+    result = out / f"rate-{tag}.json"
     result.unlink(missing_ok=True)
     before = net.counters()
     procs = []
@@ -226,29 +267,45 @@ def run_row(net, name: str, args, rate: Optional[float], out: Path) -> Dict[str,
                f"--nnodes={n}", f"--node_rank={i}", f"--nproc_per_node={k}",
                f"--master_addr={net.address(0)}", f"--master_port={port}",
                "--monitor-interval=1", str(Path(__file__).resolve()), "worker",
-               "--mode", mode, "--backend", backend, "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--seed", str(args.seed), "--json", str(result),
-               *extra]
-        e = dict(os.environ, GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1", **env)
-        for var in [v for v in e if v.startswith("CCOMPRESS_") and v not in env]:
-            del e[var]  # only the row's own settings
+               "--rows", ",".join(names), "--steps", str(args.steps), "--rounds",
+               str(args.rounds), "--warmup", str(args.warmup), "--seed", str(args.seed),
+               "--json", str(result)]
+        e = {v: x for v, x in os.environ.items() if not v.startswith("CCOMPRESS_")}
+        e.update(GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
-    logs = [p.communicate(timeout=args.row_timeout)[0] for p in procs]
+    logs = [p.communicate(timeout=args.timeout)[0] for p in procs]
     after = net.counters()
+    (out / f"rate-{tag}.log").write_text("\n".join(logs))
     if any(p.returncode for p in procs) or not result.exists():
-        (out / f"{name}-{rate or 'none'}.log").write_text("\n".join(logs))
-        raise RuntimeError(f"row {name} at {rate} Gbit/s failed: see "
-                           f"{out}/{name}-{rate or 'none'}.log\n" + logs[0][-3000:])
-    r = json.loads(result.read_text())
+        raise RuntimeError(f"the runs at {rate} Gbit/s failed: see {out}/rate-{tag}.log\n"
+                           + logs[0][-3000:])
+    got = json.loads(result.read_text())
     wire = (after["tx"] - before["tx"] + after["rx"] - before["rx"]) / 2
-    r.update(row=name, rate=rate, mode=mode, backend=backend, env=env,
-             wire_bytes_per_step_node=wire / n / args.steps)
-    return r
+    print(f"[e2e] {rate or 'unlimited'} Gbit/s: {wire / n / 1e6:.0f} MB crossed each node's link "
+          f"in all ({len(names)} rows x {args.steps} steps, start-up included)", flush=True)
+    return [dict(got[name], row=name, rate=rate, mode=ROWS[name][0],
+                 bytes_per_step=bytes_per_step(name, got[name])) for name in names]
+
+
+def bytes_per_step(name: str, r: dict) -> float:
+    """Bytes a rank sends per step for its gradients (FSDP2: and its parameters): ccompress's
+    own count where ccompress sends them; an exact ring's count for what gloo sends
+    (all-reduce 2(n-1)/n x 4 B per parameter; reduce-scatter and all-gather (n-1)/n x 4 B
+    each)."""
+    mode, opts, _ = ROWS[name]
+    n, ring = r["ranks"], 4 * r["parameters"] * (r["ranks"] - 1) / r["ranks"]
+    if mode == "compute":
+        return 0.0
+    if opts is None and mode in ("ddp", "fsdp"):
+        return 2 * ring
+    if mode == "fsdp" and not opts.get("all_gather"):
+        return r["ccompress_bytes_per_step"] + ring  # the exact parameter all-gathers
+    return r["ccompress_bytes_per_step"]
 
 
 def table(rows: List[Dict[str, Any]]) -> List[str]:
-    lines = ["| link | row | codec | step (ms) | vs gloo | comm | MB/step/node | loss | vs gloo "
+    lines = ["| link | row | codec | step (ms) | vs gloo | comm | MB/step/rank | loss | vs gloo "
              "| replicas identical |", "|---|---|---|---|---|---|---|---|---|---|"]
     compute = next((r["step_s"] for r in rows if r["row"] == "compute"), None)
     for rate in dict.fromkeys(r["rate"] for r in rows):
@@ -263,7 +320,7 @@ def table(rows: List[Dict[str, Any]]) -> List[str]:
             lines.append(
                 f"| {rate or 'unlimited'}{' Gbit/s' if rate else ''} | {r['row']} | "
                 f"{r['codec']} | {1e3 * r['step_s']:.0f} | {speed} | {comm} | "
-                f"{r['wire_bytes_per_step_node'] / 1e6:.1f} | {r['loss']:.4f} | {dl} | "
+                f"{r['bytes_per_step'] / 1e6:.1f} | {r['loss']:.4f} | {dl} | "
                 f"{'-' if r['row'] == 'compute' else 'yes' if r['replicas_identical'] else 'NO'} |")
     return lines
 
@@ -302,12 +359,15 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--row-timeout", type=float, default=900)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="the rows take turns, steps/rounds steps each round (5)")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per link rate")
     ap.add_argument("--out", default=str(ROOT / "build" / "e2e"))
     args = ap.parse_args(argv)
     if args.list_rows:
-        for name, (mode, backend, env, extra) in ROWS.items():
-            print(f"{name:14s} {mode:8s} {backend:10s} {env} {' '.join(extra)}")
+        for name, (mode, opts, extra) in ROWS.items():
+            print(f"{name:14s} {mode:8s} {'gloo' if opts is None else 'ccompress'} "
+                  f"{opts or ''} {extra or ''}")
         return 0
     names = [n.strip() for n in args.rows.split(",") if n.strip()]
     unknown = [n for n in names if n not in ROWS]
@@ -331,17 +391,16 @@ def main(argv=None) -> int:
                 net.limit(rate, burst, latency_ms)
             else:
                 net.unlimit()
-            for name in names:
-                if name == "compute" and rate != rates[0]:
-                    continue  # no communication: the same at every rate
-                t0 = time.time()
-                r = run_row(net, name, args, rate, out)
-                rows.append(r)
-                print(f"[e2e] {rate or 'unlimited'} Gbit/s {name}: {1e3 * r['step_s']:.0f} ms/step, "
-                      f"loss {r['loss']:.4f}, {r['wire_bytes_per_step_node'] / 1e6:.1f} MB/step/node "
-                      f"({time.time() - t0:.0f} s)", flush=True)
-                (out / "e2e.json").write_text(json.dumps(
-                    {"args": vars(args), "tbf": TBF, "rows": rows}, indent=1))
+            t0 = time.time()
+            at = run_rate(net, [x for x in names if x != "compute" or rate == rates[0]], args,
+                          rate, out)  # compute: no communication, the same at every rate
+            rows += at
+            for r in at:
+                print(f"[e2e] {rate or 'unlimited'} Gbit/s {r['row']}: "
+                      f"{1e3 * r['step_s']:.0f} ms/step, loss {r['loss']:.4f}", flush=True)
+            print(f"[e2e] {rate or 'unlimited'} Gbit/s took {time.time() - t0:.0f} s", flush=True)
+            (out / "e2e.json").write_text(json.dumps(
+                {"args": vars(args), "tbf": TBF, "rows": rows}, indent=1))
     finally:
         net.destroy()
     lines = table(rows)

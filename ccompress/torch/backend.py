@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 import weakref
@@ -29,7 +30,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from .. import _core
+from .. import _core, _topology
 from .._errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
 from . import _p2p
@@ -367,8 +368,11 @@ class CompressedProcessGroup(dist.ProcessGroup):
             store = dist.PrefixStore("ccompress/", self._store)
             timeout = self._timeout.total_seconds()
             if _p2p.transport_choice() == "tcp":
+                kw = {}
+                if self.size() == int(os.environ.get("WORLD_SIZE") or 0):  # torchrun's nodes
+                    kw["ranks_per_node"] = _topology.from_env(self.size())
                 self._comm = _p2p.from_store(Communicator, store, self.rank(), self.size(),
-                                             timeout=timeout)
+                                             timeout=timeout, **kw)
             else:
                 pg = self._comm_pg = _inner_group(self._store, self.rank(), self.size(),
                                                   self._timeout, "ccompress", cuda=False)
