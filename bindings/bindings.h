@@ -11,5 +11,8 @@ void bind_codec_math(pybind11::module_& m);
 void bind_collectives(pybind11::module_& m);
 /// PyTransport: a Transport over Python point-to-point callables (core_py_transport.cc).
 void bind_py_transport(pybind11::module_& m);
+/// TcpTransport: sockets between every pair of ranks, no Python per message
+/// (core_tcp_transport.cc).
+void bind_tcp_transport(pybind11::module_& m);
 
 }  // namespace ccompress::py_bindings

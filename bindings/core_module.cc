@@ -16,6 +16,7 @@ PYBIND11_MODULE(_core, m) {
   bind_codec_math(m);
   bind_collectives(m);
   bind_py_transport(m);
+  bind_tcp_transport(m);
   m.def("cpu_isa", &ccompress::cpu_isa,
         "Which copy of the host codec loops runs: 'avx2' (the CPU has AVX2) or 'baseline' "
         "(SSE2, or forced with CCOMPRESS_CPU_ISA=baseline). Both give the same bits.");

@@ -149,7 +149,7 @@ class Communicator:
     # ---- properties ----
     rank = property(lambda self: self._t.rank, doc="This rank's index in the group.")
     size = property(lambda self: self._t.size, doc="The number of ranks in the group.")
-    transport = property(lambda self: self._t.name, doc='"inproc", "mpi", "torch_gloo", ...')
+    transport = property(lambda self: self._t.name, doc='"inproc", "mpi", "tcp", "torch_gloo", ...')
     ranks_per_node = property(lambda self: self._ranks_per_node,
                               doc='Consecutive ranks sharing a node (algo="hier"); None: unknown.')
 

@@ -40,9 +40,16 @@ _CODEC_VALUES = ("a codec spec (none, bf16, fp16, fp8_e4m3:g128, hint8, nvfp4, .
                  "none, exact); auto8/auto4 are not accepted by the backend")
 
 
+# The codec that ``auto`` weighs against exact (see CompressedProcessGroup's module docstring).
+AUTO = "auto"
+AUTO_CANDIDATE = "hint8"
+
+
 def _spec(codec: Optional[str], what: str) -> str:
     if codec is None:
         return "none"
+    if codec == AUTO and what != "all_gather":
+        return AUTO
     if autocodec.is_auto(codec):
         raise Unsupported(f"{what} codec {codec!r} picks a codec per call; the backend needs "
                           "a fixed codec spec (error feedback and replica agreement depend on it)")
@@ -69,7 +76,9 @@ class BackendOptions:
 
     Fields left as None are read from the environment, so that unmodified scripts can be
     configured: ``CCOMPRESS_CODEC`` (default codec of all_reduce and reduce_scatter; unset
-    means ``"none"``: exact, everything goes to gloo/NCCL), ``CCOMPRESS_ALLGATHER_CODEC``
+    means ``"none"``: exact, everything goes to gloo/NCCL; ``"auto"``: at the first call of
+    each op, time it exact and with hint8 on this link, on every rank, and keep the faster),
+    ``CCOMPRESS_ALLGATHER_CODEC``
     (all_gather; unset ``"none"``: gathering parameters lossily changes the model itself,
     not a gradient estimate, so it must be asked for separately), ``CCOMPRESS_ALGO``
     (``auto``), ``CCOMPRESS_ERROR_FEEDBACK`` (``0``), ``CCOMPRESS_MIN_NUMEL`` (4096).

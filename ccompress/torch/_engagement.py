@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional
 
 LOGGER = logging.getLogger("ccompress.torch")
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
-REASONS = ("codec none", "op", "dtype", "layout", "small", "shape", "device")
+REASONS = ("codec none", "auto", "op", "dtype", "layout", "small", "shape", "device")
 # A configured (not "none") codec that has not compressed one of the first ENGAGE_CHECK_CALLS
 # calls of its op gets a warning (once per op), with the reasons counted so far.
 ENGAGE_CHECK_CALLS = 20
@@ -89,6 +89,8 @@ def plan_line(options: Any, given: Any = None) -> str:
             else:
                 why = f"{var}={os.environ[var]}"
             parts.append(f"{op}: exact ({why})")
+        elif codec == "auto":
+            parts.append(f"{op}: auto (exact or hint8, timed at its first call)")
         else:
             extra = f", algo {options.algo}" if op == "all_reduce" else ""
             ef = ", error feedback" if options.error_feedback and op != "all_gather" else ""
@@ -139,8 +141,8 @@ class OpStats:
         """Warns (rank 0, once per op) when ``codec`` is configured for ``op`` but none of
         its first ENGAGE_CHECK_CALLS calls was compressed."""
         s = self.ops[op]
-        if (codec == "none" or op in self._warned or s["compressed"]
-                or s["calls"] < ENGAGE_CHECK_CALLS):
+        if (codec == "none" or op in self._warned or s["compressed"] or s["delegated"]["auto"]
+                or s["calls"] < ENGAGE_CHECK_CALLS):  # auto said why it sends exact
             return
         self._warned.add(op)
         log = _logger() if rank == 0 else None

@@ -1,6 +1,13 @@
 """Communicators over a torch.distributed process group, no MPI needed (torchrun, env://).
 
-Host buffers move over the group's own gloo point-to-point: the C++ executor posts every
+Host buffers move over TCP connections between every pair of ranks (``_core.TcpTransport``:
+a C++ progress thread moves each message, with no Python and no GIL on its path), found
+through the group's store: each rank listens on the address it reaches the store host from
+(or on ``CCOMPRESS_SOCKET_IFNAME`` / ``GLOO_SOCKET_IFNAME``'s), publishes it under a key of
+the communicator, and connects once every rank's is there (:func:`tcp_transport`).
+
+``CCOMPRESS_TRANSPORT=gloo`` (or a group without a store) moves them over the group's own
+gloo point-to-point instead: the C++ executor posts every
 transfer to a ``ccompress._core.PyTransport``, which calls :class:`GlooP2P` here with a
 memoryview over the executor's own bytes; ``torch.frombuffer`` makes a tensor of the same
 memory (no copy) and ``ProcessGroup.send/recv`` moves it. gloo matches a receive to the
@@ -16,9 +23,13 @@ CUDA tensors go to an NCCL communicator whose unique id travels through the grou
 from __future__ import annotations
 
 import concurrent.futures as cf
+import fcntl
 import itertools
+import os
 import pickle
 import re
+import socket
+import struct
 import threading
 from datetime import timedelta
 from typing import Any, Dict, List, Optional
@@ -203,6 +214,64 @@ class StoreBroadcast:
         return got
 
 
+TRANSPORTS = ("tcp", "gloo")
+
+
+def transport_choice() -> str:
+    """``CCOMPRESS_TRANSPORT``: how host bytes travel between torch ranks (default tcp)."""
+    raw = os.environ.get("CCOMPRESS_TRANSPORT", "tcp").strip().lower() or "tcp"
+    if raw not in TRANSPORTS:
+        raise InvalidArgument(f"CCOMPRESS_TRANSPORT={raw!r}; use one of {', '.join(TRANSPORTS)}")
+    return raw
+
+
+def _interface_address(name: str, var: str) -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:  # SIOCGIFADDR: the interface's IPv4 address
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+        except OSError as e:
+            raise InvalidArgument(f"{var}={name!r}: no IPv4 address on that interface "
+                                  f"({e.strerror}); name one this host has (ip -4 addr)") from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def local_address() -> str:
+    """The IPv4 address this rank listens on: that of ``CCOMPRESS_SOCKET_IFNAME`` (else
+    ``GLOO_SOCKET_IFNAME``, first entry), else the one this host reaches ``MASTER_ADDR``
+    from (the store's host, which every rank reaches), else loopback."""
+    for var in ("CCOMPRESS_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        name = os.environ.get(var, "").split(",")[0].strip()
+        if name:
+            return _interface_address(name, var)
+    try:
+        target = socket.gethostbyname(os.environ.get("MASTER_ADDR") or "127.0.0.1")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, int(os.environ.get("MASTER_PORT") or 29500)))  # sends nothing
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def tcp_transport(store: Any, rank: int, size: int, prefix: str, timeout: float) -> Any:
+    """A connected ``_core.TcpTransport`` of this rank: listens, publishes its address under
+    ``prefix/<rank>`` in ``store``, reads every rank's and connects (collective). Raises
+    CollectiveTimeout when some rank has not published within ``timeout`` seconds."""
+    t = _core.TcpTransport(rank, size, local_address())
+    store.set(f"{prefix}/{rank}", t.address)
+    keys = [f"{prefix}/{r}" for r in range(size)]
+    try:
+        store.wait(keys, timedelta(seconds=timeout))
+    except RuntimeError as e:  # torch's DistStoreError
+        missing = [r for r, k in enumerate(keys) if not store.check([k])]
+        raise CollectiveTimeout(
+            f"rank {rank}: rank(s) {missing} did not publish a ccompress TCP address within "
+            f"{timeout} s: are they running, and is CCOMPRESS_TRANSPORT the same on every "
+            f"rank? ({readable(e)})") from None
+    t.connect([store.get(k).decode() for k in keys], timeout)
+    t.barrier_timeout_s = timeout
+    return t
+
+
 # Communicators made per group (from_torch is collective, so every member counts alike):
 # each one's NCCL id gets its own store keys.
 _MADE: Dict[Any, int] = {}
@@ -252,27 +321,54 @@ def from_torch(cls: Any, group: Any = None, *, store: Any = None, **kwargs: Any)
                                   "sets its environment)")
     if group is None:
         group = dist.group.WORLD
-    _require_gloo()
+    tcp = transport_choice() == "tcp"
     ranks = _group_ranks(group)
     if ranks is not None:
         rank, size = dist.get_rank(group), dist.get_world_size(group)
         if rank < 0:
             raise InvalidArgument("this process is not a member of the group passed to "
                                   "Communicator.from_torch; call it on the group's ranks only")
-        pg = _private_gloo(group, ranks) if size > 1 else None
         store = store if store is not None else _store_of(group)
+        tcp = tcp and store is not None
+        if size > 1 and not tcp:
+            _require_gloo()
+        pg = _private_gloo(group, ranks) if size > 1 and not tcp else None
     else:  # an unregistered ProcessGroup: the caller owns its tags
         if not hasattr(group, "send") or not hasattr(group, "size"):
             raise InvalidArgument(f"group must be a torch.distributed ProcessGroup or None, got "
                                   f"{type(group).__name__}")
         rank, size, pg = group.rank(), group.size(), group
+        tcp = tcp and store is not None
     if ranks is not None and size == dist.get_world_size() and "ranks_per_node" not in kwargs:
         kwargs["ranks_per_node"] = _topology.from_env(size)  # torchrun's LOCAL_WORLD_SIZE
+    key = getattr(group, "group_name", None) or id(group)
+    return _make(cls, rank, size, store, key, None if tcp else (pg, group), kwargs)
+
+
+def from_store(cls: Any, store: Any, rank: int, size: int, **kwargs: Any) -> Any:
+    """A communicator of ``size`` ranks that meet through ``store`` (a torch.distributed
+    Store) and move host bytes over TCP (the ``ccompress`` backend's; see the module
+    docstring). CUDA arrays go to NCCL, its id through the same store."""
+    return _make(cls, rank, size, store, id(store), None, kwargs)
+
+
+def _make(cls: Any, rank: int, size: int, store: Any, key: Any, gloo: Any,
+          kwargs: dict) -> Any:
+    """The communicator of from_torch / from_store: over TCP when ``gloo`` is None, else
+    over ``gloo`` = (point-to-point group, the caller's group). Store keys are numbered per
+    ``key`` (calls are collective, so every member numbers alike)."""
+    n = None
+    if store is not None:
+        _MADE[key] = n = _MADE.get(key, -1) + 1
+    timeout = float(kwargs.get("timeout", 300.0))
     if size == 1:
-        t = _core.InprocGroup(1).transport(0)
-        self = cls(t, _keepalive=None, **kwargs)
+        self = cls(_core.InprocGroup(1).transport(0), _keepalive=None, **kwargs)
+    elif gloo is None:
+        self = cls(tcp_transport(store, rank, size, f"ccompress/tcp/{n}", timeout),
+                   _keepalive=None, **kwargs)
     else:
-        ops = GlooP2P(pg, rank, kwargs.get("timeout", 300.0))
+        pg, group = gloo
+        ops = GlooP2P(pg, rank, timeout)
         t = _core.PyTransport(ops, rank, size, "torch_gloo")
         self = cls(t, _keepalive=(ops, pg, group), **kwargs)
         self._on_close.append(ops.close)
@@ -280,8 +376,6 @@ def from_torch(cls: Any, group: Any = None, *, store: Any = None, **kwargs: Any)
     if store is not None:
         # CUDA arrays go to NCCL, made at their first call through Communicator._nccl_for,
         # which asks this object (in place of an mpi4py communicator) to share the id.
-        key = getattr(group, "group_name", None) or id(group)
-        _MADE[key] = n = _MADE.get(key, -1) + 1
         self._mpi_comm = StoreBroadcast(store, rank, size, f"ccompress/nccl/{n}",
                                         self._timeout)
     return self

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import threading
+import time
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, List, Optional, Tuple
@@ -31,10 +32,11 @@ import torch
 import torch.distributed as dist
 
 from .. import _core
+from .._internal import topology as _topology
 from .._internal.errors import CCompressError, InvalidArgument, MismatchError
 from ..communicator import Communicator
-from . import _engagement
-from ._backend_state import BackendOptions, BackwardFeedback
+from . import _engagement, _p2p
+from ._backend_state import AUTO, AUTO_CANDIDATE, BackendOptions, BackwardFeedback
 
 NAME = "ccompress"
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -111,6 +113,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self._retired: List[Any] = []  # Works seen complete by the last call: freed at the next
         self.feedback = BackwardFeedback()
         self.gift: Any = None  # use_gift
+        self._auto: dict = {}  # op -> the codec auto chose
 
     # ---- identity ----
     def getBackendName(self) -> str:
@@ -198,11 +201,14 @@ class CompressedProcessGroup(dist.ProcessGroup):
         t = tensors[0] if len(tensors) == 1 else None
         why = ("shape" if t is None else
                self._why_exact(t, self.options.all_reduce, op, writes=t))
+        codec = self._codec("all_reduce", t, op) if why is None else "none"
+        if why is None and codec == "none":
+            why = "auto"  # auto found exact faster on this link
         if why is not None:
             self._count_delegated("all_reduce", why, tensors)
             return self._delegate(lambda: self._inner.allreduce(tensors, opts or
                                                                 dist.AllreduceOptions()))
-        kw = dict(codec=self.options.all_reduce, algo=self.options.algo, op=op)
+        kw = dict(codec=codec, algo=self.options.algo, op=op)
         ef = self._feedback("all_reduce", t)
         if ef is not None:
             kw["error_feedback"] = ef
@@ -229,13 +235,16 @@ class CompressedProcessGroup(dist.ProcessGroup):
                                                                 (self.rank() + 1) * n // size))
         why = "shape" if not even else self._why_exact(input, self.options.reduce_scatter, op,
                                                        writes=output)
+        codec = self._codec("reduce_scatter", input, op, output) if why is None else "none"
+        if why is None and codec == "none":
+            why = "auto"
         if why is not None:
             self._count_delegated("reduce_scatter", why, [input])
             if before is not None:
                 before(None)
             return self._delegate(lambda: self._inner.reduce_scatter_single(
                 output, input, opts or dist.ReduceScatterOptions()))
-        kw = dict(codec=self.options.reduce_scatter, op=op)
+        kw = dict(codec=codec, op=op)
         ef = self._feedback("reduce_scatter", input)
         if ef is not None:
             kw["error_feedback"] = ef
@@ -358,6 +367,55 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self._announce()
         self._stats.compressed(kind, self._exact_bytes(kind, [x]))
 
+    def _codec(self, kind: str, t: torch.Tensor, op: str,
+               output: Optional[torch.Tensor] = None) -> str:
+        """The codec of this call: the option's, or for ``auto`` the choice made at the op's
+        first call (:meth:`_choose`)."""
+        codec = getattr(self.options, kind)
+        if codec != AUTO:
+            return codec
+        if kind not in self._auto:
+            self._check_usable()
+            self._auto[kind] = self._choose(kind, t, op, output)
+        return self._auto[kind]
+
+    def _choose(self, kind: str, t: torch.Tensor, op: str,
+                output: Optional[torch.Tensor]) -> str:
+        """``auto``: times this call exact (the inner group) and compressed with
+        AUTO_CANDIDATE on copies of its tensors, three times each after a warm-up, and
+        returns the faster ("none" for exact). Every rank times; the slowest rank's times
+        decide (a MAX all-reduce over the inner group), so every rank picks the same. Collective:
+        every rank reaches the op's first call alike, as for any collective."""
+        x = t.detach().clone()
+        y = (output if output is not None else t).detach().clone().view(-1)
+        comm = self.communicator()
+        cand = AUTO_CANDIDATE
+        if kind == "all_reduce":
+            ops = {"none": lambda: self._inner.allreduce([x.clone()]).wait(),
+                   cand: lambda: comm.allreduce(x.clone(), codec=cand, algo=self.options.algo,
+                                                op=op)}
+        else:
+            ops = {"none": lambda: self._inner.reduce_scatter_single(y, x.clone()).wait(),
+                   cand: lambda: comm.reduce_scatter(x.clone(), out=y, codec=cand, op=op)}
+        best = {name: float("inf") for name in ops}
+        for rep in range(4):
+            for name, fn in ops.items():
+                t0 = time.perf_counter()
+                fn()
+                if rep:  # the first of each is a warm-up (connections, buffers)
+                    best[name] = min(best[name], time.perf_counter() - t0)
+        slowest = torch.tensor([best["none"], best[cand]], dtype=torch.float64)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        self._inner.allreduce([slowest], opts).wait()
+        exact_s, comp_s = float(slowest[0]), float(slowest[1])
+        choice = cand if comp_s < exact_s else "none"
+        _engagement.log_info(self.rank(), (
+            f"{kind} codec auto: {t.numel()} elements took {1e3 * exact_s:.1f} ms exact and "
+            f"{1e3 * comp_s:.1f} ms with {cand} (the slowest rank's best of 3); sending "
+            + (cand if choice == cand else "exact: compression does not pay on this link")))
+        return choice
+
     def _feedback(self, kind: str, t: torch.Tensor) -> Any:
         return self.feedback.lookup(kind, t) if self.options.error_feedback else None
 
@@ -382,14 +440,22 @@ class CompressedProcessGroup(dist.ProcessGroup):
         """The ccompress communicator over the group's ranks (made at the first compressed
         call, which every rank makes alike)."""
         if self._comm is None:
-            # A gloo group of its own: ccompress's tags meet no delegated message; CUDA
+            # Host bytes over TCP connections of its own (or, with CCOMPRESS_TRANSPORT=gloo,
+            # a gloo group of its own: ccompress's tags meet no delegated message); CUDA
             # tensors get an NCCL communicator whose id travels through the store.
-            pg = self._comm_pg = _inner_group(self._store, self.rank(), self.size(),
-                                              self._timeout, self._prefix + "ccompress",
-                                              cuda=False)
-            self._comm = Communicator.from_torch(
-                pg, store=dist.PrefixStore(self._prefix + "ccompress/nccl/", self._store),
-                timeout=self._timeout.total_seconds())
+            store = dist.PrefixStore(self._prefix + "ccompress/", self._store)
+            timeout = self._timeout.total_seconds()
+            if _p2p.transport_choice() == "tcp":
+                kw = {}
+                if self.size() == int(os.environ.get("WORLD_SIZE") or 0):  # torchrun's nodes
+                    kw["ranks_per_node"] = _topology.from_env(self.size())
+                self._comm = _p2p.from_store(Communicator, store, self.rank(), self.size(),
+                                             timeout=timeout, **kw)
+            else:
+                pg = self._comm_pg = _inner_group(self._store, self.rank(), self.size(),
+                                                  self._timeout, self._prefix + "ccompress",
+                                                  cuda=False)
+                self._comm = Communicator.from_torch(pg, store=store, timeout=timeout)
         return self._comm
 
     def _run(self, call: Callable[[Communicator], Any], outputs: List[torch.Tensor],

@@ -140,12 +140,12 @@ def test_tp_all_reduce_over_mpi():
 
 
 def test_from_torch_and_a_subgroup_give_the_true_sum():
-    """Under mpiexec too: from_torch (gloo point-to-point) and a subgroup (through it) give
+    """Under mpiexec too: from_torch (its TCP transport) and a subgroup (through it) give
     the true sums of their ranks' inputs."""
     x = rank_tensor(rank, (9, 333), seed=12)
     parts = gather(x)
     ft = cc.Communicator.from_torch()
-    assert (ft.rank, ft.size, ft.transport) == (rank, size, "torch_gloo")
+    assert (ft.rank, ft.size, ft.transport) == (rank, size, "tcp")
     y = ft.allreduce(x, codec="hint8", algo="two_shot")
     check_reduced(y, parts, "hint8", "two_shot", what="from_torch under mpiexec")
     check_identical(y, "from_torch under mpiexec")
@@ -154,7 +154,7 @@ def test_from_torch_and_a_subgroup_give_the_true_sum():
     if rank in evens:
         y = tp_all_reduce(x, codec="bf16", group=sub)
         sc = communicator_for(sub)
-        assert sc.size == len(evens) and sc.transport == "torch_gloo", sc
+        assert sc.size == len(evens) and sc.transport == "tcp", sc
         check_reduced(y, [parts[r] for r in evens], "bf16", sc.last_stats["algo"],
                       what="subgroup")
 

@@ -78,6 +78,27 @@ def test_unmodified_training(tmp_path, mode, nproc):
         assert abs(a - b) <= 0.01 * abs(b), (lossy["losses"], gloo["losses"])
 
 
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_auto_codec_times_both_and_agrees(tmp_path, mode):
+    """CCOMPRESS_CODEC=auto: the op's first call times it exact and with hint8 on every rank
+    and every rank keeps the same one (the worker checks the replicas are identical); the
+    choice is logged once, on rank 0; the losses are within 1% of gloo's, and bit for bit
+    gloo's when exact was chosen."""
+    kind = "all_reduce" if mode == "ddp" else "reduce_scatter"
+    gloo = _train(tmp_path, mode, "gloo", 2)
+    path = tmp_path / f"auto_{mode}.json"
+    out = torchrun("train.py", 2, mode, "ccompress", path,
+                   env={"CCOMPRESS_CODEC": "auto", "CCOMPRESS_MIN_NUMEL": "1024"})
+    auto = json.loads(path.read_text())
+    assert auto["auto"].get(kind) in ("hint8", "none"), auto["auto"]
+    assert out.count(f"{kind} codec auto:") == 1, out[-4000:]
+    if auto["auto"][kind] == "none":  # exact: gloo's own collective, bit for bit
+        assert auto["losses"] == gloo["losses"] and auto["full"] == gloo["full"]
+    assert auto["bytes"] > 0  # the timing ran through ccompress at least
+    for a, b in zip(auto["losses"], gloo["losses"]):
+        assert abs(a - b) <= 0.01 * abs(b), (auto["losses"], gloo["losses"])
+
+
 def test_gift_on_fsdp2():
     """compressed_group().use_gift(GIFT(model)) on FSDP2, 2 ranks, one launch (the bounds
     are stated in tests/helpers/torch_backend/gift_fsdp.py): nvfp4 shards within the codec's bound

@@ -31,12 +31,12 @@ def _env():
     return env
 
 
-def torchrun(script, nproc, *args, timeout=420):
+def torchrun(script, nproc, *args, timeout=420, env=None):
     """Runs tests/helpers/torchrun/<script> on nproc processes; returns the completed process."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", "--monitor-interval=1", str(WORKERS / script), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(),
-                          cwd=HERE)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**_env(), **(env or {})}, cwd=HERE)
 
 
 def assert_ok(proc, nproc):
@@ -47,10 +47,11 @@ def assert_ok(proc, nproc):
     print(proc.stdout)
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_from_torch_matches_simulate(nproc):
-    """Every algo x codec through from_torch: simulate's bits, the fp64 bound, identical ranks."""
-    assert_ok(torchrun("comm_checks.py", nproc), nproc)
+@pytest.mark.parametrize("nproc,transport", [(2, "tcp"), (4, "tcp"), (2, "gloo")])
+def test_from_torch_matches_simulate(nproc, transport):
+    """Every algo x codec through from_torch, over its TCP transport and over gloo
+    point-to-point: simulate's bits, the fp64 bound, identical ranks."""
+    assert_ok(torchrun("comm_checks.py", nproc, env={"CCOMPRESS_TRANSPORT": transport}), nproc)
 
 
 @pytest.mark.parametrize("nproc", [2, 4])

