@@ -77,7 +77,8 @@ class BackendOptions:
     Fields left as None are read from the environment, so that unmodified scripts can be
     configured: ``CCOMPRESS_CODEC`` (default codec of all_reduce and reduce_scatter; unset
     means ``"none"``: exact, everything goes to gloo/NCCL; ``"auto"``: at the first call of
-    each op, time it exact and with hint8 on this link, on every rank, and keep the faster),
+    each op, run it exact and with hint8 on this link, on every rank, and keep the one that
+    costs less wall plus CPU time),
     ``CCOMPRESS_ALLGATHER_CODEC``
     (all_gather; unset ``"none"``: gathering parameters lossily changes the model itself,
     not a gradient estimate, so it must be asked for separately), ``CCOMPRESS_ALGO``

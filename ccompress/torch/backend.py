@@ -383,7 +383,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
                 output: Optional[torch.Tensor]) -> str:
         """``auto``: times this call exact (the inner group) and compressed with
         AUTO_CANDIDATE on copies of its tensors, three times each after a warm-up, and
-        returns the faster ("none" for exact). Every rank times; the slowest rank's times
+        returns the cheaper ("none" for exact) in wall plus CPU time. Every rank times; the slowest rank's times
         decide (a MAX all-reduce over the inner group), so every rank picks the same. Collective:
         every rank reaches the op's first call alike, as for any collective."""
         x = t.detach().clone()
@@ -397,13 +397,18 @@ class CompressedProcessGroup(dist.ProcessGroup):
         else:
             ops = {"none": lambda: self._inner.reduce_scatter_single(y, x.clone()).wait(),
                    cand: lambda: comm.reduce_scatter(x.clone(), out=y, codec=cand, op=op)}
+        # The cost of a way is its wall time plus the CPU time this process spent in it (all
+        # its threads, the kernel's TCP work included): in a training step that CPU is taken
+        # from the backward passes of this rank and of the others on its cores, so a way
+        # that wins on wall time alone (a codec on a fast link) can still slow the step.
         best = {name: float("inf") for name in ops}
         for rep in range(4):
             for name, fn in ops.items():
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 fn()
+                cost = (time.perf_counter() - t0) + (time.process_time() - c0)
                 if rep:  # the first of each is a warm-up (connections, buffers)
-                    best[name] = min(best[name], time.perf_counter() - t0)
+                    best[name] = min(best[name], cost)
         slowest = torch.tensor([best["none"], best[cand]], dtype=torch.float64)
         opts = dist.AllreduceOptions()
         opts.reduceOp = dist.ReduceOp.MAX
@@ -411,9 +416,10 @@ class CompressedProcessGroup(dist.ProcessGroup):
         exact_s, comp_s = float(slowest[0]), float(slowest[1])
         choice = cand if comp_s < exact_s else "none"
         _engagement.log_info(self.rank(), (
-            f"{kind} codec auto: {t.numel()} elements took {1e3 * exact_s:.1f} ms exact and "
-            f"{1e3 * comp_s:.1f} ms with {cand} (the slowest rank's best of 3); sending "
-            + (cand if choice == cand else "exact: compression does not pay on this link")))
+            f"{kind} codec auto: {t.numel()} elements cost {1e3 * exact_s:.1f} ms exact and "
+            f"{1e3 * comp_s:.1f} ms with {cand} (wall plus CPU time, the slowest rank's best "
+            "of 3); sending " + (cand if choice == cand else
+                                 "exact: compression does not pay on this link")))
         return choice
 
     def _feedback(self, kind: str, t: torch.Tensor) -> Any:

@@ -393,9 +393,9 @@ def bytes_per_step(name: str, r: dict) -> float:
 def table(rows: List[Dict[str, Any]]) -> List[str]:
     lines = ["| link | row | codec | step (ms) | vs gloo | comm | MB/step/rank | loss | vs gloo "
              "| replicas identical |", "|---|---|---|---|---|---|---|---|---|---|"]
-    compute = next((r["step_s"] for r in rows if r["row"] == "compute"), None)
     for rate in dict.fromkeys(r["rate"] for r in rows):
         at = [r for r in rows if r["rate"] == rate]
+        compute = next((r["step_s"] for r in at if r["row"] == "compute"), None)
         base = next((r for r in at if r["row"] == ("gloo")), None)
         fbase = next((r for r in at if r["row"] == "fsdp-gloo"), base)
         for r in at:
@@ -480,8 +480,7 @@ def main(argv=None) -> int:
             else:
                 net.unlimit()
             t0 = time.time()
-            at = run_rate(net, [x for x in names if x != "compute" or rate == rates[0]], args,
-                          rate, out)  # compute: no communication, the same at every rate
+            at = run_rate(net, names, args, rate, out)
             rows += at
             for r in at:
                 print(f"[e2e] {rate or 'unlimited'} Gbit/s {r['row']}: "
