@@ -420,9 +420,12 @@ def plot(rows: List[Dict[str, Any]], path: Path) -> None:
     rates = [r for r in dict.fromkeys(x["rate"] for x in rows)]
     xs = {rate: (rate if rate else 100.0) for rate in rates}  # unlimited drawn at 100
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name in dict.fromkeys(r["row"] for r in rows):
+    colors = plt.get_cmap("tab20").colors
+    for i, name in enumerate(dict.fromkeys(r["row"] for r in rows)):
         pts = sorted((xs[r["rate"]], 1e3 * r["step_s"]) for r in rows if r["row"] == name)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name,
+                color=colors[(2 * i) % 20 + (2 * i) // 20], linestyle="--" if name in (
+                    "gloo", "fsdp-gloo", "compute") else "-")
     ax.set_xscale("log")
     ax.set_xticks([xs[r] for r in rates], [f"{r:g}" if r else "unlimited" for r in rates])
     ax.set_xlabel("link rate per node (Gbit/s)")
