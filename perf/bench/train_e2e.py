@@ -380,7 +380,7 @@ def bytes_per_step(name: str, r: dict) -> float:
     (all-reduce 2(n-1)/n x 4 B per parameter; reduce-scatter and all-gather (n-1)/n x 4 B
     each)."""
     mode, opts, _ = ROWS[name]
-    n, ring = r["ranks"], 4 * r["parameters"] * (r["ranks"] - 1) / r["ranks"]
+    ring = 4 * r["parameters"] * (r["ranks"] - 1) / r["ranks"]
     if mode == "compute":
         return 0.0
     if opts is None and mode in ("ddp", "fsdp"):
