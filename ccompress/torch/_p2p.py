@@ -275,6 +275,7 @@ def tcp_transport(store: Any, rank: int, size: int, prefix: str, timeout: float)
 # Communicators made per group (from_torch is collective, so every member counts alike):
 # each one's NCCL id gets its own store keys.
 _MADE: Dict[Any, int] = {}
+_STORES: Dict[int, Any] = {}  # the stores from_store numbered, by id
 
 
 def _group_ranks(group: Any) -> Optional[List[int]]:
@@ -349,6 +350,9 @@ def from_store(cls: Any, store: Any, rank: int, size: int, **kwargs: Any) -> Any
     """A communicator of ``size`` ranks that meet through ``store`` (a torch.distributed
     Store) and move host bytes over TCP (the ``ccompress`` backend's; see the module
     docstring). CUDA arrays go to NCCL, its id through the same store."""
+    # Keys are numbered per store object: hold it, so that a later store cannot reuse its
+    # id on some ranks and not others (their numbers, and so their keys, would differ).
+    _STORES.setdefault(id(store), store)
     return _make(cls, rank, size, store, id(store), None, kwargs)
 
 

@@ -201,3 +201,21 @@ def test_mpi_world_larger_than_torch_world_raises():
                           capture_output=True, text=True, timeout=180, env=_env(), cwd=HERE)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "OK 0" in proc.stdout and "OK 1" in proc.stdout, out[-4000:]
+
+
+def test_from_store_numbers_each_store_object_once():
+    """Store keys of from_store are numbered per store object: a store made after another
+    was freed must not inherit its number through a reused id (ranks where the id was
+    reused would wait on other keys than the rest: the backend's second group hung so)."""
+    from ccompress.communicator import Communicator
+    from ccompress.torch import _p2p
+
+    base = dist.HashStore()
+    numbers = []
+    for i in range(20):  # freed each round: CPython would hand its id to the next one
+        store = dist.PrefixStore(f"s{i}/", base)
+        comm = _p2p.from_store(Communicator, store, 0, 1)
+        numbers.append(_p2p._MADE[id(store)])
+        comm.close()
+        del store, comm
+    assert numbers == [0] * 20
