@@ -1,8 +1,8 @@
 """The torch integration as a user meets it, under torchrun (2 CPU processes): in-place
 reduce-scatter and all-gather (ZeRO's and FSDP2's forms) on the ccompress backend against
 gloo, FSDP2 training with a compressed reduce-scatter and all-gather against exact, options
-that differ between ranks raising at group creation, torch.compile(DDP), the log line and
-the CCOMPRESS_REPORT summary, and the environment's errors. Workers:
+that differ between ranks raising at group creation, torch.compile of DDP and of FSDP2, the
+log line and the CCOMPRESS_REPORT summary, and the environment's errors. Workers:
 tests/torchrun/integration_checks.py and tests/torch_backend/train.py."""
 import json
 import os
@@ -96,6 +96,13 @@ def test_torch_compile_ddp_on_the_backend():
     DDP(model) uncompiled, through DDP's bucket rebuild at the second step."""
     check_ok("helpers/torchrun/integration_checks.py", "compile", names=["compile"],
              env={"CCOMPRESS_CODEC": "hint8", "CCOMPRESS_MIN_NUMEL": "256"})
+
+
+def test_torch_compile_fsdp2_on_the_backend():
+    """torch.compile of a model sharded with fully_shard (FSDP2), hint8 reduce-scatter and
+    bf16 all-gather, every one compressed: the same losses and parameters, bit for bit, as
+    the model uncompiled over three steps; replicas identical across ranks."""
+    check_ok("helpers/torchrun/integration_checks.py", "compile_fsdp", names=["compile_fsdp"])
 
 
 def test_log_line_and_report():

@@ -9,6 +9,9 @@ mismatch  rank 1 sets CCOMPRESS_CODEC=hint8, rank 0 leaves it unset: init_proces
           raises MismatchError on both, naming the option and the ranks.
 compile   torch.compile(DDP(model)) on the backend against DDP(model) uncompiled: the same
           losses and parameters, bit for bit (codec from the environment).
+compile_fsdp  torch.compile of a model sharded with fully_shard (FSDP2), hint8 reduce-scatter
+          and bf16 all-gather, against the same model uncompiled: the same losses and
+          parameters, bit for bit; every reduce-scatter and all-gather compressed.
 report    CCOMPRESS_REPORT=1: the first-collective log line and the summary at
           destroy_process_group (the test reads stderr).
 """
@@ -183,6 +186,56 @@ elif CHECK == "compile":
         print("losses", losses[1], "compressed calls",
               compressed_group().stats()["all_reduce"]["compressed"], flush=True)
     ok("compile")
+    dist.destroy_process_group()
+
+elif CHECK == "compile_fsdp":
+    import torch._dynamo
+    import torch._inductor.config
+    from torch._dynamo.utils import counters
+    from torch.distributed.fsdp import fully_shard
+
+    # In-process compilation: a pool of compile workers costs more than it saves on a tiny
+    # model (and on a CI machine's few cores).
+    torch._inductor.config.compile_threads = 1
+    rank, size, ref = start(pg_options=BackendOptions(
+        all_reduce="hint8", reduce_scatter="hint8", all_gather="bf16", min_numel=128))
+    pg = compressed_group()
+    losses, finals, calls = [], [], []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(),
+                                    torch.nn.Linear(64, 4))
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        fully_shard(model)
+        net = torch.compile(model) if compiled else model  # compiled after fully_shard
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(7 + rank)
+        before = pg.stats()
+        run = []
+        for step in range(3):
+            xb, yb = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+            loss = torch.nn.functional.mse_loss(net(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            run.append(float(loss))
+        after = pg.stats()
+        losses.append(run)
+        finals.append([p.full_tensor().detach().clone() for p in model.parameters()])
+        calls.append({op: (after[op]["calls"] - before[op]["calls"],
+                           after[op]["compressed"] - before[op]["compressed"])
+                      for op in ("reduce_scatter", "all_gather")})
+    assert counters["frames"]["ok"] >= 1, dict(counters["frames"])  # dynamo compiled
+    # 2 fully_shard modules (the root holds no parameter): a reduce-scatter of each per step,
+    # an all-gather of each in the forward and again in the backward; all compressed
+    assert calls[0] == calls[1] == {"reduce_scatter": (6, 6), "all_gather": (12, 12)}, calls
+    assert losses[0] == losses[1], losses
+    assert all(torch.equal(a, b) for a, b in zip(*finals)), "compiled parameters differ"
+    assert same_on_all_ranks(finals[1], ref), "replicas differ between ranks"
+    if rank == 0:
+        print("losses", losses[1], "calls", calls[1], flush=True)
+    ok("compile_fsdp")
     dist.destroy_process_group()
 
 elif CHECK == "report":
