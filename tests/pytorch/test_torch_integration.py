@@ -91,6 +91,21 @@ def test_options_that_differ_raise_at_group_creation():
     assert out.count("RAISED rank") == 2
 
 
+def test_gift_settings_that_differ_raise_at_use_gift():
+    """use_gift on FSDP2 with GIFT(rank=32) on rank 0 and GIFT(rank=16) on rank 1: both
+    raise MismatchError naming "GIFT rank" and the ranks, and install nothing (several
+    differing settings are each named; a rank passing no GIFT raises its own error, the
+    other MismatchError); the same settings then install and train; a rank that never calls
+    use_gift makes the other raise after the group's timeout (3 s here)."""
+    out, _ = check_ok("helpers/torchrun/integration_checks.py", "gift_mismatch",
+                      names=["gift mismatch", "gift agreed", "gift missing"])
+    raised = [line for line in out.splitlines() if line.startswith("RAISED rank ")]
+    for r in (0, 1):
+        mine = [line for line in raised if line.startswith(f"RAISED rank {r} ")]
+        assert any("GIFT rank is 32 on ranks [0], 16 on ranks [1]" in m for m in mine), out
+        assert len(mine) == (3 if r == 0 else 2), out  # rank 0 also saw rank 1 missing
+
+
 def test_torch_compile_ddp_on_the_backend():
     """torch.compile(DDP(model)) with hint8: the same losses and parameters, bit for bit, as
     DDP(model) uncompiled, through DDP's bucket rebuild at the second step."""
