@@ -113,6 +113,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self._retired: List[Any] = []  # Works seen complete by the last call: freed at the next
         self.feedback = BackwardFeedback()
         self.gift: Any = None  # use_gift
+        self._gift_calls = 0  # use_gift calls: each agrees the settings under its own keys
         self._auto: dict = {}  # op -> the codec auto chose
 
     # ---- identity ----
@@ -187,11 +188,29 @@ class CompressedProcessGroup(dist.ProcessGroup):
         :class:`InvalidArgument` for a model with a hooked layer outside every fully_shard
         module (DDP: pass ``gift=`` to ``ddp_comm_hook``; the backend's all-reduce sees
         buckets without their parameters) or sharded over another group, and
-        :class:`Unsupported` for ``output_side=True`` (it mixes rows across shards)."""
-        from ._gift_fsdp import install
+        :class:`Unsupported` for ``output_side=True`` (it mixes rows across shards).
+
+        Before installing anything, every rank's GIFT settings are compared through the
+        group's store, as the options are at creation: rank, refresh_every, the hooked
+        layers' names, sketch, output_side, ema, damping, damping_out, select, min_gain,
+        seed and the codec the selection measures. Where any differs, every rank raises
+        :class:`MismatchError` naming the setting and the ranks ("GIFT rank is 32 on ranks
+        [0], 16 on ranks [1]"); a rank that does not call use_gift makes the others raise
+        after the group's timeout, naming it."""
+        from ._gift_fsdp import SETTINGS, install, settings
 
         if self.gift is not None:
             raise InvalidArgument("this group uses a GIFT already (one per group)")
+        self._gift_calls += 1  # every call compares under keys of its own
+        try:
+            mine: Any = settings(self, gift)
+        except CCompressError as e:
+            mine = e
+        _agree(self._store, f"{self._prefix}ccompress/gift/{self._gift_calls}", self.rank(),
+               self.size(), self._timeout, mine, SETTINGS, what="GIFT settings",
+               absent="did not call use_gift",
+               needed="every rank of the group must call use_gift, with the same GIFT",
+               fix="Build the same GIFT(...) on every rank")
         install(self, gift)
         self.gift = gift
 
@@ -586,52 +605,70 @@ _OPTION_SOURCES = {"all_reduce": "all_reduce codec (pg_options or CCOMPRESS_CODE
 def _agreed_options(store: Any, rank: int, size: int, timeout: timedelta,
                     options: Optional[BackendOptions], prefix: str = "") -> BackendOptions:
     """``options`` resolved on this rank and compared with every other rank's through the
-    group's store before the group is made: where any option differs (or a rank could not
-    resolve its own), every rank raises, naming the option and the ranks. A rank that never
-    publishes its options (it died, or never made the group) makes the others raise after
-    the group's timeout."""
-    error: Optional[BaseException] = None
+    group's store before the group is made (:func:`_agree`): where any option differs (or a
+    rank could not resolve its own), every rank raises, naming the option and the ranks. A
+    rank that never publishes its options (it died, or never made the group) makes the
+    others raise after the group's timeout."""
     try:
-        mine = (options or BackendOptions()).resolved()
+        mine: Any = (options or BackendOptions()).resolved()
     except CCompressError as e:
-        mine, error = None, e
+        mine = e
+    _agree(store, f"{prefix}ccompress/options", rank, size, timeout,
+           mine if isinstance(mine, BaseException) else
+           {k: getattr(mine, k) for k in _OPTION_SOURCES},
+           _OPTION_SOURCES, what="ccompress backend options",
+           absent="did not make the ccompress process group",
+           needed="every rank must call init_process_group / new_group with backend "
+                  "'ccompress'",
+           fix="Set the same CCOMPRESS_* environment (or pg_options) on every rank")
+    return mine
+
+
+def _agree(store: Any, key: str, rank: int, size: int, timeout: timedelta, mine: Any,
+           labels: dict, what: str, absent: str, needed: str, fix: str) -> None:
+    """Compares this rank's settings with every other rank's through the group's store.
+
+    ``mine`` is a dict of JSON values over the keys of ``labels`` (setting -> its name in
+    messages), or the exception that kept this rank from resolving its settings; it is
+    published under ``key/<rank>`` (``key`` must be new for every comparison) and every
+    rank's is read back. Then every rank raises alike: this rank its own exception; the
+    others :class:`MismatchError` naming the ranks that could not resolve theirs; where a
+    setting differs, :class:`MismatchError` naming each differing setting with its values
+    and ranks ("<what> differ between ranks: <label> is <value> on ranks [..], ...; ... .
+    <fix>"). A rank that never publishes makes the others raise :class:`MismatchError` after
+    ``timeout``, naming it ("ranks [..] <absent> within the group's timeout ...; <needed>")."""
     if size <= 1:
-        if error is not None:
-            raise error
-        return mine
-    fields = list(_OPTION_SOURCES)
-    blob = ({"error": f"{type(error).__name__}: {error}"} if error is not None else
-            {k: getattr(mine, k) for k in fields})
-    keys = [f"{prefix}ccompress/options/{r}" for r in range(size)]
+        if isinstance(mine, BaseException):
+            raise mine
+        return
+    blob = ({"error": f"{type(mine).__name__}: {mine}"} if isinstance(mine, BaseException)
+            else mine)
+    keys = [f"{key}/{r}" for r in range(size)]
     store.set(keys[rank], json.dumps(blob))
     try:
         store.wait(keys, timeout)
     except Exception as e:  # noqa: BLE001 - the store's timeout error, named
         missing = [r for r in range(size) if not store.check([keys[r]])]
-        raise MismatchError(f"ranks {missing} did not make the ccompress process group "
-                            f"within the group's timeout ({timeout}); every rank must call "
-                            "init_process_group / new_group with backend 'ccompress'") from e
+        raise MismatchError(f"ranks {missing} {absent} within the group's timeout "
+                            f"({timeout}); {needed}") from e
     theirs = [json.loads(store.get(k)) for k in keys]
-    if error is not None:
-        raise error
+    if isinstance(mine, BaseException):
+        raise mine
     failed = {r: t["error"] for r, t in enumerate(theirs) if "error" in t}
     if failed:
-        raise MismatchError("ccompress backend options could not be resolved on ranks "
-                            f"{sorted(failed)} (this rank's resolved): " +
+        raise MismatchError(f"{what} could not be resolved on ranks {sorted(failed)} (this "
+                            "rank's resolved): " +
                             "; ".join(f"rank {r}: {m}" for r, m in failed.items()))
     diffs = []
-    for k in fields:
+    for k, label in labels.items():
         by_value: dict = {}
         for r, t in enumerate(theirs):
             by_value.setdefault(json.dumps(t[k]), []).append(r)
         if len(by_value) > 1:
-            diffs.append(f"{_OPTION_SOURCES[k]} is " + ", ".join(
+            diffs.append(f"{label} is " + ", ".join(
                 f"{json.loads(v)!r} on ranks {_ranges(rs)}" for v, rs in by_value.items()))
     if diffs:
-        raise MismatchError("ccompress backend options differ between ranks: " +
-                            "; ".join(diffs) + ". Set the same CCOMPRESS_* environment (or "
-                            "pg_options) on every rank")
-    return mine
+        raise MismatchError(f"{what} differ between ranks: " + "; ".join(diffs) + f". {fix}")
 
 
 def _ranges(ranks: List[int]) -> str:

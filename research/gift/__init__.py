@@ -1,1 +1,1 @@
-"""research/README.md: the gift study."""
+"""research/gift/README.md: the gift study."""

@@ -1,1 +1,1 @@
-"""research/README.md: the nonfinite_cost study."""
+"""research/nonfinite_cost/README.md: the nonfinite_cost study."""

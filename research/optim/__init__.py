@@ -1,1 +1,1 @@
-"""research/README.md: the optim study."""
+"""research/optim/README.md: the optim study."""

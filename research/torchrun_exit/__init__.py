@@ -1,1 +1,1 @@
-"""research/README.md: the torchrun_exit study."""
+"""research/torchrun_exit/README.md: the torchrun_exit study."""

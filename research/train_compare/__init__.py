@@ -1,1 +1,1 @@
-"""research/README.md: the train_compare study."""
+"""research/train_compare/README.md: the train_compare study."""

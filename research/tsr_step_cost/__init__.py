@@ -1,1 +1,1 @@
-"""research/README.md: the tsr_step_cost study."""
+"""research/tsr_step_cost/README.md: the tsr_step_cost study."""

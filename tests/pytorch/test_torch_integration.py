@@ -1,11 +1,12 @@
 """The torch integration as a user meets it, under torchrun (2 CPU processes): in-place
 reduce-scatter and all-gather (ZeRO's and FSDP2's forms) on the ccompress backend against
 gloo, FSDP2 training with a compressed reduce-scatter and all-gather against exact, options
-that differ between ranks raising at group creation, torch.compile(DDP), the log line and
-the CCOMPRESS_REPORT summary, and the environment's errors. Workers:
+that differ between ranks raising at group creation, torch.compile of DDP and of FSDP2, the
+log line and the CCOMPRESS_REPORT summary, and the environment's errors. Workers:
 tests/torchrun/integration_checks.py and tests/torch_backend/train.py."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -91,11 +92,35 @@ def test_options_that_differ_raise_at_group_creation():
     assert out.count("RAISED rank") == 2
 
 
+def test_gift_settings_that_differ_raise_at_use_gift():
+    """use_gift on FSDP2 with GIFT(rank=32) on rank 0 and GIFT(rank=16) on rank 1: both
+    raise MismatchError naming "GIFT rank" and the ranks, and install nothing (several
+    differing settings are each named; a rank passing no GIFT raises its own error, the
+    other MismatchError); the same settings then install and train; a rank that never calls
+    use_gift makes the other raise after the group's timeout (3 s here)."""
+    out, _ = check_ok("helpers/torchrun/integration_checks.py", "gift_mismatch",
+                      names=["gift mismatch", "gift agreed", "gift missing"])
+    # searched in the whole output: the two ranks' prints may interleave within a line
+    ranks = re.findall(r"RAISED rank (\d) in [\d.]+s: GIFT settings differ between ranks: "
+                       r"GIFT rank is 32 on ranks \[0\], 16 on ranks \[1\]", out)
+    assert sorted(ranks) == ["0", "1"], out[-4000:]
+    assert re.findall(r"RAISED rank (\d) in [\d.]+s: ranks \[1\] did not call use_gift", out) \
+        == ["0"], out[-4000:]
+    assert out.count("RAISED rank") == 5, out[-4000:]  # 2 mismatches on 2 ranks, 1 missing
+
+
 def test_torch_compile_ddp_on_the_backend():
     """torch.compile(DDP(model)) with hint8: the same losses and parameters, bit for bit, as
     DDP(model) uncompiled, through DDP's bucket rebuild at the second step."""
     check_ok("helpers/torchrun/integration_checks.py", "compile", names=["compile"],
              env={"CCOMPRESS_CODEC": "hint8", "CCOMPRESS_MIN_NUMEL": "256"})
+
+
+def test_torch_compile_fsdp2_on_the_backend():
+    """torch.compile of a model sharded with fully_shard (FSDP2), hint8 reduce-scatter and
+    bf16 all-gather, every one compressed: the same losses and parameters, bit for bit, as
+    the model uncompiled over three steps; replicas identical across ranks."""
+    check_ok("helpers/torchrun/integration_checks.py", "compile_fsdp", names=["compile_fsdp"])
 
 
 def test_log_line_and_report():

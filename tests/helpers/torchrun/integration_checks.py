@@ -9,6 +9,14 @@ mismatch  rank 1 sets CCOMPRESS_CODEC=hint8, rank 0 leaves it unset: init_proces
           raises MismatchError on both, naming the option and the ranks.
 compile   torch.compile(DDP(model)) on the backend against DDP(model) uncompiled: the same
           losses and parameters, bit for bit (codec from the environment).
+compile_fsdp  torch.compile of a model sharded with fully_shard (FSDP2), hint8 reduce-scatter
+          and bf16 all-gather, against the same model uncompiled: the same losses and
+          parameters, bit for bit; every reduce-scatter and all-gather compressed.
+gift_mismatch  use_gift on FSDP2 (fully_shard) with GIFT settings that differ between the
+          ranks: MismatchError on every rank naming each setting and its ranks, nothing
+          installed (a rank passing no GIFT: its own error, MismatchError on the other);
+          then the same settings install and train; a rank that never calls
+          use_gift makes the other raise after the group's timeout, naming it.
 report    CCOMPRESS_REPORT=1: the first-collective log line and the summary at
           destroy_process_group (the test reads stderr).
 """
@@ -183,6 +191,130 @@ elif CHECK == "compile":
         print("losses", losses[1], "compressed calls",
               compressed_group().stats()["all_reduce"]["compressed"], flush=True)
     ok("compile")
+    dist.destroy_process_group()
+
+elif CHECK == "compile_fsdp":
+    import torch._dynamo
+    import torch._inductor.config
+    from torch._dynamo.utils import counters
+    from torch.distributed.fsdp import fully_shard
+
+    # In-process compilation: a pool of compile workers costs more than it saves on a tiny
+    # model (and on a CI machine's few cores).
+    torch._inductor.config.compile_threads = 1
+    rank, size, ref = start(pg_options=BackendOptions(
+        all_reduce="hint8", reduce_scatter="hint8", all_gather="bf16", min_numel=128))
+    pg = compressed_group()
+    losses, finals, calls = [], [], []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(),
+                                    torch.nn.Linear(64, 4))
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        fully_shard(model)
+        net = torch.compile(model) if compiled else model  # compiled after fully_shard
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(7 + rank)
+        before = pg.stats()
+        run = []
+        for step in range(3):
+            xb, yb = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+            loss = torch.nn.functional.mse_loss(net(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            run.append(float(loss))
+        after = pg.stats()
+        losses.append(run)
+        finals.append([p.full_tensor().detach().clone() for p in model.parameters()])
+        calls.append({op: (after[op]["calls"] - before[op]["calls"],
+                           after[op]["compressed"] - before[op]["compressed"])
+                      for op in ("reduce_scatter", "all_gather")})
+    assert counters["frames"]["ok"] >= 1, dict(counters["frames"])  # dynamo compiled
+    # 2 fully_shard modules (the root holds no parameter): a reduce-scatter of each per step,
+    # an all-gather of each in the forward and again in the backward; all compressed
+    assert calls[0] == calls[1] == {"reduce_scatter": (6, 6), "all_gather": (12, 12)}, calls
+    assert losses[0] == losses[1], losses
+    assert all(torch.equal(a, b) for a, b in zip(*finals)), "compiled parameters differ"
+    assert same_on_all_ranks(finals[1], ref), "replicas differ between ranks"
+    if rank == 0:
+        print("losses", losses[1], "calls", calls[1], flush=True)
+    ok("compile_fsdp")
+    dist.destroy_process_group()
+
+elif CHECK == "gift_mismatch":
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    from ccompress.torch import GIFT
+
+    OPTIONS = BackendOptions(reduce_scatter="hint8", min_numel=128)
+    rank, size, ref = start(pg_options=OPTIONS)
+    pg = compressed_group()
+
+    def sharded(group=None):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                                    torch.nn.Linear(32, 4))
+        mesh = DeviceMesh.from_group(group, "cpu") if group is not None else None
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        return fully_shard(model, mesh=mesh)
+
+    def mismatch(group, gift):
+        t0 = time.monotonic()
+        try:
+            group.use_gift(gift)
+        except cc.MismatchError as e:
+            print(f"RAISED rank {rank} in {time.monotonic() - t0:.1f}s: {e}", flush=True)
+            gift.remove_hooks()
+            return str(e)
+        raise AssertionError("GIFT settings that differ between ranks were installed")
+
+    net = sharded()
+    msg = mismatch(pg, GIFT(net, rank=32 if rank == 0 else 16))
+    assert "GIFT rank is 32 on ranks [0], 16 on ranks [1]" in msg, msg
+    assert "GIFT refresh_every" not in msg, msg  # only what differs is named
+    assert pg.gift is None  # nothing installed
+    msg = mismatch(pg, GIFT(net, layers=["0"] if rank else None, sketch=8 * rank,
+                            ema=0.5 + 0.25 * rank, select=bool(rank)))
+    for part in ("GIFT layers is ['0', '2'] on ranks [0], ['0'] on ranks [1]",
+                 "GIFT sketch is 0 on ranks [0], 8 on ranks [1]",
+                 "GIFT ema is 0.5 on ranks [0], 0.75 on ranks [1]",
+                 "GIFT select is False on ranks [0], True on ranks [1]"):
+        assert part in msg, (part, msg)
+    assert pg.gift is None
+    try:  # a rank whose argument is no GIFT: its own error there, MismatchError elsewhere
+        pg.use_gift(GIFT(net) if rank == 0 else "gift")
+    except cc.MismatchError as e:
+        assert rank == 0 and "GIFT settings could not be resolved on ranks [1]" in str(e), e
+    except cc.InvalidArgument as e:
+        assert rank == 1 and "needs a ccompress.torch.GIFT" in str(e), e
+    else:
+        raise AssertionError("use_gift took a GIFT on one rank and none on the other")
+    assert pg.gift is None
+    ok("gift mismatch")
+
+    # the same settings: installed (a third call, under keys of its own), and it trains
+    gift = GIFT(net, rank=8, refresh_every=1, select=False)
+    pg.use_gift(gift)
+    assert pg.gift is gift
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(rank))
+    net(x).square().mean().backward()
+    assert gift.step == 1 and all(gift.treated.values()) and len(gift.treated) == 2, gift.treated
+    assert same_on_all_ranks([p.grad.full_tensor() for p in net.parameters()], ref)
+    ok("gift agreed")
+
+    # a rank that never calls use_gift: the other raises after the group's timeout
+    short = dist.new_group(backend="ccompress", pg_options=OPTIONS,
+                           timeout=timedelta(seconds=3))
+    net = sharded(short)
+    if rank == 0:
+        msg = mismatch(compressed_group(short), GIFT(net))
+        assert "ranks [1] did not call use_gift within the group's timeout" in msg, msg
+    dist.barrier(group=ref)
+    ok("gift missing")
     dist.destroy_process_group()
 
 elif CHECK == "report":
