@@ -2,7 +2,8 @@
 """End-to-end training over emulated nodes: the training step a user gets, not the collective.
 
     sudo .venv/bin/python -m perf.bench.train_e2e [--model lm|minilm] [--nodes 4] \\
-        [--ranks-per-node 1] [--rates 1,10,none] [--rows gloo,hint8,...] [--steps 40]
+        [--ranks-per-node 1] [--rates 1,10,none] [--rows gloo,hint8,...] [--steps 40] \\
+        [--bucket-mb MB]
 
 Every node is a network namespace of perf/bench/emulated_net.py (veth pairs into a bridge, tbf on
 both ends of every veth); each runs ``torchrun --nnodes N --node_rank i`` with its ranks, so
@@ -38,6 +39,8 @@ gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), `
 (the hook with GIFT) and ``tsr`` (TSR-Adam). Writes ``<out>/e2e.json``, ``<out>/e2e.md`` and
 ``<out>/e2e.png`` (step time against link rate). Needs root, iproute2 and the .venv of
 scripts/setup.sh. Removes the namespaces and qdiscs it made, and only addresses those.
+``--bucket-mb`` sets DDP's ``bucket_cap_mb`` for every DDP row alike, gloo's included
+(default: DDP's 25 MB).
 """
 from __future__ import annotations
 
@@ -198,7 +201,8 @@ class Row:
         elif self.mode == "tsr":
             self.net = model
         else:
-            self.net = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+            self.net = torch.nn.parallel.DistributedDataParallel(
+                model, process_group=group, bucket_cap_mb=args.bucket_mb)
             if self.mode == "hook":
                 gift = cct.GIFT(model, rank=extra["gift"]) if extra.get("gift") else None
                 self.hook = cct.ddp_comm_hook(codec=extra["codec"], gift=gift, algo="two_shot",
@@ -272,6 +276,7 @@ def worker(argv: List[str]) -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--bucket-mb", type=float, default=None)
     ap.add_argument("--json", required=True)
     args = ap.parse_args(argv)
 
@@ -354,6 +359,7 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
                    ["--lr", "2e-5", "--seq", "4"] if args.model == "minilm" else []),
                "--steps", str(args.steps), "--rounds",
                str(args.rounds), "--warmup", str(args.warmup), "--seed", str(args.seed),
+               *(["--bucket-mb", str(args.bucket_mb)] if args.bucket_mb else []),
                "--json", str(result)]
         e = {v: x for v, x in os.environ.items() if not v.startswith("CCOMPRESS_")}
         e.update(GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
@@ -454,6 +460,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5,
                     help="the rows take turns, steps/rounds steps each round (5)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per link rate")
+    ap.add_argument("--bucket-mb", type=float, default=None,
+                    help="DDP's bucket_cap_mb for every DDP row, gloo's included (DDP's default)")
     ap.add_argument("--out", default=str(ROOT / "build" / "e2e"))
     args = ap.parse_args(argv)
     if args.list_rows:
