@@ -18,7 +18,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "${PYTHON:-python3}" -m venv "$VENV"
 fi
 # A plain venv (no editable ccompress in it), so the tests import this build.
-"$VENV/bin/python" -m pip install -q numpy ml_dtypes pytest pybind11 >"$B/pip.log" 2>&1 \
+"$VENV/bin/python" -m pip install -q numpy ml_dtypes pytest pytest-xdist pybind11 >"$B/pip.log" 2>&1 \
   || { cat "$B/pip.log" >&2; exit 1; }
 # -O1 -g1 instead of RelWithDebInfo's -O2 -g: the pybind11 and emulator units build at -O1 (ASan's
 # usual level; their speed does not matter), the core library keeps its own -O3
@@ -46,10 +46,14 @@ export PYTHONPATH="$B/pkg"
 export CCOMPRESS_REQUIRE_GPU=1
 cd "$B"  # not the repository root, whose ccompress/ has no compiled modules
 T="$ROOT/tests"
-# -s: a sanitizer report goes to stderr as the process stops, so nothing may capture it.
-# -o pythonpath=: not the repository root on sys.path (pyproject.toml puts it there for the
-# perf/ and examples/ packages), whose ccompress/ would shadow this build's.
-exec "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir="$ROOT" -o pythonpath= \
+# -s: a sanitizer report goes to stderr as the process stops, so nothing may capture it (with
+# -n, pytest-xdist's workers write to this stderr; a worker that a report stopped fails the run
+# as a crashed node). -o pythonpath=: not the repository root on sys.path (pyproject.toml puts
+# it there for the perf/ and examples/ packages), whose ccompress/ would shadow this build's.
+# CCOMPRESS_TEST_JOBS: pytest-xdist workers (as scripts/test.sh; 0: one process).
+JOBS="${CCOMPRESS_TEST_JOBS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
+PYTEST=("$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir="$ROOT" -o pythonpath=)
+"${PYTEST[@]}" -n "$JOBS" \
   "$T/codecs/test_codec_math.py" "$T/codecs/test_fp8_conversion.py" "$T/codecs/test_taco.py" \
   "$T/codecs/test_hint8.py" "$T/codecs/test_nvfp4.py" "$T/codecs/test_int4.py" \
   "$T/codecs/test_stochastic_rounding.py" "$T/codecs/test_cast_sr.py" \
@@ -58,5 +62,6 @@ exec "$VENV/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir="$ROOT" -o
   "$T/codecs/test_message_header.py" "$T/codecs/test_fuzz.py" "$T/collectives/test_nonfinite.py" \
   "$T/compress/test_error_feedback.py" "$T/collectives/test_array_checks.py" \
   "$T/collectives/test_call_seam.py" "$T/collectives/test_hier.py" \
-  "$T/cuda/test_cuda.py" "$T/cuda/test_cuda_state.py" "$T/cuda/test_cuda_emulator.py" \
-  "$T/cuda/test_nccl_emulated.py" "$@"  # last: once the NCCL stand-in is loaded it stays loaded
+  "$T/cuda/test_cuda.py" "$T/cuda/test_cuda_state.py" "$T/cuda/test_cuda_emulator.py" "$@"
+# Apart, in one process: once the NCCL stand-in is loaded it stays loaded.
+exec "${PYTEST[@]}" "$T/cuda/test_nccl_emulated.py" "$@"

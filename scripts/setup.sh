@@ -65,7 +65,7 @@ build_key() {
 
 KEY="$(build_key)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ] \
-   && "$PY" -c "import ccompress._core, mpi4py, pytest, matplotlib, safetensors" 2>/dev/null; then
+   && "$PY" -c "import ccompress._core, mpi4py, pytest, xdist, matplotlib, safetensors" 2>/dev/null; then
   say "ccompress is up to date in $VENV (no C++/CUDA change since the last build)"
 else
   say "installing build tools"
