@@ -50,10 +50,8 @@ def settings(pg: Any, gift: GIFT) -> Dict[str, Any]:
 def install(pg: Any, gift: GIFT) -> int:
     """Sets a whitening reduce-scatter on every ``fully_shard`` module of ``gift.model``
     whose param group holds a hooked weight; returns how many. Raises, alike on every rank
-    (the checks read only the model's structure), where that cannot be done soundly."""
-    if not isinstance(gift, GIFT):
-        raise _errors.InvalidArgument(f"use_gift needs a ccompress.torch.GIFT, got "
-                                      f"{type(gift).__name__}")
+    (the checks read only the model's structure), where that cannot be done soundly.
+    ``gift`` is a GIFT: :func:`settings`, which use_gift calls first, checks that."""
     if gift.output_side:
         raise _errors.Unsupported(
             "GIFT with output_side=True whitens L_S^-1 G, which mixes the rows that FSDP2 "

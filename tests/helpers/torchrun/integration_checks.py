@@ -61,6 +61,27 @@ from ccompress.torch import BackendOptions, compressed_group  # noqa: E402
 from helpers.torch_helpers import check_reduced, to_numpy  # noqa: E402
 
 
+def tiny_mlp():
+    """The compile checks' model, the same on every rank (seed 0)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+
+
+def train_3_steps(net, params, rank):
+    """Three SGD steps of ``net`` on this rank's own data; the losses."""
+    opt = torch.optim.SGD(params, lr=0.1)
+    g = torch.Generator().manual_seed(7 + rank)
+    run = []
+    for step in range(3):
+        xb, yb = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        loss = torch.nn.functional.mse_loss(net(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        run.append(float(loss))
+    return run
+
+
 def ok(name):
     print(f"OK {name} {dist.get_rank()}", flush=True)
 
@@ -167,22 +188,9 @@ elif CHECK == "compile":
     torch._dynamo.config.cache_size_limit = 64
     losses, finals = [], []
     for compiled in (False, True):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(),
-                                    torch.nn.Linear(64, 4))
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        ddp = torch.nn.parallel.DistributedDataParallel(tiny_mlp())
         net = torch.compile(ddp) if compiled else ddp
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        g = torch.Generator().manual_seed(7 + rank)
-        run = []
-        for step in range(3):
-            xb, yb = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-            loss = torch.nn.functional.mse_loss(net(xb), yb)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            run.append(float(loss))
-        losses.append(run)
+        losses.append(train_3_steps(net, ddp.parameters(), rank))
         finals.append([p.detach().clone() for p in ddp.parameters()])
     assert losses[0] == losses[1], losses
     assert all(torch.equal(a, b) for a, b in zip(*finals))
@@ -207,26 +215,14 @@ elif CHECK == "compile_fsdp":
     pg = compressed_group()
     losses, finals, calls = [], [], []
     for compiled in (False, True):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(),
-                                    torch.nn.Linear(64, 4))
+        model = tiny_mlp()
         for layer in (model[0], model[2]):
             fully_shard(layer)
         fully_shard(model)
         net = torch.compile(model) if compiled else model  # compiled after fully_shard
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        g = torch.Generator().manual_seed(7 + rank)
         before = pg.stats()
-        run = []
-        for step in range(3):
-            xb, yb = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-            loss = torch.nn.functional.mse_loss(net(xb), yb)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            run.append(float(loss))
+        losses.append(train_3_steps(net, model.parameters(), rank))
         after = pg.stats()
-        losses.append(run)
         finals.append([p.full_tensor().detach().clone() for p in model.parameters()])
         calls.append({op: (after[op]["calls"] - before[op]["calls"],
                            after[op]["compressed"] - before[op]["compressed"])
