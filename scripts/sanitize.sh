@@ -7,8 +7,11 @@
 # against the CPU backend, the loopback pipeline, stream ordering, and the NCCL transport on the
 # emulator's in-process stand-in for libnccl (cuda/emu/fake_nccl.cc). Any sanitizer report stops
 # the run with a non-zero exit (halt_on_error). Leak checking is off: the Python interpreter
-# itself keeps memory until exit.
+# itself keeps memory until exit. `bash scripts/sanitize.sh --build-only` builds and stops
+# (CI builds it while scripts/setup.sh builds .venv, then runs the tests).
 set -euo pipefail
+BUILD_ONLY=0
+if [ "${1:-}" = "--build-only" ]; then BUILD_ONLY=1; shift; fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 B="$ROOT/build/sanitize"
@@ -36,6 +39,7 @@ cmake --build "$B/cmake" -j "$(nproc)" >"$B/build.log" 2>&1 || { tail -50 "$B/bu
 rm -rf "$B/pkg" && mkdir -p "$B/pkg"
 cp -r "$ROOT/ccompress" "$B/pkg/"
 cp -P "$B"/cmake/*.so* "$B/cmake/_build_config.py" "$B/pkg/ccompress/"
+if [ "$BUILD_ONLY" = 1 ]; then exit 0; fi
 
 # The sanitizer runtimes must come before libstdc++ so that they see every throw and alloc.
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
