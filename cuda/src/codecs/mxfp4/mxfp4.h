@@ -7,7 +7,7 @@
 //   c = mx_scale_code(A, 2) (E8M0: floor(log2 A) - 2, clamped to 0..254; a block of zeros gets
 //   c = 0), s = mx_scale(c) = 2^(c - 127);
 //   q = E2M1(x / s), round to nearest even, saturating at +-6 (nvfp4.h's E2M1 grid through
-//   fourbit.h's fourbit_quantize; x / s is exact, s being a power of two).
+//   fourbit.h's fourbit_quantize, as mxfp4_quantize; x / s is exact, s being a power of two).
 // Decode: x' = value(q) * s (fourbit_dequantize), exact but for an fp32 subnormal product.
 // Wire: [ceil(n/2) bytes: element 2k in the low nibble of byte k, 2k+1 in the high one (an odd
 //   run's last high nibble is 0; fourbit.h's order) | ceil(n/32) E8M0 scale bytes | zero pad
@@ -33,6 +33,14 @@ namespace ccompress::codecs {
 
 /// E2M1's largest exponent (6 = 1.5 * 2^2).
 constexpr int32_t kE2M1Emax = 2;
+
+/// fourbit_quantize<E2M1>(x, s, false, 0) for s = mx_scale(code) (always > 0), by a multiply
+/// with its inverse inv = mx_inv_scale(code) (the same bits as the division): the nibble of
+/// x / s rounded to nearest even, saturating at 6, kNibbleNaN for non-finite x.
+CC_HOST_DEVICE uint8_t mxfp4_quantize(float x, float inv) {
+  const uint8_t q = E2M1::quantize_rn(mul_rn(x, inv));
+  return f32_is_finite(x) ? q : kNibbleNaN;
+}
 
 /// Byte offset of the E8M0 scales in an mxfp4 wire buffer of n elements (after the codes).
 CC_HOST_DEVICE int64_t mxfp4_scales_offset(int64_t n) { return (n + 1) / 2; }

@@ -14,8 +14,8 @@ namespace {
 struct E2M1Elements {
   static constexpr int32_t kEmax = codecs::kE2M1Emax;
   CC_HOST_DEVICE static int64_t code_bytes(int64_t n) { return codecs::mxfp4_scales_offset(n); }
-  CC_HOST_DEVICE static uint8_t quantize(float x, float s) {
-    return codecs::fourbit_quantize<codecs::E2M1>(x, s, false, 0.0f);
+  CC_HOST_DEVICE static uint8_t quantize(float x, uint32_t code) {
+    return codecs::mxfp4_quantize(x, codecs::mx_inv_scale(code));
   }
   CC_HOST_DEVICE static float dequantize(uint8_t q, float s) {
     return codecs::fourbit_dequantize<codecs::E2M1>(q, s);

@@ -2,7 +2,7 @@
 // policy P of a family:
 //   kEmax                          the element format's largest exponent (mxfp8.h)
 //   code_bytes(n)                  bytes of n element codes (the scales follow them)
-//   quantize(x, s)                 the code of x under scale s (a byte, or a nibble)
+//   quantize(x, c)                 the code of x under E8M0 scale code c (a byte, or a nibble)
 //   dequantize(code, s)            its value
 //   load_code(wire, i)             element i's code in a wire buffer
 //   store_codes(dst, i, n, code)   called by every lane of a warp, lane l holding element i
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     const int32_t amax = __reduce_max_sync(0xFFFFFFFFu, i < n ? codecs::finite_abs_bits(v) : 0);
     const uint32_t code = codecs::mx_scale_code(amax, P::kEmax);
-    P::store_codes(dst, i, n, P::quantize(v, codecs::mx_scale(code)));
+    P::store_codes(dst, i, n, P::quantize(v, code));
     if (lane == 0) dst[scales + b] = static_cast<uint8_t>(code);
   }
 }

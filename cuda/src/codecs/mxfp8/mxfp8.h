@@ -58,6 +58,11 @@ CC_HOST_DEVICE float mx_scale(uint32_t code) {
   return f32_from_bits(bits);
 }
 
+/// 1 / mx_scale(code) = 2^(127 - code), for the codes an encoder writes (0..252): x / s and
+/// x * mx_inv_scale(code) are the same real number, so they round to the same fp32 value
+/// (both are single IEEE operations; nothing is flushed to zero), and loops multiply.
+CC_HOST_DEVICE float mx_inv_scale(uint32_t code) { return f32_from_bits((254u - code) << 23); }
+
 /// Byte offset of the scales in an MX wire buffer whose codes take @p code_bytes bytes, and
 /// the buffer's size for n elements.
 CC_HOST_DEVICE int64_t mx_wire_bytes(int64_t code_bytes, int64_t n) {

@@ -15,8 +15,8 @@ template <class F>
 struct Fp8Elements {
   static constexpr int32_t kEmax = codecs::fp8_emax<F>();
   CC_HOST_DEVICE static int64_t code_bytes(int64_t n) { return n; }
-  CC_HOST_DEVICE static uint8_t quantize(float x, float s) {
-    return codecs::group_quantize<F>(x, s);
+  CC_HOST_DEVICE static uint8_t quantize(float x, uint32_t code) {
+    return codecs::group_quantize<F>(x, codecs::mx_scale(code));
   }
   CC_HOST_DEVICE static float dequantize(uint8_t q, float s) {
     return codecs::group_dequantize<F>(q, s);
