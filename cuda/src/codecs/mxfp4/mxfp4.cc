@@ -11,6 +11,7 @@
 #include "codecs/fourbit/fourbit_cpu.h"
 #include "codecs/mxfp4/mxfp4.h"
 #include "codecs/mxfp4/mxfp4_avx2.h"
+#include "codecs/mxfp8/mx_avx2.h"
 #include "codecs/registry.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
@@ -71,7 +72,7 @@ void encode_body(const float* x, int64_t n, const Codec&, const EncodeContext&, 
   for (int64_t k0 = 0; k0 < full; k0 += kBatch) {
     const int64_t nb = std::min(kBatch, full - k0);
     const float* v = x + k0 * kMxBlock;
-    cpu::group_maxima<kMxBlock, true>(v, nb, amax);
+    cpu::mx_block_maxima(v, nb, amax);
     for (int64_t j = 0; j < nb; ++j) inv[j] = block_scale(amax[j], scales + k0 + j);
     code_blocks(v, nb, inv, dst + k0 * (kMxBlock / 2));
   }

@@ -11,6 +11,7 @@
 #include "codecs/fp8/fp8_lut.h"
 #include "codecs/fp8/group_codec.h"
 #include "codecs/mxfp8/mxfp8.h"
+#include "codecs/mxfp8/mx_avx2.h"
 #include "codecs/registry.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
@@ -77,7 +78,7 @@ void encode_run(const float* x, int64_t n, uint8_t* dst) {
   for (int64_t k0 = 0; k0 < full; k0 += kBatch) {
     const int64_t nb = std::min(kBatch, full - k0);
     const float* v = x + k0 * kMxBlock;
-    cpu::group_maxima<kMxBlock, true>(v, nb, amax);
+    cpu::mx_block_maxima(v, nb, amax);
     for (int64_t j = 0; j < nb; ++j) {
       code[j] = codecs::mx_scale_code(amax[j], codecs::fp8_emax<F>());
       scales[k0 + j] = static_cast<uint8_t>(code[j]);
