@@ -1,6 +1,7 @@
 // The mxfp8 family (mxfp8, mxfp8_e5m2; format: mxfp8.h): spec options, name, size, host loops
-// and the registry entry. The element steps are the fp8 family's (group_codec.h) and so are
-// their CPU loops (simd_avx2.h); only the scale differs: an E8M0 power of two per 32.
+// and the registry entry. The element steps are the fp8 family's (group_codec.h: the coder
+// fp8_code, its non-finite codes, and the decoders of simd_avx2.h); only the scale differs:
+// an E8M0 power of two per 32.
 #include <algorithm>
 #include <cmath>
 #include <string>
