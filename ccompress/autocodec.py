@@ -32,8 +32,8 @@ from .codec import Codec
 # Candidates in order of preference on ties; those this build does not register are skipped.
 CANDIDATES = {
     "auto8": ("fp8_e4m3:g128", "fp8_e4m3:g32", "taco:g128", "hint8", "hint8:g32",
-              "hint8:g16:s8", "hint8:g32:s8"),
-    "auto4": ("nvfp4", "hnvfp4:g16", "hint4"),
+              "hint8:g16:s8", "hint8:g32:s8", "mxfp8"),
+    "auto4": ("nvfp4", "hnvfp4:g16", "hint4", "mxfp4"),
 }
 BUDGET_BITS = {"auto8": 8.5, "auto4": 4.6}
 SAMPLE_ELEMS = 1 << 15

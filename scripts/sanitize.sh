@@ -68,7 +68,7 @@ pytest_run() {
 }
 pytest_run -n "$JOBS" \
   "$T/codecs/test_codec_math.py" "$T/codecs/test_fp8_conversion.py" "$T/codecs/test_taco.py" \
-  "$T/codecs/test_hint8.py" "$T/codecs/test_nvfp4.py" "$T/codecs/test_int4.py" \
+  "$T/codecs/test_hint8.py" "$T/codecs/test_nvfp4.py" "$T/codecs/test_int4.py" "$T/codecs/test_mx.py" \
   "$T/codecs/test_stochastic_rounding.py" "$T/codecs/test_cast_sr.py" \
   "$T/collectives/test_collectives.py" "$T/collectives/test_ordered_executor.py" \
   "$T/codecs/test_autocodec.py" "$T/collectives/test_errors.py" \

@@ -27,7 +27,8 @@ import ccompress as cc
 from ccompress import _core
 
 DEFAULT_CODECS = ["none", "bf16", "fp8_e4m3:g128", "fp8_e5m2:g128", "taco:g128", "hint8",
-                  "hint8:g32:s16", "nvfp4", "hnvfp4:g16", "hint4", "fp8_e4m3:g128:sr", "hint8:sr"]
+                  "hint8:g32:s16", "nvfp4", "hnvfp4:g16", "hint4", "fp8_e4m3:g128:sr", "hint8:sr",
+                  "mxfp8", "mxfp8_e5m2", "mxfp4"]
 
 
 CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}

@@ -32,6 +32,7 @@ SPECS = [
     "hint8", "hint8:g32", "hint8:g16:h64:s32", "hint8:s16:rs", "hint8:sr",
     "hint4", "hint4:s16", "hint4:g32:h16:rs", "hint4:sr",
     "nvfp4", "nvfp4:sr", "hnvfp4", "hnvfp4:sr",
+    "mxfp8", "mxfp8_e5m2", "mxfp4",
 ]
 ALGOS = ["ring", "two_shot", "tree", "one_shot"]
 COLLECTIVES = ALGOS + ["reduce_scatter", "allgather"]

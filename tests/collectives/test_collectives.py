@@ -124,7 +124,8 @@ def test_16bit_inputs(rng, dtype, codec, algo):
 
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("codec", ["fp8_e4m3:g64", "fp8_e4m3:g128:sr", "taco:g128", "hint8",
-                                   "hint8:g32:s16:sr", "nvfp4", "hnvfp4:g16", "hint4"])
+                                   "hint8:g32:s16:sr", "nvfp4", "hnvfp4:g16", "hint4", "mxfp8",
+                                   "mxfp4"])
 def test_deterministic_and_independent_of_slice_size(rng, algo, codec):
     """Slices are multiples of every scale group, rotation block and run scale, and rounding
     noise follows the global element index: any slice size gives the same bits."""
@@ -234,7 +235,8 @@ def test_stats_count_bytes(rng):
 
 @pytest.mark.parametrize("codec", ["fp8_e5m2:g32", "fp8_e4m3:g128:sr", "taco:g128",
                                    "taco_e5m2:g64", "hint8", "hint8:g32:s16", "hint8:g64:s32:sr",
-                                   "nvfp4", "hnvfp4:g16", "hint4", "hint4:g32:s16:sr"])
+                                   "nvfp4", "hnvfp4:g16", "hint4", "hint4:g32:s16:sr", "mxfp8",
+                                   "mxfp8_e5m2", "mxfp4"])
 @pytest.mark.parametrize("algo", ALGOS)
 def test_every_codec_within_its_bound(rng, codec, algo):
     """Outlier columns every 97 elements, odd sizes, one to five ranks: the bound of

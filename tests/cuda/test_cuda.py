@@ -21,7 +21,7 @@ DTYPES = ["float32", "bfloat16", "float16"]
 CODECS = ["none", "bf16", "fp16", "bf16:sr", "fp8_e4m3:g32", "fp8_e5m2:g128", "fp8_e4m3:g64:sr",
           "taco:g32", "taco_e5m2:g128", "taco:g64:sr", "hint8", "hint8:g32:h256:s32",
           "hint8:g16:h64:s16:rs", "hint8:sr", "nvfp4", "hnvfp4:h64", "nvfp4:sr", "hint4",
-          "hint4:g32:h64:s16", "hint4:sr"]
+          "hint4:g32:h64:s16", "hint4:sr", "mxfp8", "mxfp8_e5m2", "mxfp4"]
 SIZES = [1, 33, 4097, 70001]  # tails of every kind, and more than one 65536-element piece
 
 
@@ -158,6 +158,29 @@ def test_decode_reduce_encode_bit_identical_to_cpu(backend, rng, codec, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("codec", ["mxfp8", "mxfp8_e5m2", "mxfp4"])
+def test_mx_scale_extremes_and_non_finite_bit_identical_to_cpu(backend, rng, codec):
+    """The E8M0 scale's clamped and largest codes, all-zero blocks, fp32 subnormals and
+    NaN / Inf: the MX kernels give the CPU's bytes and values."""
+    n = 32 * 40 + 7
+    x = rng.standard_normal(n) * np.repeat(10.0 ** rng.uniform(-44, 37, 41), 32)[:n]
+    x[64:96] = 0.0
+    x[[5, 99, 100, 700]] = [np.nan, np.inf, -np.inf, np.nan]
+    x = np.clip(x, -3.4e38, 3.4e38).astype(np.float32)
+    c, want = cpu_encode(codec, x)
+    src, dst = DeviceBuffer.of(x), DeviceBuffer(want.size)
+    backend.encode(c, src.ptr, "float32", n, 1.0, dst.ptr, 0, 0, 0, 0)
+    backend.synchronize()
+    assert np.array_equal(dst.bytes(want.size), want)
+    ref = np.empty(n, np.float32)
+    _core.decode(c, host_ptr(want), n, host_ptr(ref), "float32")
+    out = DeviceBuffer(ref.nbytes)
+    backend.decode(c, dst.ptr, n, out.ptr, "float32")
+    backend.synchronize()
+    assert same_bits([out.download(ref), ref])
+
+
+@gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_load_accumulate_and_finalize_bit_identical_to_cpu(backend, rng, dtype):
     for n in (1, 7, 8, 9, 1000, 65543):
@@ -206,7 +229,7 @@ ALGO_CASES = [(algo, ranks) for algo in ("ring", "two_shot", "tree", "one_shot")
 @gpu
 @pytest.mark.parametrize("algo,ranks", ALGO_CASES)
 @pytest.mark.parametrize("codec", ["none", "bf16", "fp8_e4m3:g32", "taco:g64", "hint8",
-                                   "nvfp4", "hint4:sr", "fp8_e5m2:g128:sr"])
+                                   "nvfp4", "hint4:sr", "fp8_e5m2:g128:sr", "mxfp8", "mxfp4"])
 def test_loopback_allreduce_matches_host(rng, algo, ranks, codec):
     for dtype, n, op in (("float32", 10007, "sum"), ("bfloat16", 3001, "avg"), ("float16", 517, "sum")):
         parts = gaussian_parts(rng, ranks, n, dtype)

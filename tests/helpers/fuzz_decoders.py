@@ -37,6 +37,8 @@ FAMILY_SPECS = {
     "hint8": ["hint8", "hint8:g32:h128:s16", "hint8:g8:h16:s32:rs", "hint8:g128:h1024:s8"],
     "nvfp4": ["nvfp4", "hnvfp4:g16:h64:rs"],
     "hint4": ["hint4", "hint4:g32:h64:s16:rs"],
+    "mxfp8": ["mxfp8", "mxfp8_e5m2"],
+    "mxfp4": ["mxfp4"],
 }
 DTYPES = ["float32", "bfloat16", "float16"]
 HB = _core.MESSAGE_HEADER_BYTES

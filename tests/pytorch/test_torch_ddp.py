@@ -15,7 +15,7 @@ from helpers.torch_helpers import Bucket, check_reduced, rank_tensor, same_bits 
 N = 4
 
 
-@pytest.mark.parametrize("codec", ["none", "hint8", "fp8_e4m3:g128"])
+@pytest.mark.parametrize("codec", ["none", "hint8", "fp8_e4m3:g128", "mxfp8", "mxfp4"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("async_op", [None, False])
 def test_hook_averages_buckets(codec, dtype, async_op):

@@ -8,7 +8,8 @@
 ///
 /// Formats: each family documents its format at its type, in its folder
 /// cuda/src/codecs/<family>/ (raw/raw.h: none, bf16, fp16; fp8/group_codec.h: fp8_e4m3:gG,
-/// fp8_e5m2:gG; taco/taco.h; hint8/hint8.h; nvfp4/nvfp4.cc; hint4/hint4.cc): bit layout,
+/// fp8_e5m2:gG; taco/taco.h; hint8/hint8.h; nvfp4/nvfp4.cc; hint4/hint4.cc; mxfp8/mxfp8.h:
+/// mxfp8, mxfp8_e5m2; mxfp4/mxfp4.h): bit layout,
 /// rounding, scales, exact size, error bound and NaN policy.
 ///
 /// Non-finite policy, every codec: NaN stays NaN in its own element, and no NaN or Inf ever

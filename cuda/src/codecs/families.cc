@@ -11,7 +11,9 @@ namespace ccompress {
   X(kTacoFamily)             \
   X(kHint8Family)            \
   X(kNvfp4Family)            \
-  X(kHint4Family)
+  X(kHint4Family)            \
+  X(kMxfp8Family)            \
+  X(kMxfp4Family)
 
 #define CC_DECLARE_FAMILY(f) extern const CodecFamily f;
 CC_CODEC_FAMILIES(CC_DECLARE_FAMILY)

@@ -2,13 +2,13 @@
 // size, host loops and the registry entry.
 #include <algorithm>
 #include <cmath>
-#include <array>
 #include <cstring>
 #include <string>
 #include <type_traits>
 
 #include "ccompress/error.h"
 #include "codecs/fp8/fp8.h"
+#include "codecs/fp8/fp8_lut.h"
 #include "codecs/fp8/group_codec.h"
 #include "codecs/registry.h"
 #include "codecs/stochastic.h"
@@ -22,6 +22,7 @@ namespace {
 
 using codecs::Fp8E4M3;
 using codecs::Fp8E5M2;
+using codecs::fp8_lut;
 using cpu::kBlock;
 
 constexpr int32_t kDefaultGroup = 128;
@@ -63,17 +64,6 @@ inline void with_fp8_format(const Codec& c, Fn fn) {
   } else {
     fn(Fp8E5M2{});
   }
-}
-
-// Built from codecs::fp8_to_float itself, so it is that function, tabulated.
-template <class F>
-const float* fp8_lut() {
-  static const std::array<float, 256> lut = [] {
-    std::array<float, 256> t{};
-    for (int i = 0; i < 256; ++i) t[i] = codecs::fp8_to_float<F>(static_cast<uint8_t>(i));
-    return t;
-  }();
-  return lut.data();
 }
 
 float load_scale(const void* wire, int64_t n, int64_t g) {
