@@ -6,6 +6,7 @@
 #include "cpu/host_loops.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/nonfinite.h"
+#include "cpu/simd_avx2.h"
 
 namespace ccompress {
 namespace {
@@ -34,15 +35,6 @@ void finalize_any_body(const float* acc, int64_t n, float divisor, void* out,
   });
 }
 
-int64_t feedback_residual_any_body(const float* v, const float* decoded, int64_t n,
-                                   float* residual) {
-  CC_CHECK(n >= 0, "element count " << n << " is negative");
-  int64_t dropped = 0;
-  for (int64_t i = 0; i < n; ++i)
-    dropped += codecs::feedback_residual_of(v[i], decoded[i], residual + i) ? 1 : 0;
-  return dropped;
-}
-
 // The entry points, each compiled for the baseline and for AVX2 (isa_dispatch.h).
 CC_CPU_DISPATCH(void, load_accumulate_any,
                 (const void* src, DType src_dtype, int64_t n, float* acc, bool assign),
@@ -50,9 +42,6 @@ CC_CPU_DISPATCH(void, load_accumulate_any,
 CC_CPU_DISPATCH(void, finalize_any,
                 (const float* acc, int64_t n, float divisor, void* out, DType out_dtype),
                 (acc, n, divisor, out, out_dtype))
-CC_CPU_DISPATCH(int64_t, feedback_residual_any,
-                (const float* v, const float* decoded, int64_t n, float* residual),
-                (v, decoded, n, residual))
 
 }  // namespace
 
@@ -94,7 +83,15 @@ bool CpuBackend::count_nonfinite(const void* src, DType t, int64_t n, int64_t* c
 
 void CpuBackend::feedback_residual(const float* v, const float* decoded, int64_t n,
                                    float* residual, int64_t* count) {
-  *count += feedback_residual_any(v, decoded, n, residual);
+  CC_CHECK(n >= 0, "element count " << n << " is negative");
+#ifdef CC_HAVE_SIMD_AVX2
+  if (cpu_use_avx2()) {  // the scalar loop's branches made it the slowest pass of a call
+    *count += cpu::feedback_residual_avx2(v, decoded, n, residual);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i)
+    *count += codecs::feedback_residual_of(v[i], decoded[i], residual + i) ? 1 : 0;
 }
 
 CpuBackend& cpu_backend() {

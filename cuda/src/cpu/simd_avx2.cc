@@ -5,6 +5,7 @@
 
 #ifdef CC_HAVE_SIMD_AVX2
 
+#include "codecs/feedback.h"
 #include "cpu/simd_avx2_inl.h"
 
 namespace ccompress::cpu {
@@ -96,6 +97,23 @@ CC_AVX2 void sr_uniforms_avx2(uint64_t prefix, int64_t index, int64_t n, float* 
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(u + i, noise.next());
   for (; i < n; ++i) u[i] = codecs::sr_uniform_at(prefix, index + i);
+}
+
+CC_AVX2 int64_t feedback_residual_avx2(const float* v, const float* decoded, int64_t n,
+                                       float* residual) {
+  const __m256i inf = _mm256_set1_epi32(int32_t(codecs::kF32InfBits));
+  int64_t dropped = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(decoded + i);
+    const __m256 d = _mm256_sub_ps(a, b);  // add_rn(v, -decoded): the same IEEE difference
+    const __m256i finite = _mm256_and_si256(
+        _mm256_and_si256(_mm256_cmpgt_epi32(inf, abs_bits(a)), _mm256_cmpgt_epi32(inf, abs_bits(b))),
+        _mm256_cmpgt_epi32(inf, abs_bits(d)));
+    _mm256_storeu_ps(residual + i, _mm256_and_ps(d, _mm256_castsi256_ps(finite)));
+    dropped += 8 - __builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(finite)));
+  }
+  for (; i < n; ++i) dropped += codecs::feedback_residual_of(v[i], decoded[i], residual + i) ? 1 : 0;
+  return dropped;
 }
 
 CC_AVX2 float taco_sum_sq_avx2(const float* x, int32_t len) {

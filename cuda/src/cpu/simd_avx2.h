@@ -47,6 +47,10 @@ int32_t finite_abs_max_avx2(const float* v, int64_t n);
 void group_abs_max_avx2(const float* v, int32_t len, int32_t g, int32_t* amax);
 /// u[i] = codecs::sr_uniform_at(prefix, index + i) for 0 <= i < n.
 void sr_uniforms_avx2(uint64_t prefix, int64_t index, int64_t n, float* u);
+/// codecs::feedback_residual_of(v[i], decoded[i], residual + i) for 0 <= i < n; returns how
+/// many of them set the residual to 0 (a NaN or Inf among v, decoded and their difference).
+int64_t feedback_residual_avx2(const float* v, const float* decoded, int64_t n,
+                               float* residual);
 
 /// codecs::taco_sum_sq(x, len) for len a multiple of 32 (its 32 lanes in four registers).
 float taco_sum_sq_avx2(const float* x, int32_t len);
