@@ -63,9 +63,11 @@ ROWS: Dict[str, tuple] = {
     "compute": ("compute", None, {}),
     "hint8": ("ddp", {"codec": "hint8", **_EF}, {}),
     "fp8": ("ddp", {"codec": "fp8_e4m3:g128", **_EF}, {}),
-    "nvfp4": ("ddp", {"codec": "nvfp4:sr", **_EF}, {}),
+    "nvfp4": ("ddp", {"codec": "nvfp4", **_EF}, {}),
+    "nvfp4-sr": ("ddp", {"codec": "nvfp4:sr", **_EF}, {}),
     "hnvfp4": ("ddp", {"codec": "hnvfp4:g16", **_EF}, {}),
     "hint4": ("ddp", {"codec": "hint4:g16", **_EF}, {}),
+    "mxfp4": ("ddp", {"codec": "mxfp4", **_EF}, {}),
     "auto": ("ddp", {"codec": "auto", **_EF}, {}),
     "bf16": ("ddp", {"codec": "bf16"}, {}),
     "hier-hint8": ("ddp", {"codec": "hint8", "algo": "hier", **_EF}, {}),
@@ -74,10 +76,10 @@ ROWS: Dict[str, tuple] = {
     "fsdp-hint8": ("fsdp", {"codec": "hint8", **_EF}, {}),
     "fsdp-hint8-ag": ("fsdp", {"codec": "hint8", "all_gather": "fp8_e4m3:g128", **_EF}, {}),
     "hook-hint8": ("hook", None, {"codec": "hint8"}),
-    "gift": ("hook", None, {"codec": "nvfp4:sr", "gift": 32}),
+    "gift": ("hook", None, {"codec": "nvfp4", "gift": 32}),
     "tsr": ("tsr", None, {"tsr_rank": 32}),
 }
-DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,auto,fsdp-gloo,fsdp-hint8,hook-hint8"
+DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,hint4,auto,fsdp-gloo,fsdp-hint8,fsdp-hint8-ag,hook-hint8"
 
 
 # ------------------------------------------------------------------ the worker (one rank)
