@@ -131,7 +131,7 @@ class BackendOptions:
             min_numel=int(min_numel))
         if out.algo not in ALGOS:
             raise InvalidArgument(f"unknown algo {out.algo!r}; use one of {', '.join(ALGOS)}")
-        if out.error_feedback and out.algo in ("ring", "tree"):
+        if out.error_feedback and out.algo in ("ring", "tree", "hier"):
             raise Unsupported(f"error feedback needs the two_shot, one_shot or auto schedule, "
                               f"not {out.algo!r}; choose another algo (algo= or CCOMPRESS_ALGO) "
                               "or turn it off (error_feedback= or CCOMPRESS_ERROR_FEEDBACK=0)")

@@ -35,7 +35,7 @@ from .. import _core
 from .._internal import topology as _topology
 from .._internal.errors import CCompressError, InvalidArgument, MismatchError
 from ..communicator import Communicator
-from . import _engagement, _p2p
+from . import _common, _engagement, _p2p
 from ._backend_state import AUTO, AUTO_CANDIDATE, BackendOptions, BackwardFeedback
 
 NAME = "ccompress"
@@ -45,18 +45,18 @@ _COMPRESSIBLE_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg"}
 
 class _Work(dist._Work):
     """A compressed collective in flight: ``wait()`` re-raises its error, ``get_future()``
-    is completed with the output tensors."""
+    is completed with the output tensors, or failed with the error (_common.Outcome)."""
 
-    def __init__(self, future: torch.futures.Future) -> None:
+    def __init__(self, outcome: _common.Outcome) -> None:
         super().__init__()
-        self._future = future
+        self._outcome = outcome
 
     def wait(self, timeout: Any = None) -> bool:
-        self._future.wait()
+        self._outcome.wait()
         return True
 
     def get_future(self) -> torch.futures.Future:
-        return self._future
+        return self._outcome.future
 
 
 def _inner_group(store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
@@ -489,7 +489,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         is kept); the Work completes with ``outputs``, after ``finish()`` (the write-back
         of a non-contiguous output)."""
         self._check_usable()
-        fut: torch.futures.Future = torch.futures.Future()
+        out = _common.Outcome()
         try:
             work = call(_Async(self.communicator()))
         except Exception as e:  # bad arguments, or a communicator that cannot run: raise
@@ -510,12 +510,12 @@ class CompressedProcessGroup(dist.ProcessGroup):
             except Exception as e:  # noqa: BLE001 - handed to torch through the future
                 if not self._comm.usable:  # a lost peer or a timeout, not a MismatchError
                     self._fail(e)
-                fut.set_exception(e)
+                out.set_exception(e)
             else:
-                fut.set_result(outputs)
+                out.set_result(outputs)
 
         work.add_done_callback(done)
-        return _Work(fut)
+        return _Work(out)
 
     def _delegate(self, call: Callable[[], dist._Work]) -> dist._Work:
         """The inner group's Work; a failure it reports later makes this group refuse

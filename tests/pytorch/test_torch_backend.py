@@ -1,7 +1,8 @@
 """The ``ccompress`` torch.distributed backend under torchrun (CPU, gloo inside, 2-4
 processes): every op (tests/helpers/torch_backend/ops.py), DDP gradient parity with and without the
 hook (parity.py), unmodified DDP and FSDP2 training configured from the environment
-(train.py), GIFT on FSDP2 (gift_fsdp.py), and a stopped peer (peer_loss.py)."""
+(train.py), GIFT on FSDP2 (gift_fsdp.py), a stopped peer (peer_loss.py) and a failed
+collective under DDP (ddp_failure.py)."""
 import json
 import os
 import subprocess
@@ -122,6 +123,14 @@ def test_gift_on_fsdp2():
     out = torchrun("gift_fsdp.py", 2)
     for what in ("errors", "bound", "parity", "state", "checkpoint errors"):
         assert out.count(f"OK gift fsdp {what} rank") == 2, out[-4000:]
+
+
+@pytest.mark.parametrize("how", ["backend", "hook"])
+def test_failed_collective_raises_from_backward(how):
+    """A compressed all-reduce that fails under DDP raises from loss.backward() on every rank
+    (it crashed the process when DDP read the failed future in C++)."""
+    out = torchrun("ddp_failure.py", 2, how, timeout=120)
+    assert out.count(f"OK failure {how} rank") == 2, out[-4000:]
 
 
 @pytest.mark.parametrize("kind", ["compressed", "delegated"])

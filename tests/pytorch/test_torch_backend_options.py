@@ -42,6 +42,7 @@ def test_environment_and_fields(monkeypatch):
     (dict(all_reduce="auto8"), cc.Unsupported),
     (dict(algo="butterfly"), cc.InvalidArgument),
     (dict(all_reduce="hint8", algo="ring", error_feedback=True), cc.Unsupported),
+    (dict(all_reduce="hint8", algo="hier", error_feedback=True), cc.Unsupported),
     (dict(min_numel=-1), cc.InvalidArgument),
 ])
 def test_bad_options_raise_typed_errors(kw, err):
