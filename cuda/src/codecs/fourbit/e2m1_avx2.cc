@@ -65,6 +65,51 @@ __attribute__((target("avx2"))) inline __m256i quantize8(__m256 x, float d) {
   return kInt4 ? quantize8_int4(x, d) : quantize8_e2m1(x, d);
 }
 
+// Nibbles of 8 elements as codecs::fourbit_quantize<E2M1 or Int4>(x, d, true, u): v = x / d
+// (0 when d is 0), then Q::quantize_sr(v, u) lane by lane (the same IEEE multiplies, adds and
+// floors, the selects on the bits), kNibbleNaN for non-finite x.
+template <bool kInt4>
+__attribute__((target("avx2"))) inline __m256i quantize8_sr(__m256 x, float d, __m256 u) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000),
+                                            _mm256_and_si256(_mm256_castps_si256(x), abs_mask));
+  const __m256 v = d > 0.0f ? _mm256_div_ps(x, _mm256_set1_ps(d)) : _mm256_setzero_ps();
+  const __m256i ab = _mm256_and_si256(_mm256_castps_si256(v), abs_mask);
+  const __m256i neg = _mm256_srai_epi32(_mm256_castps_si256(v), 31);
+  __m256i q;
+  if (kInt4) {  // Int4::quantize_sr: floor(min(|v|, 7) + u), at most 7, two's complement
+    const __m256 a = _mm256_castsi256_ps(_mm256_min_epu32(ab, _mm256_set1_epi32(0x40E00000)));
+    const __m256i m = _mm256_min_epi32(
+        _mm256_cvttps_epi32(_mm256_floor_ps(_mm256_add_ps(a, u))), _mm256_set1_epi32(7));
+    q = _mm256_blendv_epi8(
+        m, _mm256_and_si256(_mm256_sub_epi32(_mm256_set1_epi32(16), m), _mm256_set1_epi32(15)),
+        neg);
+  } else {  // E2M1::quantize_sr: floor(|v| / step + u) * step on the binade's uniform grid
+    const __m256i lt2 = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x40000000), ab);  // 2.0f
+    const __m256i lt4 = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x40800000), ab);  // 4.0f
+    const __m256 step = _mm256_castsi256_ps(_mm256_blendv_epi8(
+        _mm256_blendv_epi8(_mm256_set1_epi32(0x40000000), _mm256_set1_epi32(0x3F800000), lt4),
+        _mm256_set1_epi32(0x3F000000), lt2));
+    const __m256 inv = _mm256_castsi256_ps(_mm256_blendv_epi8(
+        _mm256_blendv_epi8(_mm256_set1_epi32(0x3F000000), _mm256_set1_epi32(0x3F800000), lt4),
+        _mm256_set1_epi32(0x40000000), lt2));
+    const __m256 t = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_castsi256_ps(ab), inv), u));
+    const __m256 a = _mm256_castsi256_ps(_mm256_min_epu32(
+        _mm256_castps_si256(_mm256_mul_ps(t, step)), _mm256_set1_epi32(0x40C00000)));  // 6
+    __m256i m = _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_GT_OQ));
+    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.75f), _CMP_GE_OQ)));
+    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.25f), _CMP_GT_OQ)));
+    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.75f), _CMP_GE_OQ)));
+    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(2.5f), _CMP_GT_OQ)));
+    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(3.5f), _CMP_GE_OQ)));
+    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(5.0f), _CMP_GT_OQ)));
+    m = _mm256_sub_epi32(_mm256_setzero_si256(), m);
+    const __m256i nonzero = _mm256_cmpgt_epi32(m, _mm256_setzero_si256());
+    q = _mm256_or_si256(m, _mm256_and_si256(_mm256_and_si256(neg, _mm256_set1_epi32(8)), nonzero));
+  }
+  return _mm256_blendv_epi8(_mm256_set1_epi32(codecs::kNibbleNaN), q, finite);
+}
+
 // Values of 8 nibbles (the low 8 bytes of q8, one nibble each) times d, as
 // codecs::fourbit_dequantize<E2M1>: the magnitude of codes 0..7, bit 3 the sign, and
 // kNibbleNaN alone NaN.
@@ -581,6 +626,16 @@ __attribute__((target("avx2"))) void fourbit_decode_groups_avx2(bool int4, const
                                                                 int32_t h, bool rs) {
   if (int4) return decode_groups<true>(codes, scales, ngroups, s, h == 16, rs, accumulate, out);
   decode_groups<false>(codes, scales, ngroups, s, h == 16, rs, accumulate, out);
+}
+
+__attribute__((target("avx2"))) void fourbit_quantize16_sr_avx2(bool int4, const float* y,
+                                                                float d, const float* u,
+                                                                uint8_t* nib) {
+  for (int h = 0; h < 2; ++h) {
+    const __m256 x = _mm256_loadu_ps(y + 8 * h), uh = _mm256_loadu_ps(u + 8 * h);
+    const __m256i q = int4 ? quantize8_sr<true>(x, d, uh) : quantize8_sr<false>(x, d, uh);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(nib + 8 * h), cpu::avx2::pack8_epu8(q));
+  }
 }
 
 }  // namespace ccompress::cpu4

@@ -45,6 +45,11 @@ void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes, const uint8_t* 
                                 int64_t ngroups, float s, float* out, bool accumulate = false,
                                 int32_t h = 0, bool rs = false);
 
+/// Stochastic rounding of one group of 16: nib[i] = codecs::fourbit_quantize<Q>(y[i], d, true,
+/// u[i]) for i < 16, Q E2M1 (NVFP4) or Int4 (hint4) when @p int4.
+void fourbit_quantize16_sr_avx2(bool int4, const float* y, float d, const float* u,
+                                uint8_t* nib);
+
 /// Whether fourbit_decode_groups_avx2 un-rotates rotation blocks of h itself.
 inline bool fourbit_decode_rotates(int32_t h) { return h == 16; }
 

@@ -31,17 +31,20 @@ inline float* coef_scratch(int64_t n) {
   return buf.data();
 }
 
-// Full groups that e2m1_avx2.h encodes or decodes (NVFP4, round to nearest, on an AVX2 CPU);
-// fourbit_cpu's loops do the rest of the run.
+// Full groups that e2m1_avx2.h encodes (round to nearest) or decodes (either rounding: the
+// wire format is the same) on an AVX2 CPU: 16-element groups with E4M3 scales; fourbit_cpu's
+// loops do the rest of the run.
 template <class Q>
-inline int64_t avx2_groups(int64_t n, const Codec& c) {
+inline int64_t avx2_groups(int64_t n, const Codec& c, bool encode) {
 #ifdef CC_HAVE_E2M1_AVX2
-  if ((std::is_same_v<Q, codecs::E2M1> || std::is_same_v<Q, codecs::Int4>) && !c.stochastic &&
-      c.group == codecs::kNvfp4Block && c.scale_bits == 8 && cpu_use_avx2())
+  if ((std::is_same_v<Q, codecs::E2M1> || std::is_same_v<Q, codecs::Int4>) &&
+      !(encode && c.stochastic) && c.group == codecs::kNvfp4Block && c.scale_bits == 8 &&
+      cpu_use_avx2())
     return n / codecs::kNvfp4Block;
 #endif
   (void)n;
   (void)c;
+  (void)encode;
   return 0;
 }
 
@@ -178,7 +181,7 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   const bool sr = c.stochastic;
   const float* y = x;
   float* buf = c.rotation > 0 ? coef_scratch(n) : nullptr;
-  int64_t k = avx2_groups<Q>(n, c);
+  int64_t k = avx2_groups<Q>(n, c, true);
   int32_t amax = 0;
 #ifdef CC_HAVE_E2M1_AVX2
   int64_t kc = 0;  // groups 0..kc-1 of y are columns (e2m1_avx2.h)
@@ -214,14 +217,14 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
     }
   }
   // Without the AVX2 kernels (the baseline copy; group sizes and scale widths e2m1_avx2.h does
-  // not take), the whole groups of a round-to-nearest run go through encode_groups_rn, their
-  // maxima found in the pass that finds the run's.
-  const int64_t kr = k == 0 && !sr ? n / g : 0;
-  thread_local std::vector<int32_t> rn_amax;
+  // not take; stochastic rounding), the maxima of the whole groups are found in the pass that
+  // finds the run's, and a round-to-nearest run's whole groups go through encode_groups_rn.
+  const int64_t kr = k == 0 ? n / g : 0;
+  thread_local std::vector<int32_t> whole_amax;
   if (kr > 0) {
-    rn_amax.resize(static_cast<size_t>(kr));
+    whole_amax.resize(static_cast<size_t>(kr));
     with_group_size(g, [&](auto G) {
-      amax = cpu::group_maxima<decltype(G)::value, true>(y, kr, rn_amax.data());
+      amax = cpu::group_maxima<decltype(G)::value, true>(y, kr, whole_amax.data());
     });
     amax = std::max(amax, cpu::finite_abs_max_host(y + kr * g, n - kr * g));
   } else if (k == 0) {
@@ -230,7 +233,6 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
   const float s = codecs::fourbit_run_scale(amax, Q::kQMax, sbits);
   const codecs::FourBitLayout lay = codecs::fourbit_layout(n, g, sb);
   uint8_t nib[1024];  // one group's nibbles (g <= 256 for these codecs)
-  float u[1024];      // and its stochastic rounding draws
   const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
 #ifdef CC_HAVE_E2M1_AVX2
   constexpr bool int4 = std::is_same_v<Q, codecs::Int4>;
@@ -244,23 +246,45 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
                                kc > 0 ? nullptr : next.x, kc > 0 ? 0 : next.n, false);
   }
 #endif
-  if (kr > 0) {
+  if (kr > 0 && !sr) {
     with_group_size(g, [&](auto G) {
-      encode_groups_rn<Q, decltype(G)::value>(y, kr, rn_amax.data(), s, sbits, dst,
+      encode_groups_rn<Q, decltype(G)::value>(y, kr, whole_amax.data(), s, sbits, dst,
                                               dst + lay.scales);
     });
     k = kr;
   }
+  // Stochastic rounding: the draws of the rest of the run in one call (per group, setting up
+  // the counter hash cost more than the quantization), groups of 16 coded with AVX2.
+  thread_local std::vector<float> draws;
+  const int64_t first = k * g;
+  if (sr && first < n) {
+    draws.resize(static_cast<size_t>(n - first));
+    cpu::sr_uniforms_host(prefix, ctx.index + first, n - first, draws.data());
+  }
+#ifdef CC_HAVE_E2M1_AVX2
+  const bool sr16 = sr && g == 16 && cpu_use_avx2() &&
+                    (std::is_same_v<Q, codecs::E2M1> || std::is_same_v<Q, codecs::Int4>);
+#else
+  const bool sr16 = false;
+#endif
   for (int64_t off = k * g; off < n; ++k, off += g) {
     const int64_t len = std::min<int64_t>(g, n - off);
     const float* v = y + off;
-    const int32_t ga = cpu::finite_abs_max_host(v, len);
+    const int32_t ga = k < kr ? whole_amax[k] : cpu::finite_abs_max_host(v, len);
     uint32_t code = codecs::encode_group_scale(ga, Q::kQMax, s, sbits, sr);
     const float d = codecs::group_step(code, s, sbits);
     for (int64_t i = 0; i < sb; ++i) dst[lay.scales + k * sb + i] = uint8_t(code >> (8 * i));
     if (sr) {
-      cpu::sr_uniforms_host(prefix, ctx.index + off, len, u);
-      for (int64_t i = 0; i < len; ++i) nib[i] = codecs::fourbit_quantize<Q>(v[i], d, true, u[i]);
+      const float* u = draws.data() + (off - first);
+#ifdef CC_HAVE_E2M1_AVX2
+      if (sr16 && len == 16) {
+        cpu4::fourbit_quantize16_sr_avx2(std::is_same_v<Q, codecs::Int4>, v, d, u, nib);
+      } else
+#endif
+      {
+        for (int64_t i = 0; i < len; ++i)
+          nib[i] = codecs::fourbit_quantize<Q>(v[i], d, true, u[i]);
+      }
     } else {
       for (int64_t i = 0; i < len; ++i) nib[i] = codecs::fourbit_quantize<Q>(v[i], d, false, 0.f);
     }
@@ -284,7 +308,7 @@ void decode_run(const uint8_t* src, int64_t n, const Codec& c, float* out, bool 
   // Dequantized nibble values, tabulated from Q::dequantize itself.
   float lut[16];
   for (int i = 0; i < 16; ++i) lut[i] = Q::dequantize(static_cast<uint8_t>(i));
-  int64_t k = avx2_groups<Q>(n, c);
+  int64_t k = avx2_groups<Q>(n, c, false);
   int64_t done = 0;  // dst[0, done) is final: decoded, un-rotated and accumulated in one pass
 #ifdef CC_HAVE_E2M1_AVX2
   if (k > 0) {
