@@ -17,6 +17,9 @@ every row alike. Each row reports:
 
 - the median step time after ``--warmup`` steps (the slowest rank's, a barrier before each
   step) and its speedup over the gloo row of the same rate (FSDP2 rows: over ``fsdp-gloo``);
+- ``ideal``: the step with no overlap, the ``compute`` row's step plus the row's bytes per
+  step at the link rate (the ring's bytes for gloo), beside which a slower row has overhead to
+  find; with communication hidden behind backward a row can beat it;
 - ``comm``: the share of the step spent on communication, 1 - compute / step, where compute is
   the ``compute`` row's step: the same model and launch with DDP's ``no_sync`` (nothing sent);
   that is also the ideal step with communication fully hidden behind backward;
@@ -400,8 +403,8 @@ def bytes_per_step(name: str, r: dict) -> float:
 
 
 def table(rows: List[Dict[str, Any]]) -> List[str]:
-    lines = ["| link | row | codec | step (ms) | vs gloo | comm | MB/step/rank | loss | vs gloo "
-             "| replicas identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| link | row | codec | step (ms) | vs gloo | ideal (ms) | comm | MB/step/rank | loss "
+             "| vs gloo | replicas identical |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for rate in dict.fromkeys(r["rate"] for r in rows):
         at = [r for r in rows if r["rate"] == rate]
         compute = next((r["step_s"] for r in at if r["row"] == "compute"), None)
@@ -412,9 +415,14 @@ def table(rows: List[Dict[str, Any]]) -> List[str]:
             speed = f"{b['step_s'] / r['step_s']:.2f}x" if b else "-"
             comm = f"{max(0.0, 1 - compute / r['step_s']):.0%}" if compute else "-"
             dl = f"{100 * (r['loss'] / b['loss'] - 1):+.2f}%" if b and r["row"] != "compute" else "-"
+            # the step with no overlap: compute, then this row's bytes on the link (not for
+            # hier, whose count includes the bytes that stay inside a node)
+            wire = r["bytes_per_step"] * 8 / (rate * 1e9) if rate else 0.0
+            ideal = (f"{1e3 * (compute + wire):.0f}" if compute and r["row"] != "compute"
+                     and not r["row"].startswith("hier") else "-")
             lines.append(
                 f"| {rate or 'unlimited'}{' Gbit/s' if rate else ''} | {r['row']} | "
-                f"{r['codec']} | {1e3 * r['step_s']:.0f} | {speed} | {comm} | "
+                f"{r['codec']} | {1e3 * r['step_s']:.0f} | {speed} | {ideal} | {comm} | "
                 f"{r['bytes_per_step'] / 1e6:.1f} | {r['loss']:.4f} | {dl} | "
                 f"{'-' if r['row'] == 'compute' else 'yes' if r['replicas_identical'] else 'NO'} |")
     return lines
