@@ -40,7 +40,8 @@ Rows (``--rows``, comma separated; ``--list-rows`` prints them): ``gloo`` (DDP, 
 ``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*`` (FSDP2 on
 gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
 (the hook with GIFT) and ``tsr`` (TSR-Adam). Writes ``<out>/e2e.json``, ``<out>/e2e.md`` and
-``<out>/e2e.png`` (step time against link rate). Needs root, iproute2 and the .venv of
+``<out>/e2e.png`` (step time against link rate); ``python -m perf.bench.train_e2e report
+<out>/e2e.json`` writes the last two again from the first. Needs root, iproute2 and the .venv of
 scripts/setup.sh. Removes the namespaces and qdiscs it made, and only addresses those.
 ``--bucket-mb`` sets DDP's ``bucket_cap_mb`` for every DDP row alike, gloo's included
 (default: DDP's 25 MB).
@@ -402,29 +403,65 @@ def bytes_per_step(name: str, r: dict) -> float:
     return r["ccompress_bytes_per_step"]
 
 
+def derived(rows: List[Dict[str, Any]]) -> List[Dict[str, str]]:
+    """Each row's figures as the tables print them: step, speed over gloo (FSDP2 rows: over
+    fsdp-gloo) of the same rate, ideal, comm, loss against gloo's."""
+    out = []
+    for r in rows:
+        at = [x for x in rows if x["rate"] == r["rate"]]
+        compute = next((x["step_s"] for x in at if x["row"] == "compute"), None)
+        base = next((x for x in at if x["row"] == "gloo"), None)
+        b = next((x for x in at if x["row"] == "fsdp-gloo"), base) if r["mode"] == "fsdp" else base
+        # the step with no overlap: compute, then this row's bytes on the link (not for
+        # hier, whose count includes the bytes that stay inside a node)
+        wire = r["bytes_per_step"] * 8 / (r["rate"] * 1e9) if r["rate"] else 0.0
+        plain = r["row"] != "compute"
+        out.append({
+            "step": f"{1e3 * r['step_s']:.0f}",
+            "speed": f"{b['step_s'] / r['step_s']:.2f}x" if b else "-",
+            "ideal": (f"{1e3 * (compute + wire):.0f}" if compute and plain
+                      and not r["row"].startswith("hier") else "-"),
+            "comm": f"{max(0.0, 1 - compute / r['step_s']):.0%}" if compute else "-",
+            "dloss": f"{100 * (r['loss'] / b['loss'] - 1):+.2f}%" if b and plain else "-",
+            "same": "-" if not plain else "yes" if r["replicas_identical"] else "NO"})
+    return out
+
+
+def rate_name(rate: Optional[float]) -> str:
+    return f"{rate:g} Gbit/s" if rate else "unlimited"
+
+
 def table(rows: List[Dict[str, Any]]) -> List[str]:
+    """One line per row and rate."""
     lines = ["| link | row | codec | step (ms) | vs gloo | ideal (ms) | comm | MB/step/rank | loss "
              "| vs gloo | replicas identical |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for rate in dict.fromkeys(r["rate"] for r in rows):
-        at = [r for r in rows if r["rate"] == rate]
-        compute = next((r["step_s"] for r in at if r["row"] == "compute"), None)
-        base = next((r for r in at if r["row"] == ("gloo")), None)
-        fbase = next((r for r in at if r["row"] == "fsdp-gloo"), base)
-        for r in at:
-            b = fbase if r["mode"] == "fsdp" else base
-            speed = f"{b['step_s'] / r['step_s']:.2f}x" if b else "-"
-            comm = f"{max(0.0, 1 - compute / r['step_s']):.0%}" if compute else "-"
-            dl = f"{100 * (r['loss'] / b['loss'] - 1):+.2f}%" if b and r["row"] != "compute" else "-"
-            # the step with no overlap: compute, then this row's bytes on the link (not for
-            # hier, whose count includes the bytes that stay inside a node)
-            wire = r["bytes_per_step"] * 8 / (rate * 1e9) if rate else 0.0
-            ideal = (f"{1e3 * (compute + wire):.0f}" if compute and r["row"] != "compute"
-                     and not r["row"].startswith("hier") else "-")
-            lines.append(
-                f"| {rate or 'unlimited'}{' Gbit/s' if rate else ''} | {r['row']} | "
-                f"{r['codec']} | {1e3 * r['step_s']:.0f} | {speed} | {ideal} | {comm} | "
-                f"{r['bytes_per_step'] / 1e6:.1f} | {r['loss']:.4f} | {dl} | "
-                f"{'-' if r['row'] == 'compute' else 'yes' if r['replicas_identical'] else 'NO'} |")
+    for r, d in zip(rows, derived(rows)):
+        lines.append(f"| {rate_name(r['rate'])} | {r['row']} | {r['codec']} | {d['step']} | "
+                     f"{d['speed']} | {d['ideal']} | {d['comm']} | "
+                     f"{r['bytes_per_step'] / 1e6:.1f} | {r['loss']:.4f} | {d['dloss']} | "
+                     f"{d['same']} |")
+    return lines
+
+
+def wide_table(rows: List[Dict[str, Any]]) -> List[str]:
+    """One line per row: its step (speed over gloo) at every rate; ideal and comm at the
+    first rate; bytes, loss and replicas of the first rate's run."""
+    rates = list(dict.fromkeys(r["rate"] for r in rows))
+    d = derived(rows)
+    cells = {(r["row"], r["rate"]): x for r, x in zip(rows, d)}
+    first = rate_name(rates[0])
+    lines = ["| row | codec | " + " | ".join(f"{rate_name(x)}: ms (vs gloo)" for x in rates)
+             + f" | ideal at {first} | comm at {first} | MB/step/rank | loss vs gloo "
+             "| replicas identical |",
+             "|---|---|" + "---|" * len(rates) + "---|---|---|---|---|"]
+    for r, x in zip(rows, d):
+        if r["rate"] != rates[0]:
+            continue
+        steps = [cells.get((r["row"], rate)) for rate in rates]
+        lines.append(f"| {r['row']} | {r['codec']} | " + " | ".join(
+            f"{c['step']} ({c['speed']})" if c else "-" for c in steps)
+            + f" | {x['ideal']} | {x['comm']} | {r['bytes_per_step'] / 1e6:.1f} | "
+            f"{x['dloss']} | {x['same']} |")
     return lines
 
 
@@ -512,19 +549,29 @@ def main(argv=None) -> int:
                 {"args": vars(args), "tbf": TBF, "rows": rows}, indent=1))
     finally:
         net.destroy()
-    lines = table(rows)
-    head = (f"# {args.model}: {args.nodes} nodes x {args.ranks_per_node} ranks, {args.steps} steps "
-            f"({args.warmup} warm-up), seed {args.seed}, {rows[0]['parameters'] / 1e6:.2f}M "
-            f"parameters, tbf {TBF}")
-    (out / "e2e.md").write_text("\n".join([head, *lines]) + "\n")
-    print("\n".join([head, *lines]))
+    return report(out / "e2e.json")
+
+
+def report(path: Path) -> int:
+    """e2e.md (both tables) and e2e.png beside the e2e.json at ``path``; prints the tables."""
+    got = json.loads(Path(path).read_text())
+    a, rows = got["args"], got["rows"]
+    head = (f"# {a['model']}: {a['nodes']} nodes x {a['ranks_per_node']} ranks, {a['steps']} "
+            f"steps ({a['warmup']} warm-up), seed {a['seed']}, {rows[0]['parameters'] / 1e6:.2f}M "
+            f"parameters, tbf {got['tbf']}")
+    text = "\n".join([head, "", *wide_table(rows), "", *table(rows)]) + "\n"
+    out = Path(path).parent
+    (out / "e2e.md").write_text(text)
+    print(text)
     plot(rows, out / "e2e.png")
-    print(f"[e2e] wrote {out}/e2e.json, e2e.md, e2e.png")
+    print(f"[e2e] wrote {out}/e2e.md, e2e.png")
     return 0
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
         worker(sys.argv[2:])
+    elif sys.argv[1:2] == ["report"] and len(sys.argv) == 3:
+        sys.exit(report(Path(sys.argv[2])))
     else:
         sys.exit(main())
