@@ -216,55 +216,17 @@ def bucket_offsets(bucket: Any, what: str) -> List[Tuple[torch.Tensor, int]]:
     return out
 
 
-class Outcome:
-    """A result computed elsewhere, for torch: :attr:`future` completes with the value given
-    to :meth:`set_result`, or fails with the error given to :meth:`set_exception`, as C++
-    readers see it too.
-
-    ``torch.futures.Future.set_exception`` stores the exception as the future's *value* and
-    raises it only where Python reads it; DDP's reducer reads a bucket's future in C++ and
-    took that exception object for the reduced gradient (a segmentation fault in
-    ``parseCppCommHookResult``). A future made by ``then`` from a callback that raises is
-    failed for C++ and Python alike, so the error reaches ``loss.backward()`` as a
-    RuntimeError that carries its message. :meth:`wait` re-raises the error itself (its own
-    type)."""
-
-    def __init__(self, devices: Optional[List[torch.device]] = None) -> None:
-        self._source = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
-        self.future = self._source.then(_unwrap)
-
-    def set_result(self, value: Any) -> None:
-        self._source.set_result((value, None))
-
-    def set_exception(self, error: BaseException) -> None:
-        self._source.set_result((None, error))
-
-    def wait(self) -> Any:
-        value, error = self._source.wait()
-        if error is not None:
-            raise error
-        return value
-
-
-def _unwrap(fut: "torch.futures.Future") -> Any:
-    value, error = fut.value()
-    if error is not None:
-        raise error
-    return value
-
-
 def run_now(buf: torch.Tensor, body: Any) -> "torch.futures.Future[torch.Tensor]":
     """``body()`` now, in the calling thread, for a DDP hook: a Future completed with
-    ``buf`` (on ``buf``'s device for CUDA), or failed with ``body``'s error, which DDP
-    re-raises."""
-    out = Outcome([buf.device] if buf.is_cuda else None)
+    ``buf`` (on ``buf``'s device for CUDA), or with ``body``'s error, which DDP re-raises."""
+    fut = torch.futures.Future(devices=[buf.device]) if buf.is_cuda else torch.futures.Future()
     try:
         body()
     except Exception as e:  # DDP re-raises it from the future
-        out.set_exception(e)
+        fut.set_exception(e)
     else:
-        out.set_result(buf)
-    return out.future
+        fut.set_result(buf)
+    return fut
 
 
 def allreduce(comm: Communicator, x: torch.Tensor, out: Optional[torch.Tensor] = None,

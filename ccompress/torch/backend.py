@@ -35,7 +35,7 @@ from .. import _core
 from .._internal import topology as _topology
 from .._internal.errors import CCompressError, InvalidArgument, MismatchError
 from ..communicator import Communicator
-from . import _common, _engagement, _p2p
+from . import _engagement, _p2p
 from ._backend_state import AUTO, AUTO_CANDIDATE, BackendOptions, BackwardFeedback
 
 NAME = "ccompress"
@@ -43,11 +43,49 @@ _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 _COMPRESSIBLE_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg"}
 
 
+class _Outcome:
+    """A collective's result for torch: :attr:`future` completes with the value given to
+    :meth:`set_result`, or fails with the error given to :meth:`set_exception`, as C++
+    readers see it too; :meth:`wait` re-raises the error itself (its own type).
+
+    ``torch.futures.Future.set_exception`` stores the exception as the future's *value* and
+    raises it only where Python reads it. DDP's reducer reads the future of a process
+    group's Work in C++ and took that exception object for the reduced gradient (a
+    segmentation fault in ``parseCppCommHookResult``). A future made by ``then`` from a
+    callback that raises is failed for C++ and Python alike, so the error reaches
+    ``loss.backward()`` as a RuntimeError carrying its message. (A DDP comm hook's future
+    goes through DDP's Python hook wrapper, which re-raises a stored exception: the DDP
+    hook keeps ``set_exception`` and its typed errors.)"""
+
+    def __init__(self) -> None:
+        self._source = torch.futures.Future()
+        self.future = self._source.then(_Outcome._unwrap)
+
+    def set_result(self, value: Any) -> None:
+        self._source.set_result((value, None))
+
+    def set_exception(self, error: BaseException) -> None:
+        self._source.set_result((None, error))
+
+    def wait(self) -> Any:
+        value, error = self._source.wait()
+        if error is not None:
+            raise error
+        return value
+
+    @staticmethod
+    def _unwrap(fut: torch.futures.Future) -> Any:
+        value, error = fut.value()
+        if error is not None:
+            raise error
+        return value
+
+
 class _Work(dist._Work):
     """A compressed collective in flight: ``wait()`` re-raises its error, ``get_future()``
-    is completed with the output tensors, or failed with the error (_common.Outcome)."""
+    is completed with the output tensors, or failed with the error (_Outcome)."""
 
-    def __init__(self, outcome: _common.Outcome) -> None:
+    def __init__(self, outcome: _Outcome) -> None:
         super().__init__()
         self._outcome = outcome
 
@@ -489,7 +527,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         is kept); the Work completes with ``outputs``, after ``finish()`` (the write-back
         of a non-contiguous output)."""
         self._check_usable()
-        out = _common.Outcome()
+        out = _Outcome()
         try:
             work = call(_Async(self.communicator()))
         except Exception as e:  # bad arguments, or a communicator that cannot run: raise

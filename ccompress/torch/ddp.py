@@ -105,19 +105,19 @@ class CompressedAllreduceHook:
             return fut
         if not self._run_async(comm):
             return _common.run_now(buf, lambda: _common.allreduce(comm, buf, out=buf, **kwargs))
-        out = _common.Outcome()
+        fut = torch.futures.Future()
         work = _common.allreduce(comm, buf, out=buf, async_op=True, **kwargs)
 
         def done(w) -> None:
             try:
                 w.wait()
             except Exception as e:  # noqa: BLE001 - handed to DDP through the future
-                out.set_exception(e)
+                fut.set_exception(e)
             else:
-                out.set_result(buf)
+                fut.set_result(buf)
 
         work.add_done_callback(done)
-        return out.future
+        return fut
 
     def _call_gift(self, comm: Communicator, bucket: dist.GradBucket, buf: torch.Tensor,
                    kwargs: Dict[str, Any]) -> torch.futures.Future[torch.Tensor]:
