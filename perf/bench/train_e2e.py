@@ -20,6 +20,9 @@ every row alike. Each row reports:
 - ``ideal``: the step with no overlap, the ``compute`` row's step plus the row's bytes per
   step at the link rate (the ring's bytes for gloo), beside which a slower row has overhead to
   find; with communication hidden behind backward a row can beat it;
+- ``CPU/rank``: the CPU time a rank's process (all its threads: training, ccompress's worker
+  and transport, gloo's) spends per step, the median over steps, averaged over ranks: with R
+  ranks on C cores a step takes at least R x CPU / C;
 - ``comm``: the share of the step spent on communication, 1 - compute / step, where compute is
   the ``compute`` row's step: the same model and launch with DDP's ``no_sync`` (nothing sent);
   that is also the ideal step with communication fully hidden behind backward;
@@ -229,6 +232,7 @@ class Row:
 
         self.rng = np.random.default_rng([args.seed, dist.get_rank()])  # the same data per row
         self.times: List[float] = []
+        self.cpu: List[float] = []  # the process's CPU time per step, all its threads
         self.losses: List[float] = []
         self.sent0 = 0
 
@@ -242,7 +246,7 @@ class Row:
     def step(self, args) -> None:
         torch = self.torch
         x, y = self.task.batch(self.rng)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if self.mode == "compute":
             with self.net.no_sync():
                 loss = self.net(x, y)
@@ -255,6 +259,7 @@ class Row:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.times.append(time.perf_counter() - t0)
+        self.cpu.append(time.process_time() - c0)
         self.losses.append(float(loss.detach()))
         if len(self.times) == args.warmup:
             self.sent0 = self.sent()
@@ -311,12 +316,13 @@ def worker(argv: List[str]) -> None:
     out = {}
     for row in rows:
         got: List[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(got, (row.times, row.losses, row.digest()))
-        steps = [max(t[i] for t, _, _ in got) for i in range(args.steps)][args.warmup:]
+        dist.all_gather_object(got, (row.times, row.losses, row.digest(), row.cpu))
+        steps = [max(t[i] for t, _, _, _ in got) for i in range(args.steps)][args.warmup:]
         out[row.name] = {
             "step_s": statistics.median(steps), "steps_s": steps,
-            "loss": float(np.mean([np.mean(ls[-10:]) for _, ls, _ in got])),
-            "replicas_identical": len({d for _, _, d in got}) == 1,
+            "loss": float(np.mean([np.mean(ls[-10:]) for _, ls, _, _ in got])),
+            "replicas_identical": len({d for _, _, d, _ in got}) == 1,
+            "cpu_s": float(np.mean([statistics.median(c[args.warmup:]) for _, _, _, c in got])),
             "parameters": row.parameters, "ranks": dist.get_world_size(),
             "ccompress_bytes_per_step": (row.sent() - row.sent0) / (args.steps - args.warmup),
             "codec": codec_of(row)}
@@ -422,6 +428,7 @@ def derived(rows: List[Dict[str, Any]]) -> List[Dict[str, str]]:
             "ideal": (f"{1e3 * (compute + wire):.0f}" if compute and plain
                       and not r["row"].startswith("hier") else "-"),
             "comm": f"{max(0.0, 1 - compute / r['step_s']):.0%}" if compute else "-",
+            "cpu": f"{1e3 * r['cpu_s']:.0f}" if "cpu_s" in r else "-",
             "dloss": f"{100 * (r['loss'] / b['loss'] - 1):+.2f}%" if b and plain else "-",
             "same": "-" if not plain else "yes" if r["replicas_identical"] else "NO"})
     return out
@@ -433,11 +440,12 @@ def rate_name(rate: Optional[float]) -> str:
 
 def table(rows: List[Dict[str, Any]]) -> List[str]:
     """One line per row and rate."""
-    lines = ["| link | row | codec | step (ms) | vs gloo | ideal (ms) | comm | MB/step/rank | loss "
-             "| vs gloo | replicas identical |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| link | row | codec | step (ms) | vs gloo | ideal (ms) | comm | CPU/rank (ms) "
+             "| MB/step/rank | loss | vs gloo | replicas identical |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r, d in zip(rows, derived(rows)):
         lines.append(f"| {rate_name(r['rate'])} | {r['row']} | {r['codec']} | {d['step']} | "
-                     f"{d['speed']} | {d['ideal']} | {d['comm']} | "
+                     f"{d['speed']} | {d['ideal']} | {d['comm']} | {d['cpu']} | "
                      f"{r['bytes_per_step'] / 1e6:.1f} | {r['loss']:.4f} | {d['dloss']} | "
                      f"{d['same']} |")
     return lines
@@ -451,16 +459,16 @@ def wide_table(rows: List[Dict[str, Any]]) -> List[str]:
     cells = {(r["row"], r["rate"]): x for r, x in zip(rows, d)}
     first = rate_name(rates[0])
     lines = ["| row | codec | " + " | ".join(f"{rate_name(x)}: ms (vs gloo)" for x in rates)
-             + f" | ideal at {first} | comm at {first} | MB/step/rank | loss vs gloo "
-             "| replicas identical |",
-             "|---|---|" + "---|" * len(rates) + "---|---|---|---|---|"]
+             + f" | ideal at {first} | comm at {first} | CPU/rank at {first} | MB/step/rank "
+             "| loss vs gloo | replicas identical |",
+             "|---|---|" + "---|" * len(rates) + "---|---|---|---|---|---|"]
     for r, x in zip(rows, d):
         if r["rate"] != rates[0]:
             continue
         steps = [cells.get((r["row"], rate)) for rate in rates]
         lines.append(f"| {r['row']} | {r['codec']} | " + " | ".join(
             f"{c['step']} ({c['speed']})" if c else "-" for c in steps)
-            + f" | {x['ideal']} | {x['comm']} | {r['bytes_per_step'] / 1e6:.1f} | "
+            + f" | {x['ideal']} | {x['comm']} | {x['cpu']} | {r['bytes_per_step'] / 1e6:.1f} | "
             f"{x['dloss']} | {x['same']} |")
     return lines
 
