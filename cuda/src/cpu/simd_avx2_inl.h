@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "codecs/float_convert.h"
+#include "codecs/fourbit/fourbit.h"
 #include "codecs/fp8/fp8.h"
 #include "codecs/hadamard.h"
 
@@ -436,6 +437,29 @@ CC_AVX2_INLINE __m256 fp8_to_float8(const uint8_t* b) {
 CC_AVX2_INLINE __m256i pack32_epu8(__m256i a, __m256i b, __m256i c, __m256i d) {
   const __m256i v = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
   return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// ---- E2M1 codes ----
+
+/// E2M1 nibbles of 8 lanes: the magnitude code of a (|value| in units of the step, >= 0) as
+/// minus the sum of E2M1::magnitude_rn's seven exact comparisons (each -1 when true), the sign
+/// bit of v for a non-zero magnitude, codecs::kNibbleNaN where x is not finite.
+CC_AVX2_INLINE __m256i e2m1_nibbles8(__m256 x, __m256 v, __m256 a) {
+  __m256i m = _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_GT_OQ));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.75f), _CMP_GE_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.25f), _CMP_GT_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.75f), _CMP_GE_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(2.5f), _CMP_GT_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(3.5f), _CMP_GE_OQ)));
+  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(5.0f), _CMP_GT_OQ)));
+  m = _mm256_sub_epi32(_mm256_setzero_si256(), m);
+  const __m256i sign8 = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(v), 31), 3);
+  const __m256i nonzero = _mm256_cmpgt_epi32(m, _mm256_setzero_si256());
+  const __m256i q = _mm256_or_si256(m, _mm256_and_si256(sign8, nonzero));
+  const __m256i finite = _mm256_cmpgt_epi32(
+      _mm256_set1_epi32(0x7F800000),
+      _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7FFFFFFF)));
+  return _mm256_blendv_epi8(_mm256_set1_epi32(codecs::kNibbleNaN), q, finite);
 }
 
 // ---- TACO ----

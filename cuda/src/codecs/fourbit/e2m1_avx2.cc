@@ -22,24 +22,9 @@ constexpr int64_t kBatch = 8;      // groups whose scales are computed in one ve
 // v = x / d (or 0 when d is 0), magnitude by the seven exact comparisons of
 // E2M1::magnitude_rn, the sign bit for a non-zero magnitude, kNibbleNaN for non-finite x.
 __attribute__((target("avx2"))) inline __m256i quantize8_e2m1(__m256 x, float d) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000),
-                                            _mm256_and_si256(_mm256_castps_si256(x), abs_mask));
   const __m256 v = d > 0.0f ? _mm256_div_ps(x, _mm256_set1_ps(d)) : _mm256_setzero_ps();
-  const __m256 a = _mm256_and_ps(v, _mm256_castsi256_ps(abs_mask));
-  // Each true comparison is -1 as an integer; the magnitude code is minus their sum.
-  __m256i m = _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_GT_OQ));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.75f), _CMP_GE_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.25f), _CMP_GT_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.75f), _CMP_GE_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(2.5f), _CMP_GT_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(3.5f), _CMP_GE_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(5.0f), _CMP_GT_OQ)));
-  m = _mm256_sub_epi32(_mm256_setzero_si256(), m);
-  const __m256i sign8 = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(v), 31), 3);
-  const __m256i nonzero = _mm256_cmpgt_epi32(m, _mm256_setzero_si256());
-  const __m256i q = _mm256_or_si256(m, _mm256_and_si256(sign8, nonzero));
-  return _mm256_blendv_epi8(_mm256_set1_epi32(codecs::kNibbleNaN), q, finite);
+  const __m256 a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+  return cpu::avx2::e2m1_nibbles8(x, v, a);
 }
 
 // Nibbles of 8 elements as codecs::fourbit_quantize<Int4>(x, d, false, 0): v = x / d (0 when d
@@ -70,44 +55,34 @@ __attribute__((target("avx2"))) inline __m256i quantize8(__m256 x, float d) {
 // floors, the selects on the bits), kNibbleNaN for non-finite x.
 template <bool kInt4>
 __attribute__((target("avx2"))) inline __m256i quantize8_sr(__m256 x, float d, __m256 u) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000),
-                                            _mm256_and_si256(_mm256_castps_si256(x), abs_mask));
   const __m256 v = d > 0.0f ? _mm256_div_ps(x, _mm256_set1_ps(d)) : _mm256_setzero_ps();
-  const __m256i ab = _mm256_and_si256(_mm256_castps_si256(v), abs_mask);
-  const __m256i neg = _mm256_srai_epi32(_mm256_castps_si256(v), 31);
-  __m256i q;
+  const __m256i ab = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF));
   if (kInt4) {  // Int4::quantize_sr: floor(min(|v|, 7) + u), at most 7, two's complement
+    const __m256i finite = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(0x7F800000),
+        _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7FFFFFFF)));
     const __m256 a = _mm256_castsi256_ps(_mm256_min_epu32(ab, _mm256_set1_epi32(0x40E00000)));
     const __m256i m = _mm256_min_epi32(
         _mm256_cvttps_epi32(_mm256_floor_ps(_mm256_add_ps(a, u))), _mm256_set1_epi32(7));
-    q = _mm256_blendv_epi8(
+    const __m256i neg = _mm256_srai_epi32(_mm256_castps_si256(v), 31);
+    const __m256i q = _mm256_blendv_epi8(
         m, _mm256_and_si256(_mm256_sub_epi32(_mm256_set1_epi32(16), m), _mm256_set1_epi32(15)),
         neg);
-  } else {  // E2M1::quantize_sr: floor(|v| / step + u) * step on the binade's uniform grid
-    const __m256i lt2 = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x40000000), ab);  // 2.0f
-    const __m256i lt4 = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x40800000), ab);  // 4.0f
-    const __m256 step = _mm256_castsi256_ps(_mm256_blendv_epi8(
-        _mm256_blendv_epi8(_mm256_set1_epi32(0x40000000), _mm256_set1_epi32(0x3F800000), lt4),
-        _mm256_set1_epi32(0x3F000000), lt2));
-    const __m256 inv = _mm256_castsi256_ps(_mm256_blendv_epi8(
-        _mm256_blendv_epi8(_mm256_set1_epi32(0x3F000000), _mm256_set1_epi32(0x3F800000), lt4),
-        _mm256_set1_epi32(0x40000000), lt2));
-    const __m256 t = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_castsi256_ps(ab), inv), u));
-    const __m256 a = _mm256_castsi256_ps(_mm256_min_epu32(
-        _mm256_castps_si256(_mm256_mul_ps(t, step)), _mm256_set1_epi32(0x40C00000)));  // 6
-    __m256i m = _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_GT_OQ));
-    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.75f), _CMP_GE_OQ)));
-    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.25f), _CMP_GT_OQ)));
-    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.75f), _CMP_GE_OQ)));
-    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(2.5f), _CMP_GT_OQ)));
-    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(3.5f), _CMP_GE_OQ)));
-    m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(5.0f), _CMP_GT_OQ)));
-    m = _mm256_sub_epi32(_mm256_setzero_si256(), m);
-    const __m256i nonzero = _mm256_cmpgt_epi32(m, _mm256_setzero_si256());
-    q = _mm256_or_si256(m, _mm256_and_si256(_mm256_and_si256(neg, _mm256_set1_epi32(8)), nonzero));
+    return _mm256_blendv_epi8(_mm256_set1_epi32(codecs::kNibbleNaN), q, finite);
   }
-  return _mm256_blendv_epi8(_mm256_set1_epi32(codecs::kNibbleNaN), q, finite);
+  // E2M1::quantize_sr: floor(|v| / step + u) * step on the binade's uniform grid, at most 6
+  const __m256i lt2 = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x40000000), ab);  // 2.0f
+  const __m256i lt4 = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x40800000), ab);  // 4.0f
+  const __m256 step = _mm256_castsi256_ps(_mm256_blendv_epi8(
+      _mm256_blendv_epi8(_mm256_set1_epi32(0x40000000), _mm256_set1_epi32(0x3F800000), lt4),
+      _mm256_set1_epi32(0x3F000000), lt2));
+  const __m256 inv = _mm256_castsi256_ps(_mm256_blendv_epi8(
+      _mm256_blendv_epi8(_mm256_set1_epi32(0x3F000000), _mm256_set1_epi32(0x3F800000), lt4),
+      _mm256_set1_epi32(0x40000000), lt2));
+  const __m256 t = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_castsi256_ps(ab), inv), u));
+  const __m256 a = _mm256_castsi256_ps(_mm256_min_epu32(
+      _mm256_castps_si256(_mm256_mul_ps(t, step)), _mm256_set1_epi32(0x40C00000)));  // 6.0f
+  return cpu::avx2::e2m1_nibbles8(x, v, a);
 }
 
 // Values of 8 nibbles (the low 8 bytes of q8, one nibble each) times d, as

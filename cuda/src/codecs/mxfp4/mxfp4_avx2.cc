@@ -12,26 +12,11 @@ namespace ccompress::cpu4 {
 namespace {
 
 // Nibbles of 8 elements x (int32 lanes) under inverse scale inv, as codecs::mxfp4_quantize:
-// v = x * inv, the magnitude code as minus the sum of E2M1::magnitude_rn's seven comparisons
-// (each -1 when true), the sign bit for a non-zero magnitude, kNibbleNaN for non-finite x.
+// the E2M1 nibbles of v = x * inv.
 CC_AVX2_INLINE __m256i quantize8(__m256 x, __m256 inv) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7F800000),
-                                            _mm256_and_si256(_mm256_castps_si256(x), abs_mask));
   const __m256 v = _mm256_mul_ps(x, inv);
-  const __m256 a = _mm256_and_ps(v, _mm256_castsi256_ps(abs_mask));
-  __m256i m = _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_GT_OQ));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.75f), _CMP_GE_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.25f), _CMP_GT_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(1.75f), _CMP_GE_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(2.5f), _CMP_GT_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(3.5f), _CMP_GE_OQ)));
-  m = _mm256_add_epi32(m, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(5.0f), _CMP_GT_OQ)));
-  m = _mm256_sub_epi32(_mm256_setzero_si256(), m);
-  const __m256i sign8 = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(v), 31), 3);
-  const __m256i nonzero = _mm256_cmpgt_epi32(m, _mm256_setzero_si256());
-  const __m256i q = _mm256_or_si256(m, _mm256_and_si256(sign8, nonzero));
-  return _mm256_blendv_epi8(_mm256_set1_epi32(codecs::kNibbleNaN), q, finite);
+  const __m256 a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+  return cpu::avx2::e2m1_nibbles8(x, v, a);
 }
 
 // The 4 code bytes of 8 nibbles (int32 lanes e0..e7), e_{2k} | e_{2k+1} << 4, as the low 4
