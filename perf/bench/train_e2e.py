@@ -23,6 +23,11 @@ every row alike. Each row reports:
 - ``CPU/rank``: the CPU time a rank's process (all its threads: training, ccompress's worker
   and transport, gloo's) spends per step, the median over steps, averaged over ranks: with R
   ranks on C cores a step takes at least R x CPU / C;
+- forward / backward / optimizer: the step's phases (medians, averaged over ranks): DDP's
+  backward ends when the last bucket's all-reduce is done, so backward beyond the
+  ``compute`` row's is communication backward did not hide (FSDP2: forward holds the
+  parameter all-gathers, backward the reduce-scatters); the optimizer phase includes gradient
+  clipping (and TSR-Adam's core all-reduces);
 - ``comm``: the share of the step spent on communication, 1 - compute / step, where compute is
   the ``compute`` row's step: the same model and launch with DDP's ``no_sync`` (nothing sent);
   that is also the ideal step with communication fully hidden behind backward;
@@ -42,16 +47,26 @@ Rows (``--rows``, comma separated; ``--list-rows`` prints them): ``gloo`` (DDP, 
 (``hint8``, ``fp8``, ``nvfp4``, ``auto``, ...; error feedback on), ``hier-*`` (algo
 ``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*`` (FSDP2 on
 gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
-(the hook with GIFT) and ``tsr`` (TSR-Adam). Writes ``<out>/e2e.json``, ``<out>/e2e.md`` and
+(the hook with GIFT) and ``tsr`` (TSR-Adam, rank 32; ``tsr-r64``: rank 64). A row
+``NAME@LR`` is that row at its own peak learning rate. Writes ``<out>/e2e.json``, ``<out>/e2e.md`` and
 ``<out>/e2e.png`` (step time against link rate); ``python -m perf.bench.train_e2e report
 <out>/e2e.json`` writes the last two again from the first. Needs root, iproute2 and the .venv of
 scripts/setup.sh. Removes the namespaces and qdiscs it made, and only addresses those.
 ``--bucket-mb`` sets DDP's ``bucket_cap_mb`` for every DDP row alike, gloo's included
 (default: DDP's 25 MB).
+
+The loss study (:func:`loss_study`) trains the same rows longer on this host, several seeds,
+with warm-up and cosine decay, and compares each row's final held-out loss with the tuned
+exact run's (the best of ``gloo@LR`` rows at several peak rates):
+
+    .venv/bin/python -m perf.bench.train_e2e loss [--model lm|minilm] [--rows ...] \\
+        [--seeds 1,2,3] [--steps 300]
+    .venv/bin/python -m perf.bench.train_e2e loss-report build/e2e-loss/lm-seed*.json
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -86,7 +101,17 @@ ROWS: Dict[str, tuple] = {
     "hook-hint8": ("hook", None, {"codec": "hint8"}),
     "gift": ("hook", None, {"codec": "nvfp4", "gift": 32}),
     "tsr": ("tsr", None, {"tsr_rank": 32}),
+    "tsr-r64": ("tsr", None, {"tsr_rank": 64}),
 }
+
+
+def spec(name: str) -> tuple:
+    """A row name's (mode, backend options, worker options, learning rate or None): ``NAME``
+    or ``NAME@LR`` (the row at its own peak learning rate, e.g. ``gloo@2e-3``)."""
+    base, _, lr = name.partition("@")
+    return (*ROWS[base], float(lr) if lr else None)
+
+
 DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,hint4,auto,fsdp-gloo,fsdp-hint8,fsdp-hint8-ag,hook-hint8"
 
 
@@ -99,8 +124,7 @@ class LMTask:
         from examples import tinylm
 
         self.torch, self.args, self.tinylm = torch, args, tinylm
-        text = corpus()
-        self.train = text[:int(len(text) * 0.9)]
+        self.train, self.held = held_out(corpus())
 
     def model(self):
         a = self.args
@@ -110,8 +134,10 @@ class LMTask:
     def blocks(model):
         return list(model.h)
 
-    def batch(self, rng):
-        return self.tinylm.batch(self.torch, self.train, rng, self.args.seq, self.args.ctx)
+    def batch(self, rng, held: bool = False, n: int = 0):
+        """``n`` (default ``--seq``) windows of the training text, or of the held-out part."""
+        return self.tinylm.batch(self.torch, self.held if held else self.train, rng,
+                                 n or self.args.seq, self.args.ctx)
 
 
 class MiniLMTask:
@@ -137,7 +163,8 @@ class MiniLMTask:
         import numpy as np
 
         text = corpus().tobytes().decode("utf-8", "replace")
-        self.ids = np.array(tok(text, add_special_tokens=False, verbose=False)["input_ids"])
+        self.ids, self.held = held_out(np.array(
+            tok(text, add_special_tokens=False, verbose=False)["input_ids"]))
         self.cls, self.sep = tok.cls_token_id, tok.sep_token_id
 
     def model(self):
@@ -163,18 +190,22 @@ class MiniLMTask:
     def blocks(model):
         return list(model.bert.encoder.layer)
 
-    def batch(self, rng):
+    def batch(self, rng, held: bool = False, n: int = 0):
+        """``n`` (default ``--seq``) pairs of chunks of the training tokens, or of the held-out
+        part."""
         import numpy as np
 
-        t, n = self.args.ctx, self.args.seq
-        starts = rng.integers(0, len(self.ids) - 2 * t, size=n)
-        wrap = lambda k: np.concatenate([[self.cls], self.ids[k:k + t - 2], [self.sep]])  # noqa: E731
+        t, n, ids = self.args.ctx, n or self.args.seq, self.held if held else self.ids
+        starts = rng.integers(0, len(ids) - 2 * t, size=n)
+        wrap = lambda k: np.concatenate([[self.cls], ids[k:k + t - 2], [self.sep]])  # noqa: E731
         a = np.stack([wrap(s) for s in starts])
         b = np.stack([wrap(s + t) for s in starts])
         return self.torch.from_numpy(a), self.torch.from_numpy(b)
 
 
 TASKS = {"lm": LMTask, "minilm": MiniLMTask}
+# the worker's options per model: MiniLM is fine-tuned at a low rate, on 4 pairs per rank
+MODEL_ARGS = {"lm": [], "minilm": ["--lr", "2e-5", "--seq", "4"]}
 
 
 class Row:
@@ -185,7 +216,8 @@ class Row:
 
     def __init__(self, name: str, args, torch, dist, cct, task) -> None:
         self.name = name
-        self.mode, opts, extra = ROWS[name]
+        self.mode, opts, extra, lr = spec(name)
+        self.lr = lr or args.lr
         self.torch, self.task = torch, task
         self.pg = None
         if opts is None:
@@ -223,16 +255,17 @@ class Row:
 
             tsr = TSR(rank=extra["tsr_rank"], refresh_every=25, codec="fp8_e4m3:g128",
                       error_feedback=True)
-            self.opt = cct.TSRAdam(model.named_parameters(), group, tsr, lr=args.lr,
+            self.opt = cct.TSRAdam(model.named_parameters(), group, tsr, lr=self.lr,
                                    weight_decay={n: 0.1 if p.dim() == 2 else 0.0
                                                  for n, p in model.named_parameters()})
         else:
-            self.opt = torch.optim.AdamW(self.net.parameters(), lr=args.lr, weight_decay=0.1)
+            self.opt = torch.optim.AdamW(self.net.parameters(), lr=self.lr, weight_decay=0.1)
         import numpy as np
 
         self.rng = np.random.default_rng([args.seed, dist.get_rank()])  # the same data per row
         self.times: List[float] = []
         self.cpu: List[float] = []  # the process's CPU time per step, all its threads
+        self.phases: List[tuple] = []  # (forward, backward, clipping and optimizer) per step
         self.losses: List[float] = []
         self.sent0 = 0
 
@@ -246,19 +279,24 @@ class Row:
     def step(self, args) -> None:
         torch = self.torch
         x, y = self.task.batch(self.rng)
+        if args.schedule == "cosine":  # examples/tinylm.py's warm-up and cosine decay
+            from examples.tinylm import lr_at
+
+            for g in self.opt.param_groups:
+                g["lr"] = lr_at(len(self.times), args.steps, self.lr)
         t0, c0 = time.perf_counter(), time.process_time()
-        if self.mode == "compute":
-            with self.net.no_sync():
-                loss = self.net(x, y)
-                loss.backward()
-        else:
+        with self.net.no_sync() if self.mode == "compute" else contextlib.nullcontext():
             loss = self.net(x, y)
-            loss.backward()
+            t1 = time.perf_counter()
+            loss.backward()  # with DDP: until the last bucket's all-reduce is done
+        t2 = time.perf_counter()
         if self.mode != "tsr":
             torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        self.times.append(time.perf_counter() - t0)
+        t3 = time.perf_counter()
+        self.times.append(t3 - t0)
+        self.phases.append((t1 - t0, t2 - t1, t3 - t2))
         self.cpu.append(time.process_time() - c0)
         self.losses.append(float(loss.detach()))
         if len(self.times) == args.warmup:
@@ -289,6 +327,11 @@ def worker(argv: List[str]) -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bucket-mb", type=float, default=None)
+    ap.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
+                    help="the learning rate: constant, or warm-up and cosine decay over --steps")
+    ap.add_argument("--eval-batches", type=int, default=0,
+                    help="held-out batches (8 sequences each) whose mean loss each row "
+                         "reports at the end (0: none)")
     ap.add_argument("--json", required=True)
     args = ap.parse_args(argv)
 
@@ -311,19 +354,30 @@ def worker(argv: List[str]) -> None:
             for _ in range(min(per_round, args.steps - len(row.times))):
                 dist.barrier()
                 row.step(args)
-        if rank == 0:
-            print(f"[e2e] round {rnd + 1}/{args.rounds}", flush=True)
+            if rank == 0:
+                print(f"[e2e] round {rnd + 1}/{args.rounds} {row.name}: {len(row.times)}/"
+                      f"{args.steps} steps, loss {row.losses[-1]:.4f}", flush=True)
+    from examples.train_common import VAL_SEED, mean_loss
+
+    held_rng = np.random.default_rng([VAL_SEED, 1])  # the same batches for every row and seed
+    held = [task.batch(held_rng, held=True, n=8) for _ in range(args.eval_batches)]
     out = {}
     for row in rows:
         got: List[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(got, (row.times, row.losses, row.digest(), row.cpu))
-        steps = [max(t[i] for t, _, _, _ in got) for i in range(args.steps)][args.warmup:]
+        dist.all_gather_object(got, dict(times=row.times, losses=row.losses, cpu=row.cpu,
+                                         phases=row.phases, digest=row.digest()))
+        steps = [max(g["times"][i] for g in got) for i in range(args.steps)][args.warmup:]
+        per_rank = lambda key: [g[key][args.warmup:] for g in got]  # noqa: E731
         out[row.name] = {
             "step_s": statistics.median(steps), "steps_s": steps,
-            "loss": float(np.mean([np.mean(ls[-10:]) for _, ls, _, _ in got])),
-            "replicas_identical": len({d for _, _, d, _ in got}) == 1,
-            "cpu_s": float(np.mean([statistics.median(c[args.warmup:]) for _, _, _, c in got])),
-            "parameters": row.parameters, "ranks": dist.get_world_size(),
+            "loss": float(np.mean([np.mean(g["losses"][-10:]) for g in got])),
+            "replicas_identical": len({g["digest"] for g in got}) == 1,
+            "cpu_s": float(np.mean([statistics.median(c) for c in per_rank("cpu")])),
+            # forward, backward (DDP: with the wait for the last bucket), optimizer: medians
+            "phases_s": np.mean([np.median(p, axis=0) for p in per_rank("phases")], 0).tolist(),
+            "parameters": row.parameters, "ranks": dist.get_world_size(), "lr": row.lr,
+            # every rank runs the forward passes (FSDP2's all-gather them); replicas are equal
+            "val_loss": mean_loss(torch, row.net, held) if held else None,
             "ccompress_bytes_per_step": (row.sent() - row.sent0) / (args.steps - args.warmup),
             "codec": codec_of(row)}
     if rank == 0:
@@ -333,14 +387,24 @@ def worker(argv: List[str]) -> None:
 
 def codec_of(row: "Row") -> str:
     """The codec of the row's gradient collective; for ``auto``, what it chose."""
-    opts = ROWS[row.name][1]
+    _, opts, extra, _ = spec(row.name)
     if row.pg is None:
-        return ROWS[row.name][2].get("codec", "tsr" if row.mode == "tsr" else "none")
+        return extra.get("codec", f"tsr r{extra['tsr_rank']}, fp8 cores" if row.mode == "tsr"
+                         else "none")
     kind = "reduce_scatter" if row.mode == "fsdp" else "all_reduce"
     codec = getattr(row.pg.options, kind)
     if opts.get("all_gather"):
         codec += f" + all-gather {opts['all_gather']}"
     return f"auto: {row.pg._auto.get(kind, '?')}" if codec == "auto" else codec
+
+
+def held_out(seq, block: int = 4096):
+    """(training part, held-out part) of a sequence: every tenth block of ``block`` items is
+    held out, so both parts sample every kind of text in the corpus."""
+    import numpy as np
+
+    held = (np.arange(len(seq)) // block) % 10 == 9
+    return seq[~held], seq[held]
 
 
 def corpus():
@@ -368,8 +432,7 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
                f"--nnodes={n}", f"--node_rank={i}", f"--nproc_per_node={k}",
                f"--master_addr={net.address(0)}", f"--master_port={port}",
                "--monitor-interval=1", "-m", "perf.bench.train_e2e", "worker",
-               "--rows", ",".join(names), "--model", args.model, *(
-                   ["--lr", "2e-5", "--seq", "4"] if args.model == "minilm" else []),
+               "--rows", ",".join(names), "--model", args.model, *MODEL_ARGS[args.model],
                "--steps", str(args.steps), "--rounds",
                str(args.rounds), "--warmup", str(args.warmup), "--seed", str(args.seed),
                *(["--bucket-mb", str(args.bucket_mb)] if args.bucket_mb else []),
@@ -389,7 +452,7 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
     wire = (after["tx"] - before["tx"] + after["rx"] - before["rx"]) / 2
     print(f"[e2e] {rate or 'unlimited'} Gbit/s: {wire / n / 1e6:.0f} MB crossed each node's link "
           f"in all ({len(names)} rows x {args.steps} steps, start-up included)", flush=True)
-    return [dict(got[name], row=name, rate=rate, mode=ROWS[name][0],
+    return [dict(got[name], row=name, rate=rate, mode=spec(name)[0],
                  bytes_per_step=bytes_per_step(name, got[name])) for name in names]
 
 
@@ -398,7 +461,7 @@ def bytes_per_step(name: str, r: dict) -> float:
     own count where ccompress sends them; an exact ring's count for what gloo sends
     (all-reduce 2(n-1)/n x 4 B per parameter; reduce-scatter and all-gather (n-1)/n x 4 B
     each)."""
-    mode, opts, _ = ROWS[name]
+    mode, opts, _, _ = spec(name)
     ring = 4 * r["parameters"] * (r["ranks"] - 1) / r["ranks"]
     if mode == "compute":
         return 0.0
@@ -429,6 +492,8 @@ def derived(rows: List[Dict[str, Any]]) -> List[Dict[str, str]]:
                       and not r["row"].startswith("hier") else "-"),
             "comm": f"{max(0.0, 1 - compute / r['step_s']):.0%}" if compute else "-",
             "cpu": f"{1e3 * r['cpu_s']:.0f}" if "cpu_s" in r else "-",
+            "phases": " / ".join(f"{1e3 * x:.0f}" for x in r["phases_s"]) if "phases_s" in r
+                      else "-",
             "dloss": f"{100 * (r['loss'] / b['loss'] - 1):+.2f}%" if b and plain else "-",
             "same": "-" if not plain else "yes" if r["replicas_identical"] else "NO"})
     return out
@@ -441,11 +506,12 @@ def rate_name(rate: Optional[float]) -> str:
 def table(rows: List[Dict[str, Any]]) -> List[str]:
     """One line per row and rate."""
     lines = ["| link | row | codec | step (ms) | vs gloo | ideal (ms) | comm | CPU/rank (ms) "
-             "| MB/step/rank | loss | vs gloo | replicas identical |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| forward / backward / optimizer (ms) | MB/step/rank | loss | vs gloo "
+             "| replicas identical |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r, d in zip(rows, derived(rows)):
         lines.append(f"| {rate_name(r['rate'])} | {r['row']} | {r['codec']} | {d['step']} | "
-                     f"{d['speed']} | {d['ideal']} | {d['comm']} | {d['cpu']} | "
+                     f"{d['speed']} | {d['ideal']} | {d['comm']} | {d['cpu']} | {d['phases']} | "
                      f"{r['bytes_per_step'] / 1e6:.1f} | {r['loss']:.4f} | {d['dloss']} | "
                      f"{d['same']} |")
     return lines
@@ -576,10 +642,118 @@ def report(path: Path) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ the loss study
+LOSS_ROWS = {"lm": "gloo@5e-4,gloo@1e-3,gloo@2e-3,hint8,fp8,nvfp4,nvfp4-sr,hint4,mxfp4",
+             "minilm": "gloo@1e-5,gloo@2e-5,gloo@4e-5,hint8,fp8,nvfp4,hint4"}
+
+
+def loss_study(argv=None) -> int:
+    """``python -m perf.bench.train_e2e loss``: every row's final held-out loss over several
+    seeds against the tuned exact run (the exact row, ``gloo@LR`` at several peak rates, whose
+    mean over the seeds is lowest). One ``torchrun --standalone`` launch per seed on this host
+    (loss does not depend on the link, so no namespaces and no root); warm-up and cosine
+    decay of the learning rate over ``--steps``; writes ``<out>/<model>-seed<S>.json`` and
+    ``<out>/<model>-loss.md``."""
+    ap = argparse.ArgumentParser(prog="train_e2e loss", description=loss_study.__doc__)
+    ap.add_argument("--model", choices=sorted(TASKS), default="lm")
+    ap.add_argument("--rows", default=None,
+                    help="comma separated, NAME or NAME@LR (default: " + "; ".join(
+                        f"{m}: {r}" for m, r in LOSS_ROWS.items()) + ")")
+    ap.add_argument("--lr", type=float, default=None,
+                    help="peak rate of the rows without @LR (default: lm 1e-3, minilm 2e-5)")
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--eval-batches", type=int, default=32)
+    ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per seed")
+    ap.add_argument("--out", default=str(ROOT / "build" / "e2e-loss"))
+    args = ap.parse_args(argv)
+    rows = args.rows or LOSS_ROWS[args.model]
+    unknown = [n for n in rows.split(",") if n.partition("@")[0] not in ROWS]
+    if unknown:
+        ap.error(f"unknown rows {unknown}; train_e2e --list-rows lists them")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for seed in [int(x) for x in args.seeds.split(",")]:
+        path = out / f"{args.model}-seed{seed}.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={args.ranks}", "-m", "perf.bench.train_e2e", "worker",
+               "--rows", rows, "--model", args.model, *MODEL_ARGS[args.model],
+               *(["--lr", str(args.lr)] if args.lr else []), "--steps", str(args.steps),
+               "--rounds", "1", "--seed", str(seed), "--schedule", "cosine",
+               "--eval-batches", str(args.eval_batches), "--json", str(path)]
+        e = {v: x for v, x in os.environ.items() if not v.startswith("CCOMPRESS_")}
+        e.update(OMP_NUM_THREADS="1")
+        e["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [e.get("PYTHONPATH")])])
+        print(f"[e2e loss] seed {seed}: {rows} ({args.steps} steps)", flush=True)
+        t0 = time.time()
+        subprocess.run(cmd, env=e, cwd=ROOT, check=True, timeout=args.timeout)
+        got = json.loads(path.read_text())
+        path.write_text(json.dumps({"args": vars(args), "seed": seed, "rows": got}, indent=1))
+        print(f"[e2e loss] seed {seed} took {time.time() - t0:.0f} s", flush=True)
+        paths.append(path)
+    return loss_report(paths)
+
+
+def loss_table(runs: List[Dict[str, Any]]) -> List[str]:
+    """One line per row: its held-out loss per seed, their mean, and the mean over seeds of
+    its difference to the tuned exact row of the same seed (with the standard error of that
+    mean where there are several seeds)."""
+    import numpy as np
+
+    seeds = [r["seed"] for r in runs]
+    names = list(dict.fromkeys(n for r in runs for n in r["rows"]))
+    val = {(n, r["seed"]): r["rows"][n]["val_loss"] for r in runs for n in r["rows"]}
+    full = [n for n in names if all((n, s) in val for s in seeds)]
+    exact = [n for n in full if spec(n)[1] is None and spec(n)[0] in ("ddp", "fsdp")]
+    if not exact:
+        raise ValueError("the loss study needs an exact row (gloo or gloo@LR) in every seed")
+    tuned = min(exact, key=lambda n: np.mean([val[n, s] for s in seeds]))
+    lines = [f"tuned exact: {tuned} (the exact row of lowest mean held-out loss)", "",
+             "| row | codec | peak lr | MB/step/rank | " + " | ".join(f"seed {s}" for s in seeds)
+             + " | mean | vs tuned exact | replicas identical |",
+             "|---|---|---|---|" + "---|" * len(seeds) + "---|---|---|"]
+    for n in names:
+        got = [r["rows"][n] for r in runs if n in r["rows"]]
+        vals = [val.get((n, s)) for s in seeds]
+        d = [100 * (val[n, s] / val[tuned, s] - 1) for s in seeds if (n, s) in val]
+        se = f" ± {np.std(d, ddof=1) / np.sqrt(len(d)):.2f}" if len(d) > 1 else ""
+        lines.append(
+            f"| {n} | {got[0]['codec']} | {got[0]['lr']:g} | "
+            f"{bytes_per_step(n, got[0]) / 1e6:.1f} | "
+            + " | ".join("-" if v is None else f"{v:.4f}" for v in vals)
+            + f" | {np.mean([v for v in vals if v is not None]):.4f} | "
+            + ("-" if n == tuned else f"{np.mean(d):+.2f}%{se}") + " | "
+            + ("yes" if all(g["replicas_identical"] for g in got) else "NO") + " |")
+    return lines
+
+
+def loss_report(paths: List[Path]) -> int:
+    """The loss study's table from its per-seed JSON files (``loss-report FILES``)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    a = runs[0]["args"]
+    any_row = next(iter(runs[0]["rows"].values()))
+    head = (f"# {a['model']}: {any_row['ranks']} ranks, {a['steps']} steps (warm-up and cosine "
+            f"decay), seeds {', '.join(str(r['seed']) for r in runs)}, "
+            f"{any_row['parameters'] / 1e6:.2f}M parameters, held-out loss over "
+            f"{a['eval_batches']} batches of 8")
+    text = "\n".join([head, "", *loss_table(runs)]) + "\n"
+    path = Path(paths[0]).parent / f"{a['model']}-loss.md"
+    path.write_text(text)
+    print(text)
+    print(f"[e2e loss] wrote {path}")
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
         worker(sys.argv[2:])
     elif sys.argv[1:2] == ["report"] and len(sys.argv) == 3:
         sys.exit(report(Path(sys.argv[2])))
+    elif sys.argv[1:2] == ["loss"]:
+        sys.exit(loss_study(sys.argv[2:]))
+    elif sys.argv[1:2] == ["loss-report"] and len(sys.argv) > 2:
+        sys.exit(loss_report([Path(p) for p in sys.argv[2:]]))
     else:
         sys.exit(main())
