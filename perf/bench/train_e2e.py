@@ -334,6 +334,8 @@ def worker(argv: List[str]) -> None:
                          "reports at the end (0: none)")
     ap.add_argument("--json", required=True)
     args = ap.parse_args(argv)
+    if not 0 <= args.warmup < args.steps:
+        ap.error(f"--warmup {args.warmup} must be below --steps {args.steps}")
 
     import numpy as np
     import torch
@@ -591,8 +593,10 @@ def main(argv=None) -> int:
             print(f"{name:14s} {mode:8s} {'gloo' if opts is None else 'ccompress'} "
                   f"{opts or ''} {extra or ''}")
         return 0
+    if not 0 <= args.warmup < args.steps:
+        ap.error(f"--warmup {args.warmup} must be below --steps {args.steps}")
     names = [n.strip() for n in args.rows.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ROWS]
+    unknown = [n for n in names if n.partition("@")[0] not in ROWS]
     if unknown:
         ap.error(f"unknown rows {unknown}; --list-rows lists them")
     if any(n.startswith("hier") for n in names) and args.ranks_per_node < 2:
@@ -669,6 +673,8 @@ def loss_study(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "build" / "e2e-loss"))
     args = ap.parse_args(argv)
     rows = args.rows or LOSS_ROWS[args.model]
+    if args.steps < 2:
+        ap.error("--steps must be 2 or more (the byte counts skip the first step)")
     unknown = [n for n in rows.split(",") if n.partition("@")[0] not in ROWS]
     if unknown:
         ap.error(f"unknown rows {unknown}; train_e2e --list-rows lists them")
@@ -681,7 +687,8 @@ def loss_study(argv=None) -> int:
                f"--nproc_per_node={args.ranks}", "-m", "perf.bench.train_e2e", "worker",
                "--rows", rows, "--model", args.model, *MODEL_ARGS[args.model],
                *(["--lr", str(args.lr)] if args.lr else []), "--steps", str(args.steps),
-               "--rounds", "1", "--seed", str(seed), "--schedule", "cosine",
+               "--rounds", "1", "--warmup", str(min(5, args.steps - 1)), "--seed", str(seed),
+               "--schedule", "cosine",
                "--eval-batches", str(args.eval_batches), "--json", str(path)]
         e = {v: x for v, x in os.environ.items() if not v.startswith("CCOMPRESS_")}
         e.update(OMP_NUM_THREADS="1")
