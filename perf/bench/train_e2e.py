@@ -647,8 +647,11 @@ def report(path: Path) -> int:
 
 
 # ------------------------------------------------------------------ the loss study
-LOSS_ROWS = {"lm": "gloo@5e-4,gloo@1e-3,gloo@2e-3,hint8,fp8,nvfp4,nvfp4-sr,hint4,mxfp4",
-             "minilm": "gloo@1e-5,gloo@2e-5,gloo@4e-5,hint8,fp8,nvfp4,hint4"}
+# the rows and peak rate of the study's default: exact at three rates around its best, the
+# codecs at exact's best (lm: 5e-4, the best of 2.5e-4 / 5e-4 / 1e-3 at 300 steps)
+LOSS_ROWS = {"lm": "gloo@2.5e-4,gloo@5e-4,gloo@1e-3,hint8,fp8,nvfp4,nvfp4-sr,hint4,mxfp4",
+             "minilm": "gloo@1e-5,gloo@2e-5,gloo@4e-5,hint8,nvfp4,nvfp4-sr,hint4"}
+LOSS_LR = {"lm": 5e-4, "minilm": 2e-5}
 
 
 def loss_study(argv=None) -> int:
@@ -664,7 +667,8 @@ def loss_study(argv=None) -> int:
                     help="comma separated, NAME or NAME@LR (default: " + "; ".join(
                         f"{m}: {r}" for m, r in LOSS_ROWS.items()) + ")")
     ap.add_argument("--lr", type=float, default=None,
-                    help="peak rate of the rows without @LR (default: lm 1e-3, minilm 2e-5)")
+                    help="peak rate of the rows without @LR (default: " + ", ".join(
+                        f"{m} {r:g}" for m, r in LOSS_LR.items()) + ")")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--ranks", type=int, default=4)
@@ -686,7 +690,7 @@ def loss_study(argv=None) -> int:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={args.ranks}", "-m", "perf.bench.train_e2e", "worker",
                "--rows", rows, "--model", args.model, *MODEL_ARGS[args.model],
-               *(["--lr", str(args.lr)] if args.lr else []), "--steps", str(args.steps),
+               "--lr", str(args.lr or LOSS_LR[args.model]), "--steps", str(args.steps),
                "--rounds", "1", "--warmup", str(min(5, args.steps - 1)), "--seed", str(seed),
                "--schedule", "cosine",
                "--eval-batches", str(args.eval_batches), "--json", str(path)]

@@ -82,5 +82,5 @@ def test_loss_study_runs_under_torchrun(tmp_path):
     got = json.loads((tmp_path / "lm-seed1.json").read_text())["rows"]
     assert set(got) == {"gloo@2e-3", "hint8"}
     assert all(r["val_loss"] > 0 and r["replicas_identical"] for r in got.values())
-    assert got["hint8"]["lr"] == 1e-3 and got["gloo@2e-3"]["lr"] == 2e-3
+    assert got["hint8"]["lr"] == train_e2e.LOSS_LR["lm"] and got["gloo@2e-3"]["lr"] == 2e-3
     assert "tuned exact: gloo@2e-3" in (tmp_path / "lm-loss.md").read_text()
