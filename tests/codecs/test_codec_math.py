@@ -12,6 +12,7 @@ import pytest
 
 from ccompress import _core
 from ccompress._internal.errors import InvalidArgument
+from helpers.codec_calls import DTYPES, check_decode_paths, decode_f32, encode, ptr
 
 F32 = np.float32
 FLT_MIN = np.finfo(np.float32).tiny
@@ -20,27 +21,6 @@ FP8 = {
     "fp8_e4m3": (ml_dtypes.float8_e4m3fn, 448.0, 16.0, -6, 3),
     "fp8_e5m2": (ml_dtypes.float8_e5m2, 57344.0, 4096.0, -14, 2),
 }
-DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
-
-
-def ptr(a):
-    return a.ctypes.data
-
-
-def dtype_name(a):
-    return {np.dtype(v): k for k, v in DTYPES.items()}[a.dtype]
-
-
-def encode(codec, x, divisor=1.0):
-    wire = np.full(codec.wire_bytes(x.size), 0xAB, dtype=np.uint8)  # garbage in the padding
-    _core.encode(codec, ptr(x), dtype_name(x), x.size, divisor, ptr(wire))
-    return wire
-
-
-def decode_f32(codec, wire, n):
-    out = np.empty(n, np.float32)
-    _core.decode(codec, ptr(wire), n, ptr(out), "float32")
-    return out
 
 
 def ref_encode(x32, fmt, g):
@@ -184,17 +164,7 @@ def test_accumulate_decode_finalize(spec, dtype):
         assert np.array_equal(wire.view(raw).astype(np.float32), want)
     else:
         want = ref_decode(wire, codec.kind, codec.group, n)
-    acc0 = rng.standard_normal(n).astype(np.float32)
-    acc = acc0.copy()
-    _core.decode_accumulate(codec, ptr(wire), n, ptr(acc), True)
-    assert np.array_equal(acc, want)
-    acc = acc0.copy()
-    _core.decode_accumulate(codec, ptr(wire), n, ptr(acc), False)
-    assert np.array_equal(acc, acc0 + want)
-    for out_dtype, dt in DTYPES.items():
-        out = np.empty(n, dt)
-        _core.decode(codec, ptr(wire), n, ptr(out), out_dtype)
-        assert np.array_equal(out.view(np.uint8), want.astype(dt).view(np.uint8))
+    acc0 = check_decode_paths(codec, wire, n, want, rng)
     acc = acc0.copy()
     _core.load_accumulate(ptr(x), dtype, n, ptr(acc), False)
     assert np.array_equal(acc, acc0 + x.astype(np.float32))

@@ -9,28 +9,11 @@ import pytest
 import ccompress as cc
 from ccompress import _core
 from ccompress._internal.errors import InvalidArgument
+from helpers.codec_calls import DTYPES, check_decode_paths, decode_f32, encode, ptr
 from helpers.reference import mx
 
 SPECS = list(mx.FORMATS)
-DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 SIZES = [0, 1, 2, 31, 32, 33, 63, 64, 100, 4097]
-
-
-def ptr(a):
-    return a.ctypes.data
-
-
-def encode(codec, x, divisor=1.0):
-    wire = np.full(codec.wire_bytes(x.size), 0xAB, np.uint8)  # garbage in the padding
-    name = {np.dtype(v): k for k, v in DTYPES.items()}[x.dtype]
-    _core.encode(codec, ptr(x), name, x.size, divisor, ptr(wire))
-    return wire
-
-
-def decode_f32(codec, wire, n):
-    out = np.empty(n, np.float32)
-    _core.decode(codec, ptr(wire), n, ptr(out), "float32")
-    return out
 
 
 def make_data(rng, n):
@@ -159,17 +142,7 @@ def test_accumulate_decode_and_decode_reduce_encode(spec, dtype):
     x = (rng.standard_normal(n) * 3).astype(np.float32).astype(DTYPES[dtype])
     wire = encode(codec, x)
     want = mx.decode(spec, wire, n)
-    acc0 = rng.standard_normal(n).astype(np.float32)
-    acc = acc0.copy()
-    _core.decode_accumulate(codec, ptr(wire), n, ptr(acc), True)
-    assert np.array_equal(acc, want)
-    acc = acc0.copy()
-    _core.decode_accumulate(codec, ptr(wire), n, ptr(acc), False)
-    assert np.array_equal(acc, acc0 + want)
-    for out_dtype, dt in DTYPES.items():
-        out = np.empty(n, dt)
-        _core.decode(codec, ptr(wire), n, ptr(out), out_dtype)
-        assert np.array_equal(out.view(np.uint8), want.astype(dt).view(np.uint8))
+    check_decode_paths(codec, wire, n, want, rng)
     y = (rng.standard_normal(n) * 2).astype(np.float32).astype(DTYPES[dtype])
     for d in (1.0, 4.0, 3.0):
         t = (want + y.astype(np.float32)) / np.float32(d)  # decode(src) + x, then the divisor
