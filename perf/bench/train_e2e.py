@@ -391,8 +391,10 @@ def codec_of(row: "Row") -> str:
     """The codec of the row's gradient collective; for ``auto``, what it chose."""
     _, opts, extra, _ = spec(row.name)
     if row.pg is None:
-        return extra.get("codec", f"tsr r{extra['tsr_rank']}, fp8 cores" if row.mode == "tsr"
-                         else "none")
+        if row.mode == "tsr":
+            return f"tsr r{extra['tsr_rank']}, fp8 cores"
+        gift = f" + GIFT rank {extra['gift']}" if extra.get("gift") else ""
+        return extra.get("codec", "none") + gift
     kind = "reduce_scatter" if row.mode == "fsdp" else "all_reduce"
     codec = getattr(row.pg.options, kind)
     if opts.get("all_gather"):
