@@ -112,6 +112,11 @@ def spec(name: str) -> tuple:
     return (*ROWS[base], float(lr) if lr else None)
 
 
+def unknown_rows(names: List[str]) -> List[str]:
+    """The names (``NAME`` or ``NAME@LR``) that name no row."""
+    return [n for n in names if n.partition("@")[0] not in ROWS]
+
+
 DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,hint4,auto,fsdp-gloo,fsdp-hint8,fsdp-hint8-ag,hook-hint8"
 
 
@@ -422,6 +427,15 @@ def corpus():
 
 
 # ------------------------------------------------------------------ the driver
+def worker_env(**extra: str) -> Dict[str, str]:
+    """The workers' environment: this one without CCOMPRESS_* (each row sets its options),
+    one thread per rank, the repository on PYTHONPATH, plus ``extra``."""
+    e = {v: x for v, x in os.environ.items() if not v.startswith("CCOMPRESS_")}
+    e.update(OMP_NUM_THREADS="1", **extra)
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [e.get("PYTHONPATH")])])
+    return e
+
+
 def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> List[dict]:
     """Every row at one link rate: one torchrun launch per node, the rows taking turns."""
     k, n = args.ranks_per_node, args.nodes
@@ -431,6 +445,7 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
     result.unlink(missing_ok=True)
     before = net.counters()
     procs = []
+    env = worker_env(GLOO_SOCKET_IFNAME="eth0")  # gloo on the namespace's shaped NIC
     for i, ns in enumerate(net.ns):
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
                f"--nnodes={n}", f"--node_rank={i}", f"--nproc_per_node={k}",
@@ -441,10 +456,7 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
                str(args.rounds), "--warmup", str(args.warmup), "--seed", str(args.seed),
                *(["--bucket-mb", str(args.bucket_mb)] if args.bucket_mb else []),
                "--json", str(result)]
-        e = {v: x for v, x in os.environ.items() if not v.startswith("CCOMPRESS_")}
-        e.update(GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
-        e["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [e.get("PYTHONPATH")])])
-        procs.append(subprocess.Popen(cmd, env=e, cwd=ROOT, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     logs = [p.communicate(timeout=args.timeout)[0] for p in procs]
     after = net.counters()
@@ -598,7 +610,7 @@ def main(argv=None) -> int:
     if not 0 <= args.warmup < args.steps:
         ap.error(f"--warmup {args.warmup} must be below --steps {args.steps}")
     names = [n.strip() for n in args.rows.split(",") if n.strip()]
-    unknown = [n for n in names if n.partition("@")[0] not in ROWS]
+    unknown = unknown_rows(names)
     if unknown:
         ap.error(f"unknown rows {unknown}; --list-rows lists them")
     if any(n.startswith("hier") for n in names) and args.ranks_per_node < 2:
@@ -682,7 +694,7 @@ def loss_study(argv=None) -> int:
     rows = args.rows or LOSS_ROWS[args.model]
     if args.steps < 2:
         ap.error("--steps must be 2 or more (the byte counts skip the first step)")
-    unknown = [n for n in rows.split(",") if n.partition("@")[0] not in ROWS]
+    unknown = unknown_rows(rows.split(","))
     if unknown:
         ap.error(f"unknown rows {unknown}; train_e2e --list-rows lists them")
     out = Path(args.out)
@@ -697,12 +709,9 @@ def loss_study(argv=None) -> int:
                "--rounds", "1", "--warmup", str(min(5, args.steps - 1)), "--seed", str(seed),
                "--schedule", "cosine",
                "--eval-batches", str(args.eval_batches), "--json", str(path)]
-        e = {v: x for v, x in os.environ.items() if not v.startswith("CCOMPRESS_")}
-        e.update(OMP_NUM_THREADS="1")
-        e["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [e.get("PYTHONPATH")])])
         print(f"[e2e loss] seed {seed}: {rows} ({args.steps} steps)", flush=True)
         t0 = time.time()
-        subprocess.run(cmd, env=e, cwd=ROOT, check=True, timeout=args.timeout)
+        subprocess.run(cmd, env=worker_env(), cwd=ROOT, check=True, timeout=args.timeout)
         got = json.loads(path.read_text())
         path.write_text(json.dumps({"args": vars(args), "seed": seed, "rows": got}, indent=1))
         print(f"[e2e loss] seed {seed} took {time.time() - t0:.0f} s", flush=True)
