@@ -11,10 +11,51 @@ def gaussian_parts(rng, nranks, n, dtype="float32"):
     return (rng.standard_normal((nranks, n)) * scale).astype(numpy_dtype(dtype))
 
 
+class BitsCompared:
+    """The answer of same_bits / same_bits_or_nan: true when the arrays agree; its repr names
+    the first elements that differ, with their bits, so that a failing assert says where."""
+
+    def __init__(self, arrays, nan_free):
+        first = np.ascontiguousarray(arrays[0])
+        self.count, self.differences = 0, []  # (array, element, first's value and bits, its)
+        for k, a in enumerate(arrays[1:], 1):
+            a = np.ascontiguousarray(a)
+            typed = a.dtype == first.dtype and a.shape == first.shape and a.dtype.itemsize in (1, 2, 4, 8)
+            x, y = (first, a) if typed else (first.view(np.uint8), a.view(np.uint8))  # else bytes
+            x, y = x.reshape(-1), y.reshape(-1)
+            if x.size != y.size:
+                self.count += 1
+                self.differences.append((k, None, f"{x.size} elements", f"{y.size}"))
+                continue
+            bits = f"u{x.dtype.itemsize}"
+            differ = x.view(bits) != y.view(bits)
+            if nan_free:
+                differ &= ~(np.isnan(x.astype(np.float32)) & np.isnan(y.astype(np.float32)))
+            where = np.flatnonzero(differ)
+            self.count += where.size
+            self.differences += [(k, int(i), f"{x[i]} 0x{int(x.view(bits)[i]):x}",
+                                  f"{y[i]} 0x{int(y.view(bits)[i]):x}") for i in where[:4]]
+
+    def __bool__(self):
+        return self.count == 0
+
+    def __repr__(self):
+        if self.count == 0:
+            return "<same bits>"
+        shown = "; ".join(f"array {k} element {i}: {x} vs {y}" for k, i, x, y in self.differences)
+        return f"<{self.count} elements differ: {shown}>"
+
+
 def same_bits(arrays):
-    """Whether all arrays hold exactly the same bytes."""
-    first = np.ascontiguousarray(arrays[0]).view(np.uint8)
-    return all(np.array_equal(np.ascontiguousarray(a).view(np.uint8), first) for a in arrays)
+    """Whether all arrays hold exactly the same bytes (truthy; a failure's repr says where)."""
+    return BitsCompared(arrays, nan_free=False)
+
+
+def same_bits_or_nan(arrays):
+    """Whether all arrays hold the same bits in every element, except that where one holds a
+    NaN the others must hold a NaN of any sign and payload: the GPU against the CPU backend,
+    since x86 and CUDA arithmetic give NaNs different bits (IEEE 754 leaves them open)."""
+    return BitsCompared(arrays, nan_free=True)
 
 
 def rel_l2(y, ref):
