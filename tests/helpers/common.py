@@ -20,8 +20,9 @@ class BitsCompared:
         self.count, self.differences = 0, []  # (array, element, first's value and bits, its)
         for k, a in enumerate(arrays[1:], 1):
             a = np.ascontiguousarray(a)
-            typed = a.dtype == first.dtype and a.shape == first.shape and a.dtype.itemsize in (1, 2, 4, 8)
-            x, y = (first, a) if typed else (first.view(np.uint8), a.view(np.uint8))  # else bytes
+            typed = ((a.dtype, a.shape) == (first.dtype, first.shape)
+                     and a.dtype.itemsize in (1, 2, 4, 8))
+            x, y = (first, a) if typed else (first.view(np.uint8), a.view(np.uint8))  # bytes
             x, y = x.reshape(-1), y.reshape(-1)
             if x.size != y.size:
                 self.count += 1
