@@ -15,7 +15,7 @@ class BitsCompared:
     """The answer of same_bits / same_bits_or_nan: true when the arrays agree; its repr names
     the first elements that differ, with their bits, so that a failing assert says where."""
 
-    def __init__(self, arrays, nan_free):
+    def __init__(self, arrays, any_nan_bits):
         first = np.ascontiguousarray(arrays[0])
         self.count, self.differences = 0, []  # (array, element, first's value and bits, its)
         for k, a in enumerate(arrays[1:], 1):
@@ -30,7 +30,7 @@ class BitsCompared:
                 continue
             bits = f"u{x.dtype.itemsize}"
             differ = x.view(bits) != y.view(bits)
-            if nan_free:
+            if any_nan_bits:
                 differ &= ~(np.isnan(x.astype(np.float32)) & np.isnan(y.astype(np.float32)))
             where = np.flatnonzero(differ)
             self.count += where.size
@@ -49,14 +49,14 @@ class BitsCompared:
 
 def same_bits(arrays):
     """Whether all arrays hold exactly the same bytes (truthy; a failure's repr says where)."""
-    return BitsCompared(arrays, nan_free=False)
+    return BitsCompared(arrays, any_nan_bits=False)
 
 
 def same_bits_or_nan(arrays):
     """Whether all arrays hold the same bits in every element, except that where one holds a
     NaN the others must hold a NaN of any sign and payload: the GPU against the CPU backend,
     since x86 and CUDA arithmetic give NaNs different bits (IEEE 754 leaves them open)."""
-    return BitsCompared(arrays, nan_free=True)
+    return BitsCompared(arrays, any_nan_bits=True)
 
 
 def rel_l2(y, ref):
