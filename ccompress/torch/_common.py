@@ -4,6 +4,7 @@ calling a collective on a tensor (host memory over gloo point-to-point, MPI or i
 ranks; CUDA memory on the caller's current stream)."""
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import sys
@@ -17,6 +18,23 @@ from ..communicator import Communicator
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _COMMS: Dict[Any, Communicator] = {}
 _GROUPS: Dict[Any, Tuple[Any, Communicator]] = {}
+
+
+@atexit.register
+def _release_groups() -> None:
+    """Closes the communicators made for torch groups and lets go of the groups before the
+    interpreter exits. Held here until the interpreter's own teardown, a group (gloo's, even
+    after destroy_process_group) would stop its threads while Python is half gone, and one of
+    them that still needed the interpreter aborted the process ("terminate called without an
+    active exception") after the script had finished."""
+    held = list(_GROUPS.values())
+    _GROUPS.clear()
+    for _, comm in held:
+        try:
+            comm.close()
+        except Exception:  # noqa: BLE001 - best effort at exit, nothing left to report to
+            pass
+
 
 # Set by the MPI launchers in every process they start (MPICH/Hydra and Slurm's PMI, Open
 # MPI): an MPI launch is recognised without importing mpi4py, which under torchrun would
