@@ -126,9 +126,11 @@ __attribute__((target("avx2"))) inline __m256 steps8(__m256i q, __m256 vs) {
 }
 
 // The E4M3 scale codes of 8 groups of largest finite |x| amax (bits) under run scale s, and
-// their steps: codecs::encode_group_scale(amax, qmax, s, 8, false) and steps8, lane by lane:
-// t = (amax / qmax) / s, then fp8_from_float<E4M3>(t) (t is finite and >= 0).
-CC_AVX2_INLINE void scales8(__m256i amax, float qmax, float s, __m256i* code, __m256* step) {
+// their steps: codecs::encode_group_scale(amax, qmax, s, 8, round_up) and steps8, lane by
+// lane: t = (amax / qmax) / s, then fp8_from_float<E4M3>(t) (t is finite and >= 0), with
+// @p round_up one code more where that is below t and not the largest.
+CC_AVX2_INLINE void scales8(__m256i amax, float qmax, float s, __m256i* code, __m256* step,
+                            bool round_up = false) {
   const __m256 vs = _mm256_set1_ps(s);
   const __m256 t = _mm256_div_ps(
       _mm256_div_ps(_mm256_castsi256_ps(amax), _mm256_set1_ps(qmax)), vs);
@@ -149,6 +151,12 @@ CC_AVX2_INLINE void scales8(__m256i amax, float qmax, float s, __m256i* code, __
   const __m256i limit = _mm256_blendv_epi8(_mm256_set1_epi32(codecs::Fp8E4M3::kMaxCode),
                                            _mm256_set1_epi32(codecs::kFp8NaN), nan);
   q = _mm256_min_epu32(q, limit);
+  if (round_up) {
+    const __m256 below = _mm256_cmp_ps(cpu::avx2::fp8_to_float8<codecs::Fp8E4M3>(q), t,
+                                       _CMP_LT_OQ);
+    const __m256i room = _mm256_cmpgt_epi32(_mm256_set1_epi32(codecs::Fp8E4M3::kMaxCode), q);
+    q = _mm256_sub_epi32(q, _mm256_and_si256(_mm256_castps_si256(below), room));  // +1
+  }
   *code = q;
   *step = steps8(q, vs);
 }
@@ -401,6 +409,35 @@ __attribute__((target("avx2"))) void encode_groups(const float* y, int64_t ngrou
   }
 }
 
+// Stochastic rounding of groups 0..ngroups-1 of 16 (ngroups a multiple of kBatch) with the
+// draws of elements index, index + 1, ... under prefix: each batch's round-up scales in one
+// vector (scales8), each group's nibbles from quantize8_sr, 64 elements packed at a time.
+template <bool kInt4>
+__attribute__((target("avx2"))) void encode_groups_sr(const float* y, int64_t ngroups, float s,
+                                                      const int32_t* amax, uint64_t prefix,
+                                                      int64_t index, uint8_t* codes,
+                                                      uint8_t* scales) {
+  const float qmax = kInt4 ? codecs::Int4::kQMax : codecs::E2M1::kQMax;
+  cpu::avx2::SrNoise8 noise(prefix, index);
+  for (int64_t k0 = 0; k0 < ngroups; k0 += kBatch) {
+    __m256i code;
+    __m256 step;
+    scales8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(amax + k0)), qmax, s, &code,
+            &step, true);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(scales + k0), cpu::avx2::pack8_epu8(code));
+    alignas(32) float d[kBatch];
+    _mm256_store_ps(d, step);
+    for (int64_t j = 0; j < kBatch; j += 4) {
+      __m256i q[8];  // elements 8i .. 8i + 7 of groups k0 + j .. k0 + j + 3
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i)
+        q[i] = signed_of_nibble<kInt4>(quantize8_sr<kInt4>(
+            _mm256_loadu_ps(y + 16 * (k0 + j) + 8 * i), d[j + i / 2], noise.next()));
+      pack64_nibbles<kInt4>(q, codes + 8 * (k0 + j));
+    }
+  }
+}
+
 // The finite maxima (bits) of 8 groups of 16 held in r[0..16) (group j in r[2j], r[2j+1]),
 // group j in lane j, and in *special bit j whether group j has a non-finite element.
 CC_AVX2_INLINE __m256i group_maxima8(const __m256* r, uint8_t* special) {
@@ -603,14 +640,11 @@ __attribute__((target("avx2"))) void fourbit_decode_groups_avx2(bool int4, const
   decode_groups<false>(codes, scales, ngroups, s, h == 16, rs, accumulate, out);
 }
 
-__attribute__((target("avx2"))) void fourbit_quantize16_sr_avx2(bool int4, const float* y,
-                                                                float d, const float* u,
-                                                                uint8_t* nib) {
-  for (int h = 0; h < 2; ++h) {
-    const __m256 x = _mm256_loadu_ps(y + 8 * h), uh = _mm256_loadu_ps(u + 8 * h);
-    const __m256i q = int4 ? quantize8_sr<true>(x, d, uh) : quantize8_sr<false>(x, d, uh);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(nib + 8 * h), cpu::avx2::pack8_epu8(q));
-  }
+__attribute__((target("avx2"))) void fourbit_encode_groups_sr_avx2(
+    bool int4, const float* y, int64_t ngroups, float s, const int32_t* amax, uint64_t prefix,
+    int64_t index, uint8_t* codes, uint8_t* scales) {
+  if (int4) return encode_groups_sr<true>(y, ngroups, s, amax, prefix, index, codes, scales);
+  encode_groups_sr<false>(y, ngroups, s, amax, prefix, index, codes, scales);
 }
 
 }  // namespace ccompress::cpu4

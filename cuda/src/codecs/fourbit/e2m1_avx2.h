@@ -45,10 +45,15 @@ void fourbit_decode_groups_avx2(bool int4, const uint8_t* codes, const uint8_t* 
                                 int64_t ngroups, float s, float* out, bool accumulate = false,
                                 int32_t h = 0, bool rs = false);
 
-/// Stochastic rounding of one group of 16: nib[i] = codecs::fourbit_quantize<Q>(y[i], d, true,
-/// u[i]) for i < 16, Q E2M1 (NVFP4) or Int4 (hint4) when @p int4.
-void fourbit_quantize16_sr_avx2(bool int4, const float* y, float d, const float* u,
-                                uint8_t* nib);
+/// Stochastic rounding of groups 0..ngroups-1 of y (16 elements each, ngroups a multiple of
+/// 8) under run scale s, with group maxima amax (finite |y| bits): what fourbit_cpu.h's
+/// group loop writes, E4M3 scale codes rounded up (codecs::encode_group_scale(..., true)) to
+/// scales[k] and nibbles codecs::fourbit_quantize<Q>(y[i], d, true, u_i) to codes[8k ..
+/// 8k+8), u_i the draw sr_uniform_at(prefix, index + i); Q E2M1 (NVFP4), Int4 (hint4) when
+/// @p int4.
+void fourbit_encode_groups_sr_avx2(bool int4, const float* y, int64_t ngroups, float s,
+                                   const int32_t* amax, uint64_t prefix, int64_t index,
+                                   uint8_t* codes, uint8_t* scales);
 
 /// Whether fourbit_decode_groups_avx2 un-rotates rotation blocks of h itself.
 inline bool fourbit_decode_rotates(int32_t h) { return h == 16; }

@@ -253,20 +253,24 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
     });
     k = kr;
   }
+#ifdef CC_HAVE_E2M1_AVX2
+  // Stochastic rounding of whole batches of 8 groups of 16 with E4M3 scales in AVX2; the
+  // loop below codes the rest of the run.
+  if (sr && g == 16 && sbits == 8 && kr >= 8 && cpu_use_avx2() &&
+      (std::is_same_v<Q, codecs::E2M1> || int4)) {
+    k = kr - kr % 8;
+    fourbit_encode_groups_sr_avx2(int4, y, k, s, whole_amax.data(), prefix, ctx.index, dst,
+                                  dst + lay.scales);
+  }
+#endif
   // Stochastic rounding: the draws of the rest of the run in one call (per group, setting up
-  // the counter hash cost more than the quantization), groups of 16 coded with AVX2.
+  // the counter hash cost more than the quantization).
   thread_local std::vector<float> draws;
   const int64_t first = k * g;
   if (sr && first < n) {
     draws.resize(static_cast<size_t>(n - first));
     cpu::sr_uniforms_host(prefix, ctx.index + first, n - first, draws.data());
   }
-#ifdef CC_HAVE_E2M1_AVX2
-  const bool sr16 = sr && g == 16 && cpu_use_avx2() &&
-                    (std::is_same_v<Q, codecs::E2M1> || std::is_same_v<Q, codecs::Int4>);
-#else
-  const bool sr16 = false;
-#endif
   for (int64_t off = k * g; off < n; ++k, off += g) {
     const int64_t len = std::min<int64_t>(g, n - off);
     const float* v = y + off;
@@ -276,15 +280,7 @@ void encode_run(const float* x, int64_t n, const Codec& c, const EncodeContext& 
     for (int64_t i = 0; i < sb; ++i) dst[lay.scales + k * sb + i] = uint8_t(code >> (8 * i));
     if (sr) {
       const float* u = draws.data() + (off - first);
-#ifdef CC_HAVE_E2M1_AVX2
-      if (sr16 && len == 16) {
-        cpu4::fourbit_quantize16_sr_avx2(std::is_same_v<Q, codecs::Int4>, v, d, u, nib);
-      } else
-#endif
-      {
-        for (int64_t i = 0; i < len; ++i)
-          nib[i] = codecs::fourbit_quantize<Q>(v[i], d, true, u[i]);
-      }
+      for (int64_t i = 0; i < len; ++i) nib[i] = codecs::fourbit_quantize<Q>(v[i], d, true, u[i]);
     } else {
       for (int64_t i = 0; i < len; ++i) nib[i] = codecs::fourbit_quantize<Q>(v[i], d, false, 0.f);
     }
