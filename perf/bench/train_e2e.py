@@ -98,6 +98,7 @@ ROWS: Dict[str, tuple] = {
     "fsdp-gloo": ("fsdp", None, {}),
     "fsdp-hint8": ("fsdp", {"codec": "hint8", **_EF}, {}),
     "fsdp-hint8-ag": ("fsdp", {"codec": "hint8", "all_gather": "fp8_e4m3:g128", **_EF}, {}),
+    "fsdp-nvfp4-ag": ("fsdp", {"codec": "nvfp4", "all_gather": "fp8_e4m3:g128", **_EF}, {}),
     "hook-hint8": ("hook", None, {"codec": "hint8"}),
     "gift": ("hook", None, {"codec": "nvfp4", "gift": 32}),
     "tsr": ("tsr", None, {"tsr_rank": 32}),
