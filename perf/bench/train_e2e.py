@@ -549,16 +549,18 @@ def wide_table(rows: List[Dict[str, Any]]) -> List[str]:
     cells = {(r["row"], r["rate"]): x for r, x in zip(rows, d)}
     first = rate_name(rates[0])
     lines = ["| row | codec | " + " | ".join(f"{rate_name(x)}: ms (vs gloo)" for x in rates)
-             + f" | ideal at {first} | comm at {first} | CPU/rank at {first} | MB/step/rank "
+             + f" | ideal at {first} | comm at {first} | CPU/rank at {first} "
+             f"| forward / backward / optimizer at {first} (ms) | MB/step/rank "
              "| loss vs gloo | replicas identical |",
-             "|---|---|" + "---|" * len(rates) + "---|---|---|---|---|---|"]
+             "|---|---|" + "---|" * len(rates) + "---|---|---|---|---|---|---|"]
     for r, x in zip(rows, d):
         if r["rate"] != rates[0]:
             continue
         steps = [cells.get((r["row"], rate)) for rate in rates]
         lines.append(f"| {r['row']} | {r['codec']} | " + " | ".join(
             f"{c['step']} ({c['speed']})" if c else "-" for c in steps)
-            + f" | {x['ideal']} | {x['comm']} | {x['cpu']} | {r['bytes_per_step'] / 1e6:.1f} | "
+            + f" | {x['ideal']} | {x['comm']} | {x['cpu']} | {x['phases']} | "
+            f"{r['bytes_per_step'] / 1e6:.1f} | "
             f"{x['dloss']} | {x['same']} |")
     return lines
 

@@ -42,7 +42,7 @@ def test_report_writes_both_tables(tmp_path):
     path.write_text(json.dumps({"args": args, "tbf": "128k/5", "rows": ROWS}))
     assert train_e2e.report(path) == 0
     md = (tmp_path / "e2e.md").read_text()
-    assert "| hint8 | c | 300 (2.00x) | 330 (0.91x) | 300 | 33% | 150 | 12.5 | +1.00% | yes |" in md
+    assert "| hint8 | c | 300 (2.00x) | 330 (0.91x) | 300 | 33% | 150 | - | 12.5 | +1.00% | yes |" in md
     assert "| unlimited | hint8 | c | 330 | 0.91x | 200 | 39% | - | 50 / 200 / 80 | 12.5 | 2.0200 | +1.00% | NO |" in md
     assert (tmp_path / "e2e.png").stat().st_size > 0
 
