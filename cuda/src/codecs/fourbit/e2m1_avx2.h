@@ -1,9 +1,10 @@
-// NVFP4's and hint4's full 16-element groups (round to nearest, E4M3 group scales) with AVX2
-// intrinsics, two 8-wide vectors per group. They compute what fourbit_cpu.h's scalar loop
-// does for those groups (the same IEEE divisions and multiplies; the nibble of a finite
-// x / d found by operations proven to give the same code as the scalar comparisons), so the
-// bits match the scalar loop and the CUDA kernels; tests/codecs/test_nvfp4.py and
-// tests/codecs/test_cpu_isa.py check it. Callers use them only when cpu_use_avx2() (isa_dispatch.h).
+// NVFP4's and hint4's full 16-element groups (E4M3 group scales; round to nearest, or
+// stochastic in batches of 8 groups) with AVX2 intrinsics, two 8-wide vectors per group.
+// They compute what fourbit_cpu.h's scalar loop does for those groups (the same IEEE
+// divisions and multiplies; the nibble of a finite x / d found by operations proven to give
+// the same code as the scalar comparisons), so the bits match the scalar loop and the CUDA
+// kernels; tests/codecs/test_nvfp4.py and tests/codecs/test_cpu_isa.py check it. Callers use
+// them only when cpu_use_avx2() (isa_dispatch.h).
 #pragma once
 
 #include <cstdint>
