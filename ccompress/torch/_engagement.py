@@ -139,10 +139,16 @@ class OpStats:
 
     def check_engaged(self, op: str, codec: str, rank: int) -> None:
         """Warns (rank 0, once per op) when ``codec`` is configured for ``op`` but none of
-        its first ENGAGE_CHECK_CALLS calls was compressed."""
+        its first ENGAGE_CHECK_CALLS calls was compressed, unless they were all below
+        min_numel while another op of the group compresses (FSDP2's all-reduces of a loss or
+        a gradient norm beside its compressed reduce-scatters: the codec engages where the
+        tensors are)."""
         s = self.ops[op]
         if (codec == "none" or op in self._warned or s["compressed"] or s["delegated"]["auto"]
                 or s["calls"] < ENGAGE_CHECK_CALLS):  # auto said why it sends exact
+            return
+        if s["delegated"]["small"] == s["calls"] and any(o["compressed"]
+                                                         for o in self.ops.values()):
             return
         self._warned.add(op)
         log = _logger() if rank == 0 else None

@@ -167,6 +167,28 @@ def test_environment_errors_name_the_variable(monkeypatch, var, value, accepted)
     assert f"{var}={value!r}" in str(e.value) and accepted in str(e.value), str(e.value)
 
 
+def test_engagement_warning_skips_small_calls_beside_a_compressing_op(caplog):
+    """20 small all-reduces warn when nothing of the group compresses, and do not when the
+    group's reduce-scatters compress (FSDP2's scalars beside its gradients); a reason other
+    than size warns either way."""
+    from ccompress.torch import _engagement
+
+    def warnings(compressing, reason="small"):
+        stats = _engagement.OpStats()
+        if compressing:
+            stats.compressed("reduce_scatter", 1000)
+        caplog.clear()
+        for _ in range(_engagement.ENGAGE_CHECK_CALLS):
+            stats.delegated("all_reduce", reason, 40)
+            stats.check_engaged("all_reduce", "hint8", 0)
+        return [r for r in caplog.records if "none of its first" in r.getMessage()]
+
+    with caplog.at_level("WARNING", logger="ccompress.torch"):
+        assert len(warnings(False)) == 1
+        assert warnings(True) == []
+        assert len(warnings(True, reason="dtype")) == 1
+
+
 def _train_dp(*args):
     e = {k: v for k, v in os.environ.items() if k not in ENV}
     e.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
