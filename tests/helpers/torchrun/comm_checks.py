@@ -116,6 +116,12 @@ assert (ic.rank, ic.size) == (rank, size)
 y = ic.allreduce(parts[rank], codec="fp8_e4m3:g128", algo="two_shot")
 assert y.tobytes() == cc.simulate.allreduce(parts, "fp8_e4m3:g128", "two_shot")[rank].tobytes()
 assert ic._mpi_comm.bcast(b"id" if rank == 0 else None) == b"id"
+# Made outside torch.distributed, the group is not stopped by destroy_process_group: a gloo
+# group left to the interpreter's teardown can abort the process at exit ("terminate called
+# without an active exception"), so its threads stop here, as the backend stops its own.
+ic.close()
+inner.shutdown()
+del inner
 
 # 4. The NCCL id's way through the store: the same bytes on every rank, twice in a row.
 from ccompress.torch._p2p import StoreBroadcast  # noqa: E402
@@ -138,6 +144,7 @@ if size % 2 == 0:
                                                      inter_algo="two_shot"), ranks_per_node=2)
     assert y.tobytes() == want[rank].tobytes(), "hier under torchrun"
     digests_agree(y, "hier under torchrun")
+    hc.close()
 
 comm.barrier()
 comm.close()
