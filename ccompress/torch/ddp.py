@@ -10,7 +10,7 @@ and expects a ``torch.futures.Future`` that completes with the bucket averaged o
 ranks. The all-reduce runs in place on the bucket (float32, bfloat16 or float16), so every
 rank ends with bit-identical gradients.
 """
-from typing import Any, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import numpy as np
 import torch
@@ -105,12 +105,20 @@ class CompressedAllreduceHook:
             return fut
         if not self._run_async(comm):
             return _common.run_now(buf, lambda: _common.allreduce(comm, buf, out=buf, **kwargs))
+        return self._start(comm, buf, kwargs)
+
+    def _start(self, comm: Communicator, buf: torch.Tensor, kwargs: Dict[str, Any],
+               then: Optional[Callable[[], None]] = None) -> torch.futures.Future[torch.Tensor]:
+        """The bucket's all-reduce on ccompress's worker thread, overlapping backward: a
+        Future completed with ``buf`` after ``then()`` (on that thread), or with the error."""
         fut = torch.futures.Future()
         work = _common.allreduce(comm, buf, out=buf, async_op=True, **kwargs)
 
         def done(w) -> None:
             try:
                 w.wait()
+                if then is not None:
+                    then()
             except Exception as e:  # noqa: BLE001 - handed to DDP through the future
                 fut.set_exception(e)
             else:
@@ -122,16 +130,29 @@ class CompressedAllreduceHook:
     def _call_gift(self, comm: Communicator, bucket: dist.GradBucket, buf: torch.Tensor,
                    kwargs: Dict[str, Any]) -> torch.futures.Future[torch.Tensor]:
         """The bucket through GIFT: whiten the treated weights' gradients in place, the
-        compressed all-reduce (error feedback in whitened coordinates), map them back. Run
-        in the calling thread: a refresh step adds exact collectives of its own, which must
-        not overlap the bucket's."""
-        def body() -> None:
+        compressed all-reduce (error feedback in whitened coordinates), map them back. A
+        refresh step runs in the calling thread: it adds exact collectives of its own, which
+        must not overlap the bucket's. Other steps whiten here and overlap the all-reduce
+        and the map back with backward, as the plain hook does (host buckets)."""
+        def whiten() -> list:
             layout = self.gift.layout(bucket)
             ef = (self._feedback(bucket.index(), buf.numel(), layout)
                   if self.error_feedback else None)
             if ef is not None:
                 kwargs["error_feedback"] = ef
-            treated = self.gift.to_wire(comm, bucket, ef)
+            return self.gift.to_wire(comm, bucket, ef)
+
+        if not (self.gift.collecting() or buf.is_cuda) and self._run_async(comm):
+            try:
+                treated = whiten()  # no collective on a step that does not refresh
+            except Exception as e:  # noqa: BLE001 - DDP re-raises it from the future
+                fut = torch.futures.Future()
+                fut.set_exception(e)
+                return fut
+            return self._start(comm, buf, kwargs, lambda: self.gift.from_wire(bucket, treated))
+
+        def body() -> None:
+            treated = whiten()
             _common.allreduce(comm, buf, out=buf, **kwargs)
             self.gift.from_wire(bucket, treated)
 

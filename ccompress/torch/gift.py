@@ -37,8 +37,11 @@ for either.
 
 Embeddings are not hooked: a tied embedding (a language model's input table reused as its
 output head) gets its gradient from two products with different K-FAC factors, and one
-factor per weight does not fit it. The transforms run in float64 on the host (NumPy,
-:mod:`ccompress.gift`'s math), so CUDA gradients make a round trip to host memory.
+factor per weight does not fit it. The factors are computed in float64 on the host (NumPy,
+:mod:`ccompress.gift`'s math) at each refresh; the per-step transforms run in float32 in
+place, on the gradients' own device (a float32 copy of each factor is kept there), so CUDA
+gradients stay on the GPU. float32 adds a relative error near 2^-24 x the matrices' widths,
+far below any lossy codec's (the bound is stated in tests/pytorch/test_torch_gift.py).
 """
 from __future__ import annotations
 
@@ -110,6 +113,7 @@ class GIFT:
         self._task = -1  # the backward pass whose end ends the step (FSDP2)
         self._handles: List[Any] = []
         self._refreshed: set = set()  # layers refreshed during this step
+        self._device_factors: Dict[int, Tuple[Any, Dict[Any, List[_Side]]]] = {}  # id(factor)
         for name, mod in _chosen(model, layers):
             self._layer_of[id(mod.weight)] = name
             self._module_of[id(mod)] = name
@@ -204,13 +208,37 @@ class GIFT:
             self._refresh(comm, flat, places, feedback)
         out = [p for p in places if self.treated.get(p.layer)]
         for p in out:
-            _transform(p.view(flat), self.core.factors[p.layer].to_wire)
+            self._transform(p.view(flat), self.core.factors[p.layer], forward=True)
         return out
 
     def unwhiten(self, flat: torch.Tensor, places: List["Place"]) -> None:
         """Maps the rows at ``places`` of a reduced buffer back: H -> H L^T (in place)."""
         for p in places:
-            _transform(p.view(flat), self.core.factors[p.layer].from_wire)
+            self._transform(p.view(flat), self.core.factors[p.layer], forward=False)
+
+    def _transform(self, view: torch.Tensor, factor: Any, forward: bool) -> None:
+        """``view <- view L^-T`` (forward; both sides: ``L_S^-1 view L_A^-T``) or
+        ``view L^T`` (``L_S view L_A^T``), in place, in float32 on the view's device. A view
+        of more than two dimensions is a stack of row blocks (FSDP2's shards)."""
+        hit = self._device_factors.get(id(factor))
+        if hit is None or hit[0] is not factor:
+            hit = self._device_factors[id(factor)] = (factor, {})
+        sides = hit[1].get(view.device)
+        if sides is None:
+            ws = (factor.right, factor.left) if isinstance(factor, _gift.Kronecker) else (factor,)
+            sides = hit[1][view.device] = [_Side.of(w, view.device) for w in ws]
+        for block in view.unbind(0) if view.dim() > 2 else (view,):
+            m = block.to(torch.float32).contiguous().view(-1, block.shape[-1])
+            if forward:
+                sides[0].rows(m, forward)
+                if len(sides) > 1:
+                    sides[1].rows(m.t(), forward)
+            else:
+                if len(sides) > 1:
+                    sides[1].rows(m.t(), forward)
+                sides[0].rows(m, forward)
+            if m.data_ptr() != block.data_ptr():
+                block.copy_(m.view(block.shape))
 
     def end_step(self) -> None:
         """Ends a step (one gradient reduction of the model): drops a refresh step's
@@ -256,7 +284,31 @@ class GIFT:
         else:
             self.treated.update({p.layer: True for p in have})
         if feedback is not None:
-            _remap(feedback, places, before, {p.layer: self._current(p.layer) for p in places})
+            self._remap(feedback, places, before,
+                        {p.layer: self._current(p.layer) for p in places})
+        live = {id(f) for f in self.core.factors.values()}
+        self._device_factors = {k: v for k, v in self._device_factors.items() if k in live}
+
+    def _remap(self, feedback: Any, places: List["Place"], before: Dict[str, Any],
+               after: Dict[str, Any]) -> None:
+        """Maps the worker residual of each layer whose transform changed from the old
+        coordinates into the new ones (None: natural coordinates), and drops the server
+        residual (a chunk owned in the old coordinates)."""
+        changed = [p for p in places if before[p.layer] is not after[p.layer]]
+        state = feedback.state_dict()
+        if not changed or state["worker_residual"] is None:
+            return
+        res = torch.from_numpy(np.asarray(state["worker_residual"], np.float32).copy())
+        for p in changed:
+            old, new = before[p.layer], after[p.layer]
+            if old is not None:
+                self._transform(p.view(res), old, forward=False)
+            if new is not None:
+                self._transform(p.view(res), new, forward=True)
+        state["worker_residual"] = res.numpy()
+        if state["server_residual"] is not None:
+            state["server_residual"] = np.zeros_like(state["server_residual"])
+        feedback.load_state_dict(state)
 
     def _current(self, layer: str) -> Any:
         """The factor the layer's gradient travels through now (None: natural coordinates)."""
@@ -287,12 +339,15 @@ class GIFT:
         self._moments.clear()
 
     def memory_bytes(self) -> int:
-        """Bytes held by the statistics and factors (host), for overhead reports."""
+        """Bytes held by the statistics and factors (host, and their float32 copies on the
+        gradients' devices), for overhead reports."""
         total = sum(m.nbytes for m in self.core.second_moment.values())
         total += sum(m.nbytes for m in self.core.output_moment.values())
         for f in self.core.factors.values():
             for w in (f.right, f.left) if isinstance(f, _gift.Kronecker) else (f,):
                 total += w.q.nbytes + w.dsqrt.nbytes + w.fwd.nbytes + w.back.nbytes
+        for _, per_device in self._device_factors.values():
+            total += sum(t.nbytes for sides in per_device.values() for s in sides for t in s)
         return int(total)
 
 
@@ -337,27 +392,28 @@ def _host(g: torch.Tensor) -> np.ndarray:
     return g.detach().to("cpu", torch.float64).reshape(-1, g.shape[-1]).numpy()
 
 
-def _transform(view: torch.Tensor, fn: Callable[[np.ndarray], np.ndarray]) -> None:
-    """``view <- fn(view as a float64 matrix)``, in place, through float32."""
-    view.copy_(torch.from_numpy(fn(_host(view)).astype(np.float32)).reshape(view.shape))
+class _Side(NamedTuple):
+    """One :class:`ccompress.gift.Whitening` factor as float32 tensors on one device: the
+    rows of a matrix go G -> G L^-T = (G / d) M^-1 and back H -> H L^T = (H M) d, with
+    M^-1 = I + Q diag(fwd) Q^T and M = I + Q diag(back) Q^T (the module docstring of
+    :mod:`ccompress.gift`)."""
 
+    dsqrt: torch.Tensor
+    q: torch.Tensor
+    fwd: torch.Tensor
+    back: torch.Tensor
 
-def _remap(feedback: Any, places: List[Place], before: Dict[str, Any],
-           after: Dict[str, Any]) -> None:
-    """Maps the worker residual of each layer whose transform changed from the old
-    coordinates into the new ones (None: natural coordinates), and drops the server
-    residual (a chunk owned in the old coordinates)."""
-    changed = [p for p in places if before[p.layer] is not after[p.layer]]
-    state = feedback.state_dict()
-    if not changed or state["worker_residual"] is None:
-        return
-    res = torch.from_numpy(np.asarray(state["worker_residual"], np.float32).copy())
-    for p in changed:
-        def move(e: np.ndarray, old: Any = before[p.layer], new: Any = after[p.layer]):
-            e = old.from_wire(e) if old is not None else e
-            return new.to_wire(e) if new is not None else e
-        _transform(p.view(res), move)
-    state["worker_residual"] = res.numpy()
-    if state["server_residual"] is not None:
-        state["server_residual"] = np.zeros_like(state["server_residual"])
-    feedback.load_state_dict(state)
+    @classmethod
+    def of(cls, w: Any, device: torch.device) -> "_Side":
+        return cls(*(torch.tensor(a, dtype=torch.float32, device=device)
+                     for a in (w.dsqrt, w.q, w.fwd, w.back)))
+
+    def rows(self, m: torch.Tensor, forward: bool) -> None:
+        """Transforms the rows of the float32 matrix ``m`` in place (``m`` may be a
+        transposed view: then its columns, the output side's)."""
+        if forward:
+            m.div_(self.dsqrt)
+            m.addmm_(torch.mm(m, self.q).mul_(self.fwd), self.q.t())
+        else:
+            m.addmm_(torch.mm(m, self.q).mul_(self.back), self.q.t())
+            m.mul_(self.dsqrt)

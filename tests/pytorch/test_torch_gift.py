@@ -98,21 +98,36 @@ def dense_factor(gift, name):
     return gift.core.factors[name].dense()
 
 
+def transform_rounding(n, r):
+    """c of one float32 transform of a row h (width n, factor rank r): h -> h M^(+-1) =
+    h + ((h Q) * f) Q^T with orthonormal Q (n x r) and |f| <= max(1, ||M||), by the
+    elementwise bound |fl(AB) - AB| <= k 2^-24 |A||B| (k the inner width), which per row
+    gives ||fl(h Q) - h Q|| <= n 2^-24 sqrt(r) ||h|| and ||fl(s Q^T) - s Q^T|| <=
+    (r + 1) 2^-24 sqrt(r) ||s||, plus the scaling by d: error <= c 2^-24 ||h|| ||M||."""
+    return n * np.sqrt(r) + (r + 1) * (1 + np.sqrt(r)) + 2
+
+
 def test_whitening_round_trip_matches_fp64():
     """Codec "none", every layer whitened: the hook returns the fp64 average of the ranks'
-    gradients. Bound: the wire holds fl32(G L^-T) (relative rounding 2^-24 per element of
-    the float64 transform), the exact sum adds N roundings, L^T maps that error back, and
-    fl32 of the result adds one more; so per layer
-    ||out - avg||_F <= (N + 2) * 2^-24 * cond(L) * mean_r ||G_r||_F * (1 + 1e-6) + 2^-24 ||avg||_F."""
+    gradients. Bound, per layer, with L = D^1/2 M (rank r, width n), c = transform_rounding:
+    - each rank's float32 transform G -> G L^-T errs by <= c 2^-24 ||D^-1/2|| ||G_r||_F,
+      which L^T maps back (x ||L||);
+    - the wire rounds that to fl32 (2^-24 relative), the exact sum adds N roundings, L^T
+      maps them back: (N + 1) 2^-24 cond(L) mean_r ||G_r||_F;
+    - the float32 transform back H -> H L^T errs by <= c 2^-24 ||H||_F ||M|| ||D^1/2||, and
+      its result is rounded once more (2^-24 ||avg||_F);
+    so ||out - avg||_F <= [(N + 1) cond(L) + c ||D^-1/2|| ||L||] 2^-24 mean_r ||G_r||_F
+    + c 2^-24 ||avg L^-T||_F ||M|| ||D^1/2|| + 2^-24 ||avg||_F, times (1 + 1e-6)."""
     def body(comm):
         model = make_model()
         gift = GIFT(model, rank=8, refresh_every=1, select=False)
         hook = ddp_comm_hook("none", error_feedback=False, comm=comm, gift=gift)
         outs, _ = step(model, hook, comm.rank, 0)
-        return outs, {n: dense_factor(gift, n) for n in gift.layers}, dict(gift.treated)
+        dsqrt = {n: gift.core.factors[n].dsqrt for n in gift.layers}
+        return outs, {n: dense_factor(gift, n) for n in gift.layers}, dict(gift.treated), dsqrt
 
     res = cc.run_inproc(N, body)
-    outs, factors, treated = res[0]
+    outs, factors, treated, dsqrt = res[0]
     assert all(treated.values()) and len(treated) == 2
     parts = [local_buffers(r, 0) for r in range(N)]
     checked = 0
@@ -129,12 +144,15 @@ def test_whitening_round_trip_matches_fp64():
             got = out[at:at + n].double().numpy()
             want = ref[at:at + n]
             if id(p) in names:
-                lmat = factors[names[id(p)]]
-                cond = np.linalg.cond(lmat)
+                lmat, d = factors[names[id(p)]], dsqrt[names[id(p)]]
+                cond, c = np.linalg.cond(lmat), transform_rounding(p.shape[-1], 8)
+                m_norm = np.linalg.norm(lmat / d[:, None], 2)
                 norms = np.mean([np.linalg.norm(q[b][at:at + n].double().numpy())
                                  for q in parts])
-                bound = (N + 2) * EPS32 * cond * norms * (1 + 1e-6) + \
-                    EPS32 * np.linalg.norm(want)
+                wire = np.linalg.norm(np.linalg.solve(lmat, want.reshape(p.shape).T))
+                bound = ((N + 1) * cond + c * np.linalg.norm(lmat, 2) / d.min()) * EPS32 * \
+                    norms + c * EPS32 * wire * m_norm * d.max() + EPS32 * np.linalg.norm(want)
+                bound *= 1 + 1e-6
                 err = np.linalg.norm(got - want)
                 assert err <= bound, f"{names[id(p)]}: error {err:.3g} > bound {bound:.3g}"
                 assert cond > 2, "the test's factor must not be near the identity"
@@ -269,6 +287,27 @@ def test_gift_hook_with_exact_codec_matches_plain_averaging():
             tol = 1e-4 * float(x.abs().max())
             assert float((x - y).abs().max()) <= tol
             assert not torch.equal(x, y)  # the transform ran (fp32 rounding differs)
+
+
+def test_overlapped_steps_match_the_calling_thread():
+    """Between refreshes the hook whitens in the calling thread and overlaps the all-reduce
+    and the map back with backward (ccompress's worker thread); with async_op=False all of
+    it runs in the calling thread. Both give the same bits at every step, refreshes (steps
+    0 and 2) included, with nvfp4 and error feedback in whitened coordinates."""
+    def body(comm):
+        outs = []
+        for async_op in (None, False):
+            model = make_model()
+            gift = GIFT(model, rank=8, refresh_every=2, select=False)
+            hook = ddp_comm_hook("nvfp4", comm=comm, algo="two_shot", gift=gift,
+                                 async_op=async_op)
+            outs.append([step(model, hook, comm.rank, k)[0] for k in range(4)])
+            assert gift.step == 4 and all(gift.treated.values())
+        return outs
+
+    for overlapped, inline in cc.run_inproc(N, body):
+        for k, (a, b) in enumerate(zip(overlapped, inline)):
+            assert all(torch.equal(x, y) for x, y in zip(a, b)), f"step {k} differs"
 
 
 def test_gift_errors():
