@@ -5,11 +5,14 @@ ranks; CUDA memory on the caller's current stream)."""
 from __future__ import annotations
 
 import atexit
+import hashlib
+import json
 import os
 import socket
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 
 from .._internal.errors import InvalidArgument, MismatchError, Unsupported
@@ -96,6 +99,47 @@ def world_communicator() -> Communicator:
         comm = _one_rank()
     _COMMS["world"] = comm
     return comm
+
+
+def ranges(ranks: List[int]) -> str:
+    """A list of ranks for a message: all of them up to 8, else the first and last."""
+    return "[" + ", ".join(map(str, ranks)) + "]" if len(ranks) <= 8 else \
+        f"[{ranks[0]}..{ranks[-1]} ({len(ranks)} ranks)]"
+
+
+def differing(theirs: List[dict], labels: Dict[str, str]) -> List[str]:
+    """Each setting of ``labels`` (setting -> its name in messages) whose value differs
+    between the ranks' settings ``theirs`` (one dict per rank, in rank order), as
+    "<label> is <value> on ranks [..], <value> on ranks [..]"."""
+    out = []
+    for k, label in labels.items():
+        by_value: dict = {}
+        for r, t in enumerate(theirs):
+            by_value.setdefault(json.dumps(t[k]), []).append(r)
+        if len(by_value) > 1:
+            out.append(f"{label} is " + ", ".join(
+                f"{json.loads(v)!r} on ranks {ranges(rs)}" for v, rs in by_value.items()))
+    return out
+
+
+def agree(comm: Communicator, mine: dict, labels: Dict[str, str], what: str, fix: str) -> None:
+    """Compares this rank's settings ``mine`` (JSON values over the keys of ``labels``) with
+    every other rank's through ``comm``: an exact all-gather of their digests and, only
+    where those differ, of the settings themselves. Every rank then raises alike:
+    :class:`MismatchError` "<what> differ between ranks: <each differing setting>. <fix>"."""
+    if comm.size <= 1:
+        return
+    blob = json.dumps(mine, sort_keys=True).encode()
+    digest = np.frombuffer(hashlib.sha256(blob).digest(), np.uint8).astype(np.float32)
+    if (comm.allgather(digest) == digest).all():
+        return
+    sizes = comm.allgather(np.array([len(blob)], np.float32))[:, 0].astype(int)
+    padded = np.zeros(int(sizes.max()), np.float32)
+    padded[:len(blob)] = np.frombuffer(blob, np.uint8)
+    every = comm.allgather(padded)
+    theirs = [json.loads(bytes(row[:n].astype(np.uint8))) for row, n in zip(every, sizes)]
+    raise MismatchError(f"{what} differ between ranks: " + "; ".join(differing(theirs, labels))
+                        + f". {fix}")
 
 
 def resolve(group: Any) -> Communicator:

@@ -20,31 +20,16 @@ import torch
 import torch.distributed as dist
 
 from .._internal import errors as _errors
-from .gift import GIFT, Place
-
-
-# What use_gift agrees across the group's ranks before installing anything: the setting ->
-# its name in MismatchError's message (``settings`` gives the values).
-SETTINGS = {k: f"GIFT {k}" for k in (
-    "rank", "refresh_every", "layers", "sketch", "output_side", "ema", "damping",
-    "damping_out", "select", "min_gain", "seed")}
-SETTINGS["codec"] = "GIFT codec (the group's reduce_scatter codec, which its selection measures)"
+from .gift import GIFT, SETTINGS, Place, settings as _settings
 
 
 def settings(pg: Any, gift: GIFT) -> Dict[str, Any]:
-    """``gift``'s settings on this rank, as JSON values over the keys of :data:`SETTINGS`:
-    the constructor's arguments as resolved (``layers``: the hooked layers' names) and the
-    codec :func:`install` binds its selection to."""
+    """``gift``'s settings on this rank (:func:`ccompress.torch.gift.settings`) with the
+    codec :func:`install` binds its selection to, the group's reduce_scatter codec."""
     if not isinstance(gift, GIFT):
         raise _errors.InvalidArgument(f"use_gift needs a ccompress.torch.GIFT, got "
                                       f"{type(gift).__name__}")
-    core = gift.core
-    return {"rank": int(core.rank), "refresh_every": gift.refresh_every,
-            "layers": list(gift.layers), "sketch": int(core.sketch),
-            "output_side": gift.output_side, "ema": float(core.ema),
-            "damping": float(core.damping), "damping_out": float(core.damping_out),
-            "select": gift.select_layers, "min_gain": gift.min_gain, "seed": int(core.seed),
-            "codec": str(pg.options.reduce_scatter)}
+    return _settings(gift, pg.options.reduce_scatter)
 
 
 def install(pg: Any, gift: GIFT) -> int:

@@ -35,7 +35,7 @@ from .. import _core
 from .._internal import topology as _topology
 from .._internal.errors import CCompressError, InvalidArgument, MismatchError
 from ..communicator import Communicator
-from . import _engagement, _p2p
+from . import _common, _engagement, _p2p
 from ._backend_state import AUTO, AUTO_CANDIDATE, BackendOptions, BackwardFeedback
 
 NAME = "ccompress"
@@ -697,21 +697,9 @@ def _agree(store: Any, key: str, rank: int, size: int, timeout: timedelta, mine:
         raise MismatchError(f"{what} could not be resolved on ranks {sorted(failed)} (this "
                             "rank's resolved): " +
                             "; ".join(f"rank {r}: {m}" for r, m in failed.items()))
-    diffs = []
-    for k, label in labels.items():
-        by_value: dict = {}
-        for r, t in enumerate(theirs):
-            by_value.setdefault(json.dumps(t[k]), []).append(r)
-        if len(by_value) > 1:
-            diffs.append(f"{label} is " + ", ".join(
-                f"{json.loads(v)!r} on ranks {_ranges(rs)}" for v, rs in by_value.items()))
+    diffs = _common.differing(theirs, labels)
     if diffs:
         raise MismatchError(f"{what} differ between ranks: " + "; ".join(diffs) + f". {fix}")
-
-
-def _ranges(ranks: List[int]) -> str:
-    return "[" + ", ".join(map(str, ranks)) + "]" if len(ranks) <= 8 else \
-        f"[{ranks[0]}..{ranks[-1]} ({len(ranks)} ranks)]"
 
 
 class _Async:

@@ -22,6 +22,7 @@ from ..codec import Codec
 from ..communicator import ALGOS, Communicator
 from ..compressors.error_feedback import ErrorFeedback
 from . import _common, _engagement
+from . import gift as _gift
 
 
 class CompressedAllreduceHook:
@@ -68,6 +69,7 @@ class CompressedAllreduceHook:
         self._ef_numel: Dict[Any, int] = {}
         self._ef_layout: Dict[Any, Any] = {}
         self.gift = gift
+        self._gift_agreed = False  # the ranks' GIFT settings compared (first bucket)
         if gift is not None:
             gift.attach(self.codec)
         self._pending_state: Optional[dict] = None
@@ -135,6 +137,10 @@ class CompressedAllreduceHook:
         must not overlap the bucket's. Other steps whiten here and overlap the all-reduce
         and the map back with backward, as the plain hook does (host buckets)."""
         def whiten() -> list:
+            if not self._gift_agreed:  # factors differing between ranks would sum wrongly
+                _common.agree(comm, _gift.settings(self.gift, self.codec), _gift.SETTINGS,
+                              what="GIFT settings", fix="Build the same GIFT(...) on every rank")
+                self._gift_agreed = True
             layout = self.gift.layout(bucket)
             ef = (self._feedback(bucket.index(), buf.numel(), layout)
                   if self.error_feedback else None)

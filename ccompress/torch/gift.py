@@ -59,6 +59,27 @@ from ._common import bucket_offsets
 LayerChoice = Union[None, Iterable[str], Callable[[str, torch.nn.Module], bool]]
 
 
+# The settings every rank must share (the hook and use_gift compare them across ranks): the
+# setting -> its name in MismatchError's message (``settings`` gives the values).
+SETTINGS = {k: f"GIFT {k}" for k in (
+    "rank", "refresh_every", "layers", "sketch", "output_side", "ema", "damping",
+    "damping_out", "select", "min_gain", "seed")}
+SETTINGS["codec"] = "GIFT codec (the one its selection measures)"
+
+
+def settings(gift: "GIFT", codec: str) -> Dict[str, Any]:
+    """``gift``'s settings on this rank, as JSON values over the keys of :data:`SETTINGS`:
+    the constructor's arguments as resolved (``layers``: the hooked layers' names) and the
+    codec its selection measures."""
+    core = gift.core
+    return {"rank": int(core.rank), "refresh_every": gift.refresh_every,
+            "layers": list(gift.layers), "sketch": int(core.sketch),
+            "output_side": gift.output_side, "ema": float(core.ema),
+            "damping": float(core.damping), "damping_out": float(core.damping_out),
+            "select": gift.select_layers, "min_gain": gift.min_gain, "seed": int(core.seed),
+            "codec": str(codec)}
+
+
 class GIFT:
     """Geometry-informed compression of a model's weight gradients (module docstring).
 

@@ -310,6 +310,26 @@ def test_overlapped_steps_match_the_calling_thread():
             assert all(torch.equal(x, y) for x, y in zip(a, b)), f"step {k} differs"
 
 
+def test_settings_that_differ_between_ranks_raise_on_every_rank():
+    """GIFT settings that differ between ranks would whiten each rank's gradient through
+    another factor before the sum: a wrong result, silently. The hook's first bucket
+    compares them over its communicator and every rank raises MismatchError naming each
+    differing setting with its ranks; the same settings everywhere pass (the other tests)."""
+    def body(comm):
+        model = make_model()
+        gift = GIFT(model, rank=4 if comm.rank == 3 else 8, refresh_every=2,
+                    damping=0.1 if comm.rank == 1 else 0.3)
+        hook = ddp_comm_hook("nvfp4", comm=comm, algo="two_shot", gift=gift)
+        with pytest.raises(cc.MismatchError) as e:
+            step(model, hook, comm.rank, 0)
+        return str(e.value), gift.step
+
+    for msg, steps in cc.run_inproc(N, body):
+        assert "GIFT rank is 8 on ranks [0, 1, 2], 4 on ranks [3]" in msg, msg
+        assert "GIFT damping is 0.3 on ranks [0, 2, 3], 0.1 on ranks [1]" in msg, msg
+        assert "GIFT ema" not in msg and steps == 0, msg
+
+
 def test_gift_errors():
     with pytest.raises(cc.InvalidArgument, match="nn.Module"):
         GIFT(object())

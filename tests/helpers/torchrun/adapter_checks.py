@@ -204,6 +204,15 @@ check_identical(torch.from_numpy(np.concatenate(
     [gift.core.second_moment[n].reshape(-1) for n in gift.layers])), "GIFT moments")
 assert gift.step == 3 and set(gift.selection) == {"0", "2"}
 
+# GIFT settings that differ between ranks raise on every rank, from backward().
+odd = make_model()
+ddp = DDP(odd, bucket_cap_mb=0.004)
+ddp.register_comm_hook(state=None, hook=ddp_comm_hook(
+    codec="nvfp4", gift=GIFT(odd, rank=8, damping=0.3 if rank == 0 else 0.2)))
+msg = raises_everywhere(lambda: ddp(rank_tensor(rank, (16, 24), seed=5)).sum().backward(),
+                        RuntimeError, "GIFT settings")
+assert "GIFT damping is 0.3 on ranks [0], 0.2 on ranks [1" in msg, msg
+
 dist.barrier()
 print(f"OK {rank}", flush=True)
 dist.destroy_process_group()
