@@ -689,7 +689,8 @@ def loss_study(argv=None) -> int:
     mean over the seeds is lowest). One ``torchrun --standalone`` launch per seed on this host
     (loss does not depend on the link, so no namespaces and no root); warm-up and cosine
     decay of the learning rate over ``--steps``; writes ``<out>/<model>-seed<S>.json`` and
-    ``<out>/<model>-loss.md``."""
+    ``<out>/<model>-loss.md``. With ``--ranks-per-node K`` below ``--ranks`` the ranks form
+    nodes of K (one torchrun agent per node, over loopback), which ``hier`` rows need."""
     ap = argparse.ArgumentParser(prog="train_e2e loss", description=loss_study.__doc__)
     ap.add_argument("--model", choices=sorted(TASKS), default="lm")
     ap.add_argument("--rows", default=None,
@@ -701,6 +702,8 @@ def loss_study(argv=None) -> int:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--ranks-per-node", type=int, default=None,
+                    help="ranks of a node (default: all of them, one node)")
     ap.add_argument("--eval-batches", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per seed")
     ap.add_argument("--out", default=str(ROOT / "build" / "e2e-loss"))
@@ -709,26 +712,59 @@ def loss_study(argv=None) -> int:
     if args.steps < 2:
         ap.error("--steps must be 2 or more (the byte counts skip the first step)")
     check_request(ap, rows.split(","), args.model)
+    k = args.ranks_per_node or args.ranks
+    if k < 1 or args.ranks % k:
+        ap.error(f"--ranks-per-node {k} must divide --ranks {args.ranks}")
+    nodes = args.ranks // k
+    if any(n.startswith("hier") for n in rows.split(",")) and nodes < 2:
+        ap.error("hier rows need two nodes or more: --ranks-per-node below --ranks "
+                 "(--ranks 4 --ranks-per-node 2)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for seed in [int(x) for x in args.seeds.split(",")]:
         path = out / f"{args.model}-seed{seed}.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={args.ranks}", "-m", "perf.bench.train_e2e", "worker",
-               "--rows", rows, "--model", args.model, *MODEL_ARGS[args.model],
-               "--lr", str(args.lr or LOSS_LR[args.model]), "--steps", str(args.steps),
-               "--rounds", "1", "--warmup", str(min(5, args.steps - 1)), "--seed", str(seed),
-               "--schedule", "cosine",
-               "--eval-batches", str(args.eval_batches), "--json", str(path)]
-        print(f"[e2e loss] seed {seed}: {rows} ({args.steps} steps)", flush=True)
+        path.unlink(missing_ok=True)
+        worker = ["-m", "perf.bench.train_e2e", "worker",
+                  "--rows", rows, "--model", args.model, *MODEL_ARGS[args.model],
+                  "--lr", str(args.lr or LOSS_LR[args.model]), "--steps", str(args.steps),
+                  "--rounds", "1", "--warmup", str(min(5, args.steps - 1)), "--seed", str(seed),
+                  "--schedule", "cosine",
+                  "--eval-batches", str(args.eval_batches), "--json", str(path)]
+        run = [sys.executable, "-m", "torch.distributed.run"]
+        if nodes == 1:
+            cmds = [[*run, "--standalone", f"--nproc_per_node={k}", *worker]]
+        else:
+            port = free_port()
+            cmds = [[*run, f"--nnodes={nodes}", f"--node_rank={i}", f"--nproc_per_node={k}",
+                     "--master_addr=127.0.0.1", f"--master_port={port}", *worker]
+                    for i in range(nodes)]
+        print(f"[e2e loss] seed {seed}: {rows} ({args.steps} steps, {nodes} node(s) of {k} "
+              "ranks)", flush=True)
         t0 = time.time()
-        subprocess.run(cmd, env=worker_env(), cwd=ROOT, check=True, timeout=args.timeout)
+        procs = [subprocess.Popen(c, env=worker_env(), cwd=ROOT) for c in cmds]
+        try:
+            codes = [p.wait(timeout=args.timeout) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        if any(codes) or not path.exists():
+            raise RuntimeError(f"seed {seed}: the torchrun launches exited with {codes}")
         got = json.loads(path.read_text())
         path.write_text(json.dumps({"args": vars(args), "seed": seed, "rows": got}, indent=1))
         print(f"[e2e loss] seed {seed} took {time.time() - t0:.0f} s", flush=True)
         paths.append(path)
     return loss_report(paths)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the nodes' rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def loss_table(runs: List[Dict[str, Any]]) -> List[str]:

@@ -84,3 +84,19 @@ def test_loss_study_runs_under_torchrun(tmp_path):
     assert all(r["val_loss"] > 0 and r["replicas_identical"] for r in got.values())
     assert got["hint8"]["lr"] == train_e2e.LOSS_LR["lm"] and got["gloo@2e-3"]["lr"] == 2e-3
     assert "tuned exact: gloo@2e-3" in (tmp_path / "lm-loss.md").read_text()
+
+
+def test_loss_study_over_two_nodes_runs_hier(tmp_path):
+    """--ranks-per-node 2 of 4 ranks: two torchrun agents over loopback, so hier rows see two
+    nodes; without it a hier row is refused before anything starts."""
+    pytest.importorskip("torch")
+    with pytest.raises(SystemExit):
+        train_e2e.loss_study(["--rows", "gloo,hier-hint8", "--ranks", "4", "--out",
+                              str(tmp_path)])
+    assert train_e2e.loss_study(["--rows", "gloo,hier-hint8", "--ranks", "4",
+                                 "--ranks-per-node", "2", "--steps", "3", "--seeds", "1",
+                                 "--eval-batches", "1", "--out", str(tmp_path)]) == 0
+    got = json.loads((tmp_path / "lm-seed1.json").read_text())["rows"]
+    assert set(got) == {"gloo", "hier-hint8"}
+    assert all(r["val_loss"] > 0 and r["replicas_identical"] for r in got.values())
+    assert got["hier-hint8"]["ranks"] == 4
