@@ -60,7 +60,7 @@ with warm-up and cosine decay, and compares each row's final held-out loss with 
 exact run's (the best of ``gloo@LR`` rows at several peak rates):
 
     .venv/bin/python -m perf.bench.train_e2e loss [--model lm|minilm] [--rows ...] \\
-        [--seeds 1,2,3] [--steps 300]
+        [--seeds 1,2,3] [--steps 300] [--ranks 4] [--ranks-per-node 2: hier rows]
     .venv/bin/python -m perf.bench.train_e2e loss-report build/e2e-loss/lm-seed*.json
 """
 from __future__ import annotations
@@ -805,7 +805,9 @@ def loss_report(paths: List[Path]) -> int:
     runs = [json.loads(Path(p).read_text()) for p in paths]
     a = runs[0]["args"]
     any_row = next(iter(runs[0]["rows"].values()))
-    head = (f"# {a['model']}: {any_row['ranks']} ranks, {a['steps']} steps (warm-up and cosine "
+    n, k = any_row["ranks"], a.get("ranks_per_node") or any_row["ranks"]
+    where = f"{n // k} nodes x {k} ranks" if k < n else f"{n} ranks"
+    head = (f"# {a['model']}: {where}, {a['steps']} steps (warm-up and cosine "
             f"decay), seeds {', '.join(str(r['seed']) for r in runs)}, "
             f"{any_row['parameters'] / 1e6:.2f}M parameters, held-out loss over "
             f"{a['eval_batches']} batches of 8")

@@ -100,3 +100,4 @@ def test_loss_study_over_two_nodes_runs_hier(tmp_path):
     assert set(got) == {"gloo", "hier-hint8"}
     assert all(r["val_loss"] > 0 and r["replicas_identical"] for r in got.values())
     assert got["hier-hint8"]["ranks"] == 4
+    assert "2 nodes x 2 ranks" in (tmp_path / "lm-loss.md").read_text()
