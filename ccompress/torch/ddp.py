@@ -301,8 +301,11 @@ def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: Union[bool, str]
         (default: when the transport allows it).
       gift: a :class:`ccompress.torch.GIFT` of the model: each hooked weight's gradient
         is whitened inside its bucket before the codec and mapped back after it, with the
-        error feedback in whitened coordinates (``ccompress/torch/gift.py``). The bucket then
-        runs in the calling thread (``async_op`` does not apply).
+        error feedback in whitened coordinates (``ccompress/torch/gift.py``). A refresh
+        step's buckets run in the calling thread; between refreshes the all-reduce and the
+        map back overlap backward as ``async_op`` says (host buckets). The first bucket
+        compares every rank's GIFT settings: where any differs, every rank raises
+        :class:`MismatchError`.
       small_codec: the codec of the gradients of parameters with fewer than 2 dimensions
         (biases, norm gains; ``"none"``: exact), sent in an all-reduce of their own next
         to the matrices' (``codec``), each with its residual; None (default): one codec for
