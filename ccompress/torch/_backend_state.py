@@ -37,19 +37,44 @@ def _from_env(name: str, parse: Any, accepted: str) -> Any:
 
 
 _CODEC_VALUES = ("a codec spec (none, bf16, fp16, fp8_e4m3:g128, hint8, nvfp4, ...; unset: "
-                 "none, exact); auto8/auto4 are not accepted by the backend")
+                 "none, exact), auto or auto:CODEC; auto8/auto4 are not accepted by the "
+                 "backend")
 
 
-# The codec that ``auto`` weighs against exact (see CompressedProcessGroup's module docstring).
+# ``auto`` weighs AUTO_CANDIDATE against exact at an op's first call, ``auto:CODEC`` that
+# codec (see CompressedProcessGroup's module docstring).
 AUTO = "auto"
 AUTO_CANDIDATE = "hint8"
+
+
+def auto_candidate(spec: str) -> Optional[str]:
+    """The codec a resolved ``auto`` spec weighs against exact (``auto``: hint8,
+    ``auto:CODEC``: CODEC), or None for a fixed codec spec."""
+    if spec == AUTO:
+        return AUTO_CANDIDATE
+    if spec.startswith(AUTO + ":"):
+        return spec[len(AUTO) + 1:]
+    return None
 
 
 def _spec(codec: Optional[str], what: str) -> str:
     if codec is None:
         return "none"
-    if codec == AUTO and what != "all_gather":
-        return AUTO
+    if codec == AUTO or codec.startswith(AUTO + ":"):
+        if what == "all_gather" or "ALLGATHER" in what:
+            raise Unsupported(f"{what} codec {codec!r}: auto applies to all_reduce and "
+                              "reduce_scatter; name the all-gather's codec")
+        if codec == AUTO:
+            return AUTO
+        cand = codec[len(AUTO) + 1:]
+        if autocodec.is_auto(cand) or cand == AUTO or cand.startswith(AUTO + ":"):
+            raise Unsupported(f"{what} codec {codec!r}: auto weighs one fixed codec spec "
+                              "against exact (auto:nvfp4, auto:fp8_e4m3:g128)")
+        name = Codec.parse(cand).name
+        if name == "none":
+            raise InvalidArgument(f"{what} codec {codec!r}: auto weighs a lossy codec against "
+                                  "exact; name one (auto:nvfp4) or use none")
+        return f"{AUTO}:{name}"
     if autocodec.is_auto(codec):
         raise Unsupported(f"{what} codec {codec!r} picks a codec per call; the backend needs "
                           "a fixed codec spec (error feedback and replica agreement depend on it)")
@@ -78,7 +103,8 @@ class BackendOptions:
     configured: ``CCOMPRESS_CODEC`` (default codec of all_reduce and reduce_scatter; unset
     means ``"none"``: exact, everything goes to gloo/NCCL; ``"auto"``: at the first call of
     each op, run it exact and with hint8 on this link, on every rank, and keep the one that
-    costs less wall plus CPU time),
+    costs less wall plus CPU time; ``"auto:CODEC"``: the same with CODEC instead of hint8,
+    e.g. ``auto:nvfp4`` for a 4-bit codec validated on the model),
     ``CCOMPRESS_ALLGATHER_CODEC``
     (all_gather; unset ``"none"``: gathering parameters lossily changes the model itself,
     not a gradient estimate, so it must be asked for separately), ``CCOMPRESS_ALGO``

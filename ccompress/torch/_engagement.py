@@ -17,6 +17,8 @@ import sys
 import threading
 from typing import Any, Dict, Optional
 
+from ._backend_state import auto_candidate
+
 LOGGER = logging.getLogger("ccompress.torch")
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
 REASONS = ("codec none", "auto", "op", "dtype", "layout", "small", "shape", "device")
@@ -89,8 +91,9 @@ def plan_line(options: Any, given: Any = None) -> str:
             else:
                 why = f"{var}={os.environ[var]}"
             parts.append(f"{op}: exact ({why})")
-        elif codec == "auto":
-            parts.append(f"{op}: auto (exact or hint8, timed at its first call)")
+        elif auto_candidate(codec) is not None:
+            parts.append(f"{op}: {codec} (exact or {auto_candidate(codec)}, timed at its "
+                         "first call)")
         else:
             extra = f", algo {options.algo}" if op == "all_reduce" else ""
             ef = ", error feedback" if options.error_feedback and op != "all_gather" else ""

@@ -36,7 +36,7 @@ from .._internal import topology as _topology
 from .._internal.errors import CCompressError, InvalidArgument, MismatchError
 from ..communicator import Communicator
 from . import _common, _engagement, _p2p
-from ._backend_state import AUTO, AUTO_CANDIDATE, BackendOptions, BackwardFeedback
+from ._backend_state import BackendOptions, BackwardFeedback, auto_candidate
 
 NAME = "ccompress"
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -429,24 +429,25 @@ class CompressedProcessGroup(dist.ProcessGroup):
         """The codec of this call: the option's, or for ``auto`` the choice made at the op's
         first call (:meth:`_choose`)."""
         codec = getattr(self.options, kind)
-        if codec != AUTO:
+        cand = auto_candidate(codec)
+        if cand is None:
             return codec
         if kind not in self._auto:
             self._check_usable()
-            self._auto[kind] = self._choose(kind, t, op, output)
+            self._auto[kind] = self._choose(kind, t, op, output, cand)
         return self._auto[kind]
 
     def _choose(self, kind: str, t: torch.Tensor, op: str,
-                output: Optional[torch.Tensor]) -> str:
-        """``auto``: times this call exact (the inner group) and compressed with
-        AUTO_CANDIDATE on copies of its tensors, three times each after a warm-up, and
-        returns the cheaper ("none" for exact) in wall plus CPU time. Every rank times; the slowest rank's times
-        decide (a MAX all-reduce over the inner group), so every rank picks the same. Collective:
-        every rank reaches the op's first call alike, as for any collective."""
+                output: Optional[torch.Tensor], cand: str) -> str:
+        """``auto``: times this call exact (the inner group) and compressed with ``cand``
+        (hint8, or auto:CODEC's codec) on copies of its tensors, three times each after a
+        warm-up, and returns the cheaper ("none" for exact) in wall plus CPU time. Every rank
+        times; the slowest rank's times decide (a MAX all-reduce over the inner group), so
+        every rank picks the same. Collective: every rank reaches the op's first call alike,
+        as for any collective."""
         x = t.detach().clone()
         y = (output if output is not None else t).detach().clone().view(-1)
         comm = self.communicator()
-        cand = AUTO_CANDIDATE
         if kind == "all_reduce":
             ops = {"none": lambda: self._inner.allreduce([x.clone()]).wait(),
                    cand: lambda: comm.allreduce(x.clone(), codec=cand, algo=self.options.algo,

@@ -44,7 +44,8 @@ codec), switch contention, or latency beyond the shaper's queue.
 
 Rows (``--rows``, comma separated; ``--list-rows`` prints them): ``gloo`` (DDP, exact),
 ``compute`` (DDP with no_sync: no communication), the ccompress backend with a codec
-(``hint8``, ``fp8``, ``nvfp4``, ``auto``, ...; error feedback on), ``hier-*`` (algo
+(``hint8``, ``fp8``, ``nvfp4``, ``auto``, ``auto-nvfp4`` (``auto:nvfp4``), ...; error
+feedback on), ``hier-*`` (algo
 ``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*`` (FSDP2 on
 gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
 (the hook with GIFT) and ``tsr`` (TSR-Adam, rank 32; ``tsr-r64``: rank 64). A row
@@ -91,6 +92,7 @@ ROWS: Dict[str, tuple] = {
     "hint4": ("ddp", {"codec": "hint4:g16", **_EF}, {}),
     "mxfp4": ("ddp", {"codec": "mxfp4", **_EF}, {}),
     "auto": ("ddp", {"codec": "auto", **_EF}, {}),
+    "auto-nvfp4": ("ddp", {"codec": "auto:nvfp4", **_EF}, {}),
     "bf16": ("ddp", {"codec": "bf16"}, {}),
     # error feedback is defined for the flat schedules only
     "hier-hint8": ("ddp", {"codec": "hint8", "algo": "hier"}, {}),
@@ -418,7 +420,10 @@ def codec_of(row: "Row") -> str:
     codec = getattr(row.pg.options, kind)
     if opts.get("all_gather"):
         codec += f" + all-gather {opts['all_gather']}"
-    return f"auto: {row.pg._auto.get(kind, '?')}" if codec == "auto" else codec
+    if codec.startswith("auto"):  # "auto: hint8", "auto:nvfp4 (nvfp4)"; "none": exact
+        chose = row.pg._auto.get(kind, "?")
+        return f"auto: {chose}" if codec == "auto" else f"{codec} ({chose})"
+    return codec
 
 
 def held_out(seq, block: int = 4096):

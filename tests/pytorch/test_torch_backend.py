@@ -93,20 +93,22 @@ def test_mx_training_against_exact(tmp_path, codec):
         assert abs(a - b) <= 0.01 * abs(b), (lossy["losses"], gloo["losses"])
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_auto_codec_times_both_and_agrees(tmp_path, mode):
-    """CCOMPRESS_CODEC=auto: the op's first call times it exact and with hint8 on every rank
-    and every rank keeps the same one (the worker checks the replicas are identical); the
-    choice is logged once, on rank 0; the losses are within 1% of gloo's, and bit for bit
-    gloo's when exact was chosen."""
+@pytest.mark.parametrize("mode,spec,cand", [("ddp", "auto", "hint8"), ("fsdp", "auto", "hint8"),
+                                            ("ddp", "auto:nvfp4", "nvfp4")])
+def test_auto_codec_times_both_and_agrees(tmp_path, mode, spec, cand):
+    """CCOMPRESS_CODEC=auto (or auto:nvfp4): the op's first call times it exact and with
+    hint8 (nvfp4) on every rank and every rank keeps the same one (the worker checks the
+    replicas are identical); the choice is logged once, on rank 0; the losses are within 1%
+    of gloo's, and bit for bit gloo's when exact was chosen."""
     kind = "all_reduce" if mode == "ddp" else "reduce_scatter"
     gloo = _train(tmp_path, mode, "gloo", 2)
     path = tmp_path / f"auto_{mode}.json"
     out = torchrun("train.py", 2, mode, "ccompress", path,
-                   env={"CCOMPRESS_CODEC": "auto", "CCOMPRESS_MIN_NUMEL": "1024"})
+                   env={"CCOMPRESS_CODEC": spec, "CCOMPRESS_MIN_NUMEL": "1024"})
     auto = json.loads(path.read_text())
-    assert auto["auto"].get(kind) in ("hint8", "none"), auto["auto"]
+    assert auto["auto"].get(kind) in (cand, "none"), auto["auto"]
     assert out.count(f"{kind} codec auto:") == 1, out[-4000:]
+    assert f" ms with {cand} (wall plus CPU" in out and f"{spec} (exact or {cand}" in out
     if auto["auto"][kind] == "none":  # exact: gloo's own collective, bit for bit
         assert auto["losses"] == gloo["losses"] and auto["full"] == gloo["full"]
     assert auto["bytes"] > 0  # the timing ran through ccompress at least

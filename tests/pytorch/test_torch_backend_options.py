@@ -37,9 +37,25 @@ def test_environment_and_fields(monkeypatch):
     assert (o.reduce_scatter, o.all_gather, o.error_feedback) == ("bf16", "fp8_e4m3:g128", False)
 
 
+def test_auto_with_a_codec_of_its_own(monkeypatch):
+    """auto weighs hint8 against exact; auto:CODEC that codec, its spec resolved."""
+    from ccompress.torch._backend_state import auto_candidate
+
+    monkeypatch.setenv("CCOMPRESS_CODEC", "auto:fp8_e4m3")
+    o = BackendOptions(all_reduce="auto:nvfp4").resolved()
+    assert (o.all_reduce, o.reduce_scatter) == ("auto:nvfp4", "auto:fp8_e4m3:g128")
+    assert [auto_candidate(c) for c in ("auto", o.all_reduce, o.reduce_scatter, "hint8")] == \
+        ["hint8", "nvfp4", "fp8_e4m3:g128", None]
+
+
 @pytest.mark.parametrize("kw,err", [
     (dict(all_reduce="fp8_e4m3:g7"), cc.InvalidArgument),
     (dict(all_reduce="auto8"), cc.Unsupported),
+    (dict(all_reduce="auto:none"), cc.InvalidArgument),
+    (dict(all_reduce="auto:auto4"), cc.Unsupported),
+    (dict(all_reduce="auto:nvfp9"), cc.InvalidArgument),
+    (dict(all_gather="auto"), cc.Unsupported),
+    (dict(all_gather="auto:nvfp4"), cc.Unsupported),
     (dict(algo="butterfly"), cc.InvalidArgument),
     (dict(all_reduce="hint8", algo="ring", error_feedback=True), cc.Unsupported),
     (dict(all_reduce="hint8", algo="hier", error_feedback=True), cc.Unsupported),
