@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .._internal import errors as _errors
+from ._backend_state import auto_candidate
 from .gift import GIFT, SETTINGS, Place, settings as _settings
 
 
@@ -29,6 +30,11 @@ def settings(pg: Any, gift: GIFT) -> Dict[str, Any]:
     if not isinstance(gift, GIFT):
         raise _errors.InvalidArgument(f"use_gift needs a ccompress.torch.GIFT, got "
                                       f"{type(gift).__name__}")
+    if auto_candidate(pg.options.reduce_scatter) is not None:
+        raise _errors.Unsupported(
+            f"use_gift needs a fixed reduce_scatter codec, the one GIFT's selection measures; "
+            f"this group's is {pg.options.reduce_scatter!r} (chosen at the first call). Name "
+            "the codec (CCOMPRESS_CODEC or BackendOptions(reduce_scatter=...))")
     return _settings(gift, pg.options.reduce_scatter)
 
 

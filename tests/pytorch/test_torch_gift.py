@@ -330,6 +330,21 @@ def test_settings_that_differ_between_ranks_raise_on_every_rank():
         assert "GIFT ema" not in msg and steps == 0, msg
 
 
+def test_fsdp2_gift_refuses_an_auto_reduce_scatter_codec():
+    """use_gift binds GIFT's selection to the group's reduce_scatter codec, so an ``auto``
+    one (chosen only at the first call) is refused with a typed error naming it."""
+    from types import SimpleNamespace
+
+    from ccompress.torch import _gift_fsdp
+
+    for spec in ("auto", "auto:nvfp4"):
+        pg = SimpleNamespace(options=SimpleNamespace(reduce_scatter=spec))
+        with pytest.raises(cc.Unsupported, match="fixed reduce_scatter codec"):
+            _gift_fsdp.settings(pg, GIFT(make_model()))
+    pg = SimpleNamespace(options=SimpleNamespace(reduce_scatter="nvfp4"))
+    assert _gift_fsdp.settings(pg, GIFT(make_model()))["codec"] == "nvfp4"
+
+
 def test_gift_errors():
     with pytest.raises(cc.InvalidArgument, match="nn.Module"):
         GIFT(object())
