@@ -100,6 +100,15 @@ def _local_rank(rank: int) -> int:
     return rank
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now (a one-process group's, or local nodes' rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def start(args: argparse.Namespace):
     """torch.distributed (torchrun: env://; mpiexec: ranks from MPI, through
     ccompress.torch.init_process_group_from_mpi; a plain ``python``: one rank), torch
@@ -119,12 +128,7 @@ def start(args: argparse.Namespace):
     elif "RANK" in os.environ and "MASTER_ADDR" in os.environ:
         dist.init_process_group(backend)  # torchrun
     else:
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0,
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
                                 world_size=1)
     world = World(dist)
     device = torch.device("cpu")

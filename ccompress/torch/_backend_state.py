@@ -36,9 +36,10 @@ def _from_env(name: str, parse: Any, accepted: str) -> Any:
         raise kind(f"{name}={raw!r}: {e}\n{name} accepts {accepted}") from e
 
 
-_CODEC_VALUES = ("a codec spec (none, bf16, fp16, fp8_e4m3:g128, hint8, nvfp4, ...; unset: "
-                 "none, exact), auto or auto:CODEC; auto8/auto4 are not accepted by the "
-                 "backend")
+_SPECS = ("a codec spec (none, bf16, fp16, fp8_e4m3:g128, hint8, nvfp4, ...; unset: none, "
+          "exact)")
+_CODEC_VALUES = _SPECS + ", auto or auto:CODEC; auto8/auto4 are not accepted by the backend"
+_GATHER_VALUES = _SPECS + "; auto8/auto4 are not accepted by the backend"
 
 
 # ``auto`` weighs AUTO_CANDIDATE against exact at an op's first call, ``auto:CODEC`` that
@@ -61,7 +62,7 @@ def _spec(codec: Optional[str], what: str) -> str:
     if codec is None:
         return "none"
     if codec == AUTO or codec.startswith(AUTO + ":"):
-        if what == "all_gather" or "ALLGATHER" in what:
+        if what == "all_gather":
             raise Unsupported(f"{what} codec {codec!r}: auto applies to all_reduce and "
                               "reduce_scatter; name the all-gather's codec")
         if codec == AUTO:
@@ -136,8 +137,8 @@ class BackendOptions:
                               _CODEC_VALUES) if not (self.all_reduce and self.reduce_scatter) \
             else None
         env_gather = _from_env("CCOMPRESS_ALLGATHER_CODEC",
-                               lambda v: (v and _spec(v, "CCOMPRESS_ALLGATHER_CODEC")) or None,
-                               _CODEC_VALUES) if not self.all_gather else None
+                               lambda v: (v and _spec(v, "all_gather")) or None,
+                               _GATHER_VALUES) if not self.all_gather else None
         algo = self.algo
         if not algo:
             algo = _from_env("CCOMPRESS_ALGO", lambda v: _check_algo(v or "auto"),

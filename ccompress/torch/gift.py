@@ -250,14 +250,9 @@ class GIFT:
             sides = hit[1][view.device] = [_Side.of(w, view.device) for w in ws]
         for block in view.unbind(0) if view.dim() > 2 else (view,):
             m = block.to(torch.float32).contiguous().view(-1, block.shape[-1])
-            if forward:
-                sides[0].rows(m, forward)
-                if len(sides) > 1:
-                    sides[1].rows(m.t(), forward)
-            else:
-                if len(sides) > 1:
-                    sides[1].rows(m.t(), forward)
-                sides[0].rows(m, forward)
+            pairs = list(zip(sides, (m, m.t())))  # input side on the rows, output on columns
+            for side, mat in pairs if forward else pairs[::-1]:
+                side.rows(mat, forward)
             if m.data_ptr() != block.data_ptr():
                 block.copy_(m.view(block.shape))
 

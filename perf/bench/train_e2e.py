@@ -740,6 +740,8 @@ def loss_study(argv=None) -> int:
         if nodes == 1:
             cmds = [[*run, "--standalone", f"--nproc_per_node={k}", *worker]]
         else:
+            from examples.train_common import free_port
+
             port = free_port()
             cmds = [[*run, f"--nnodes={nodes}", f"--node_rank={i}", f"--nproc_per_node={k}",
                      "--master_addr=127.0.0.1", f"--master_port={port}", *worker]
@@ -761,15 +763,6 @@ def loss_study(argv=None) -> int:
         print(f"[e2e loss] seed {seed} took {time.time() - t0:.0f} s", flush=True)
         paths.append(path)
     return loss_report(paths)
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now (the nodes' rendezvous)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loss_table(runs: List[Dict[str, Any]]) -> List[str]:
