@@ -45,7 +45,7 @@ codec), switch contention, or latency beyond the shaper's queue.
 Rows (``--rows``, comma separated; ``--list-rows`` prints them): ``gloo`` (DDP, exact),
 ``compute`` (DDP with no_sync: no communication), the ccompress backend with a codec
 (``hint8``, ``fp8``, ``nvfp4``, ``auto``, ``auto-nvfp4`` (``auto:nvfp4``), ...; error
-feedback on), ``hier-*`` (algo
+feedback on; ``hint8-noef`` and ``fp8-noef`` without it, the backend's default), ``hier-*`` (algo
 ``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*`` (FSDP2 on
 gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
 (the hook with GIFT) and ``tsr`` (TSR-Adam, rank 32; ``tsr-r64``: rank 64). A row
@@ -94,6 +94,9 @@ ROWS: Dict[str, tuple] = {
     "auto": ("ddp", {"codec": "auto", **_EF}, {}),
     "auto-nvfp4": ("ddp", {"codec": "auto:nvfp4", **_EF}, {}),
     "bf16": ("ddp", {"codec": "bf16"}, {}),
+    # the backend's default: no error feedback
+    "hint8-noef": ("ddp", {"codec": "hint8"}, {}),
+    "fp8-noef": ("ddp", {"codec": "fp8_e4m3:g128"}, {}),
     # error feedback is defined for the flat schedules only
     "hier-hint8": ("ddp", {"codec": "hint8", "algo": "hier"}, {}),
     "hier-fp8": ("ddp", {"codec": "fp8_e4m3:g128", "algo": "hier"}, {}),
