@@ -35,7 +35,7 @@ from .. import _core
 from .._internal import topology as _topology
 from .._internal.errors import CCompressError, InvalidArgument, MismatchError
 from ..communicator import Communicator
-from . import _common, _engagement, _p2p
+from . import _common, _engagement, _p2p, _trace
 from ._backend_state import BackendOptions, BackwardFeedback, auto_candidate
 
 NAME = "ccompress"
@@ -153,6 +153,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self.gift: Any = None  # use_gift
         self._gift_calls = 0  # use_gift calls: each agrees the settings under its own keys
         self._auto: dict = {}  # op -> the codec auto chose
+        self._trace = _trace.GroupTrace(rank, size)  # CCOMPRESS_TRACE
 
     # ---- identity ----
     def getBackendName(self) -> str:
@@ -273,9 +274,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
         finish = None
         if not x.is_contiguous():  # a contiguous copy, reduced, then written back
             x, finish = x.contiguous(), (lambda: t.detach().copy_(x))
-        self._count_compressed("all_reduce", x)
         return self._run(lambda c: c.allreduce(x, out=x, **self._stream(x, kw)), tensors,
-                         "all_reduce", finish)
+                         "all_reduce", x, kw, finish)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any = None) -> dist._Work:
@@ -309,9 +309,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
             before(ef)
         x = input.detach().contiguous()  # a copy where it is not contiguous (read only)
         y, finish = _writable_flat(output)
-        self._count_compressed("reduce_scatter", x)
         return self._run(lambda c: c.reduce_scatter(x, out=y, **self._stream(x, kw)), [output],
-                         "reduce_scatter", finish)
+                         "reduce_scatter", x, kw, finish)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: Any = None) -> dist._Work:
@@ -325,9 +324,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
         kw = dict(codec=self.options.all_gather)
         x = input.detach().contiguous()
         y, finish = _writable_flat(output)
-        self._count_compressed("all_gather", x)
         return self._run(lambda c: c.allgather(x, out=y, **self._stream(x, kw)), [output],
-                         "all_gather", finish)
+                         "all_gather", x, kw, finish)
 
     # ---- delegated exactly (the inner group's own result and Work) ----
     # Every op that torch's ProcessGroup trampoline routes to Python is overridden here,
@@ -419,10 +417,9 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self._announce()
         self._stats.delegated(kind, why, self._exact_bytes(kind, tensors))
         self._stats.check_engaged(kind, getattr(self.options, kind), self.rank())
-
-    def _count_compressed(self, kind: str, x: torch.Tensor) -> None:
-        self._announce()
-        self._stats.compressed(kind, self._exact_bytes(kind, [x]))
+        if self._trace.on:
+            self._trace.instant(f"{kind} exact ({why})", numel=sum(
+                t.numel() for t in tensors if isinstance(t, torch.Tensor)))
 
     def _codec(self, kind: str, t: torch.Tensor, op: str,
                output: Optional[torch.Tensor] = None) -> str:
@@ -523,11 +520,17 @@ class CompressedProcessGroup(dist.ProcessGroup):
         return self._comm
 
     def _run(self, call: Callable[[Communicator], Any], outputs: List[torch.Tensor],
-             kind: str, finish: Optional[Callable[[], Any]] = None) -> _Work:
-        """Starts ``call(comm)`` asynchronously on ccompress's worker thread (issue order
-        is kept); the Work completes with ``outputs``, after ``finish()`` (the write-back
-        of a non-contiguous output)."""
+             kind: str, x: torch.Tensor, kw: dict,
+             finish: Optional[Callable[[], Any]] = None) -> _Work:
+        """Counts a compressed call of ``kind`` on input ``x`` with options ``kw`` and starts
+        ``call(comm)`` asynchronously on ccompress's worker thread (issue order is kept); the
+        Work completes with ``outputs``, after ``finish()`` (the write-back of a
+        non-contiguous output). With CCOMPRESS_TRACE, the call is a trace event."""
         self._check_usable()
+        self._announce()
+        exact = self._exact_bytes(kind, [x])
+        self._stats.compressed(kind, exact)
+        start = _trace.now_us() if self._trace.on else 0.0
         out = _Outcome()
         try:
             work = call(_Async(self.communicator()))
@@ -541,6 +544,10 @@ class CompressedProcessGroup(dist.ProcessGroup):
             # communicator's byte count grew by this call's bytes alone.
             sent = self._comm.bytes_sent
             self._stats.sent(kind, sent - self._sent_mark)
+            if self._trace.on:  # the write-back of finish() is left out
+                ef = " + error feedback" if kw.get("error_feedback") is not None else ""
+                self._trace.call(f"{kind} {kw['codec']}{ef}", start, numel=x.numel(),
+                                 bytes_sent=sent - self._sent_mark, exact_bytes=exact)
             self._sent_mark = sent
             try:
                 w.wait()

@@ -3,7 +3,7 @@
 
     sudo .venv/bin/python -m perf.bench.train_e2e [--model lm|minilm] [--nodes 4] \\
         [--ranks-per-node 1] [--rates 1,10,none] [--rows gloo,hint8,...] [--steps 40] \\
-        [--bucket-mb MB]
+        [--bucket-mb MB] [--trace]
 
 Every node is a network namespace of perf/bench/emulated_net.py (veth pairs into a bridge, tbf on
 both ends of every veth); each runs ``torchrun --nnodes N --node_rank i`` with its ranks, so
@@ -54,7 +54,9 @@ gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), `
 <out>/e2e.json`` writes the last two again from the first. Needs root, iproute2 and the .venv of
 scripts/setup.sh. Removes the namespaces and qdiscs it made, and only addresses those.
 ``--bucket-mb`` sets DDP's ``bucket_cap_mb`` for every DDP row alike, gloo's included
-(default: DDP's 25 MB).
+(default: DDP's 25 MB). ``--trace`` runs the workers with ``CCOMPRESS_TRACE=<out>/trace-<rate>``
+and prints, for each collective of the backend's rows, how long its first caller waited for
+the last rank and how long it took after that (``python -m ccompress.tools.trace``).
 
 The loss study (:func:`loss_study`) trains the same rows longer on this host, several seeds,
 with warm-up and cosine decay, and compares each row's final held-out loss with the tuned
@@ -70,6 +72,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -468,6 +471,10 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
     before = net.counters()
     procs = []
     env = worker_env(GLOO_SOCKET_IFNAME="eth0")  # gloo on the namespace's shaped NIC
+    traces = out / f"trace-{tag}"
+    if args.trace:
+        shutil.rmtree(traces, ignore_errors=True)
+        env["CCOMPRESS_TRACE"] = str(traces)
     for i, ns in enumerate(net.ns):
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
                f"--nnodes={n}", f"--node_rank={i}", f"--nproc_per_node={k}",
@@ -490,8 +497,26 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
     wire = (after["tx"] - before["tx"] + after["rx"] - before["rx"]) / 2
     print(f"[e2e] {rate or 'unlimited'} Gbit/s: {wire / n / 1e6:.0f} MB crossed each node's link "
           f"in all ({len(names)} rows x {args.steps} steps, start-up included)", flush=True)
+    if args.trace:
+        trace_summary(traces, names, args.warmup, rate)
     return [dict(got[name], row=name, rate=rate, mode=spec(name)[0],
                  bytes_per_step=bytes_per_step(name, got[name])) for name in names]
+
+
+def trace_summary(traces: Path, names: List[str], warmup: int, rate: Optional[float]) -> None:
+    """``--trace``: the collectives of the backend's rows, from their CCOMPRESS_TRACE files
+    (:mod:`ccompress.tools.trace`), printed and written to ``<traces>/summary.md``. The
+    workers make one ccompress group per backend row, in row order, so group k is the k-th
+    such row."""
+    from ccompress.tools import trace
+
+    backend_rows = [n for n in names if spec(n)[1] is not None]
+    labels = {i + 1: name for i, name in enumerate(backend_rows)}
+    rows = trace.summarize(trace.load(str(traces)), warmup)
+    text = (f"collectives of the backend's rows at {rate_name(rate)} ({warmup} warm-up calls "
+            f"of each left out):\n\n{trace.table(rows, labels)}\n")
+    (traces / "summary.md").write_text(text)
+    print(text, flush=True)
 
 
 def bytes_per_step(name: str, r: dict) -> float:
@@ -624,6 +649,9 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per link rate")
     ap.add_argument("--bucket-mb", type=float, default=None,
                     help="DDP's bucket_cap_mb for every DDP row, gloo's included (DDP's default)")
+    ap.add_argument("--trace", action="store_true",
+                    help="CCOMPRESS_TRACE for the backend's rows: <out>/trace-<rate>/, and "
+                         "a summary of their collectives")
     ap.add_argument("--out", default=str(ROOT / "build" / "e2e"))
     args = ap.parse_args(argv)
     if args.list_rows:

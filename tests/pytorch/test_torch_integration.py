@@ -141,6 +141,40 @@ def test_log_line_and_report():
     assert "ccompress backend:" not in err and "ccompress report" not in err
 
 
+def test_trace_files(tmp_path):
+    """CCOMPRESS_TRACE=DIR: each rank's file is a JSON Chrome trace with a complete event per
+    compressed call (its op, codec, elements and bytes) and an instant event per delegated
+    one, per group; the summary tool aligns the ranks' calls; a directory without traces is
+    an error naming it."""
+    from ccompress.tools import trace
+
+    check_ok("helpers/torchrun/integration_checks.py", "report", names=["report"],
+             env={"CCOMPRESS_TRACE": str(tmp_path), "CCOMPRESS_LOG": "0"})
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["ccompress-trace-rank0.json", "ccompress-trace-rank1.json"], files
+    for rank in (0, 1):
+        events = json.loads((tmp_path / f"ccompress-trace-rank{rank}.json").read_text())
+        calls = [e for e in events if e["ph"] == "X"]
+        assert [(e["name"], e["tid"], e["pid"]) for e in calls] == [("all_reduce bf16", 2, rank)]
+        a = calls[0]["args"]
+        # bf16 halves the exact ring's 2 (P-1)/P x 5000 x 4 bytes; headers on top
+        assert a["numel"] == 5000 and a["exact_bytes"] == 20000, a
+        assert 10000 < a["bytes_sent"] < 11000 and calls[0]["dur"] > 0, a
+        exact = [(e["name"], e["tid"]) for e in events if e["ph"] == "i"]
+        assert exact == [("all_reduce exact (codec none)", 1)] * 2 + \
+            [("all_reduce exact (small)", 2)] * 20, exact
+    rows = trace.summarize(trace.load(str(tmp_path)))
+    assert [(r["group"], r["name"], r["numel"], r["calls"]) for r in rows] == \
+        [(2, "all_reduce bf16", 5000, 1)], rows
+    assert 0 <= rows[0]["spread_ms"] and 0 < rows[0]["after_last_ms"], rows
+    p = subprocess.run([sys.executable, "-m", "ccompress.tools.trace", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "| 2 | all_reduce bf16 | 5000 | 1 |" in p.stdout, p
+    p = subprocess.run([sys.executable, "-m", "ccompress.tools.trace", str(tmp_path / "none")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "none: no ccompress-trace-*.json files" in p.stderr, p
+
+
 @pytest.mark.parametrize("var,value,accepted", [
     ("CCOMPRESS_CODEC", "hnit8", "CCOMPRESS_CODEC accepts a codec spec"),
     ("CCOMPRESS_CODEC", "auto8", "CCOMPRESS_CODEC accepts a codec spec"),

@@ -1,0 +1,112 @@
+"""``CCOMPRESS_TRACE=DIR``: a timeline of the backend's collectives, for seeing how they
+overlap backward and how long each waits for the slowest rank.
+
+Each process appends to ``DIR/ccompress-trace-rank{RANK}.json`` (``RANK`` from torchrun's
+environment; ``...-pid{PID}.json`` without it), a Chrome trace (Perfetto and
+chrome://tracing open it) that is valid JSON after every event:
+
+- a compressed call is a complete event (``"ph": "X"``) from the call to the moment its
+  result is ready, named ``"<op> <codec>"`` (``+ error feedback`` where it keeps a
+  residual), with ``numel``, ``bytes_sent`` (ccompress's, headers included) and
+  ``exact_bytes`` (what an exact ring sends) in its ``args``;
+- a call run exactly by the inner gloo/NCCL group is an instant event (``"ph": "i"``) named
+  ``"<op> exact (<reason>)"``: its end is gloo's or NCCL's and is not observed.
+
+``pid`` is the rank, ``tid`` numbers the process's ccompress groups in creation order.
+Timestamps are microseconds of the host's monotonic clock, so the files of ranks on one host
+(emulated nodes included) share a time axis; ranks on different hosts do not.
+``python -m ccompress.tools.trace DIR`` summarizes a directory of them.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+_GROUPS = itertools.count(1)
+
+
+class _File:
+    """One trace file, written as a JSON array that is closed after every event."""
+
+    def __init__(self, path: Path, rank: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(path, "w", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._end: Optional[int] = None  # offset of the closing "\n]\n"
+        self.write({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
+                    "args": {"name": f"rank {rank}"}})
+
+    def write(self, event: Dict[str, Any]) -> None:
+        text = json.dumps(event, separators=(",", ":"))
+        with self._lock:
+            if self._end is None:
+                self._f.write("[\n" + text)
+            else:
+                self._f.seek(self._end)
+                self._f.write(",\n" + text)
+            self._end = self._f.tell()
+            self._f.write("\n]\n")
+            self._f.flush()
+
+
+_FILES: Dict[str, _File] = {}
+_FILES_LOCK = threading.Lock()
+
+
+def _process_rank() -> int:
+    return int(os.environ.get("RANK") or -1)
+
+
+def _open(directory: str) -> _File:
+    rank = _process_rank()
+    name = f"ccompress-trace-rank{rank}.json" if rank >= 0 else \
+        f"ccompress-trace-pid{os.getpid()}.json"
+    path = str(Path(directory) / name)
+    with _FILES_LOCK:
+        if path not in _FILES:
+            _FILES[path] = _File(Path(path), rank if rank >= 0 else os.getpid())
+        return _FILES[path]
+
+
+def now_us() -> float:
+    """The trace's clock: microseconds of the monotonic clock."""
+    return time.perf_counter_ns() / 1e3
+
+
+class GroupTrace:
+    """The events of one ccompress group, or nothing when ``CCOMPRESS_TRACE`` is unset."""
+
+    def __init__(self, group_rank: int, group_size: int) -> None:
+        directory = os.environ.get("CCOMPRESS_TRACE")
+        self._file = _open(directory) if directory else None
+        if self._file is None:
+            return
+        rank = _process_rank()
+        self._pid = rank if rank >= 0 else os.getpid()
+        self._tid = next(_GROUPS)
+        self._file.write({"ph": "M", "name": "thread_name", "pid": self._pid, "tid": self._tid,
+                          "args": {"name": f"ccompress group {self._tid} (rank {group_rank} "
+                                           f"of {group_size})"}})
+
+    @property
+    def on(self) -> bool:
+        return self._file is not None
+
+    def call(self, name: str, start_us: float, **args: Any) -> None:
+        """A compressed call, from ``start_us`` to now."""
+        if self._file is not None:
+            self._file.write({"ph": "X", "name": name, "cat": "ccompress", "pid": self._pid,
+                              "tid": self._tid, "ts": round(start_us, 1),
+                              "dur": round(now_us() - start_us, 1), "args": args})
+
+    def instant(self, name: str, **args: Any) -> None:
+        """A call handed to the inner group."""
+        if self._file is not None:
+            self._file.write({"ph": "i", "s": "t", "name": name, "cat": "ccompress",
+                              "pid": self._pid, "tid": self._tid,
+                              "ts": round(now_us(), 1), "args": args})
