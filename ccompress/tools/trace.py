@@ -3,7 +3,8 @@ about each collective (ccompress/torch/_trace.py writes them).
 
 Every rank issues a group's collectives in the same order, so the k-th call of one op, codec
 and size in a group is the same collective on every rank. For each such collective the
-summary takes, over its calls after ``--skip`` warm-up ones, the medians of:
+summary takes, over its calls after ``--skip`` warm-up ones (the last call alone where it
+was called no more often), the medians of:
 
 - ``spread``: from the first rank's call to the last rank's (the time the early ranks'
   call waits for the slowest rank to reach it: compute skew, not communication);

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from .._internal.errors import InvalidArgument
+
 _GROUPS = itertools.count(1)
 
 
@@ -69,7 +71,12 @@ def _open(directory: str) -> _File:
     path = str(Path(directory) / name)
     with _FILES_LOCK:
         if path not in _FILES:
-            _FILES[path] = _File(Path(path), rank if rank >= 0 else os.getpid())
+            try:
+                _FILES[path] = _File(Path(path), rank if rank >= 0 else os.getpid())
+            except OSError as e:
+                raise InvalidArgument(f"CCOMPRESS_TRACE={directory!r}: cannot write the "
+                                      f"trace file {path} ({e}); CCOMPRESS_TRACE accepts a "
+                                      "directory this process can create and write") from e
         return _FILES[path]
 
 

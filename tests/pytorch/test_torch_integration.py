@@ -175,6 +175,17 @@ def test_trace_files(tmp_path):
     assert p.returncode == 2 and "none: no ccompress-trace-*.json files" in p.stderr, p
 
 
+def test_trace_directory_that_cannot_be_written(monkeypatch, tmp_path):
+    """A CCOMPRESS_TRACE that names a file, not a directory: InvalidArgument naming the
+    variable, its value and what it accepts, when the group is made."""
+    from ccompress.torch import _trace
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("CCOMPRESS_TRACE", str(tmp_path / "file"))
+    with pytest.raises(cc.InvalidArgument, match="CCOMPRESS_TRACE=.*file.*accepts a directory"):
+        _trace.GroupTrace(0, 1)
+
+
 @pytest.mark.parametrize("var,value,accepted", [
     ("CCOMPRESS_CODEC", "hnit8", "CCOMPRESS_CODEC accepts a codec spec"),
     ("CCOMPRESS_CODEC", "auto8", "CCOMPRESS_CODEC accepts a codec spec"),
