@@ -39,6 +39,7 @@ from . import _common, _engagement, _p2p, _trace
 from ._backend_state import BackendOptions, BackwardFeedback, auto_candidate
 
 NAME = "ccompress"
+_AUTO_REPS = 5  # timed runs of each way at an auto op's first call, after one warm-up
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 _COMPRESSIBLE_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg"}
 
@@ -437,10 +438,11 @@ class CompressedProcessGroup(dist.ProcessGroup):
     def _choose(self, kind: str, t: torch.Tensor, op: str,
                 output: Optional[torch.Tensor], cand: str) -> str:
         """``auto``: times this call exact (the inner group) and compressed with ``cand``
-        (hint8, or auto:CODEC's codec) on copies of its tensors, three times each after a
-        warm-up, and returns the cheaper ("none" for exact) in wall plus CPU time. Every rank
-        times; the slowest rank's times decide (a MAX all-reduce over the inner group), so
-        every rank picks the same. Collective: every rank reaches the op's first call alike,
+        (hint8, or auto:CODEC's codec) on copies of its tensors, five times each after a
+        warm-up, alternating, and returns the cheaper ("none" for exact) in wall plus CPU
+        time, each the best of the five (so that runs slowed by something else on the host
+        do not decide). Every rank times; the slowest rank's times decide (a MAX
+        all-reduce over the inner group), so every rank picks the same. Collective: every rank reaches the op's first call alike,
         as for any collective."""
         x = t.detach().clone()
         y = (output if output is not None else t).detach().clone().view(-1)
@@ -456,15 +458,16 @@ class CompressedProcessGroup(dist.ProcessGroup):
         # its threads, the kernel's TCP work included): in a training step that CPU is taken
         # from the backward passes of this rank and of the others on its cores, so a way
         # that wins on wall time alone (a codec on a fast link) can still slow the step.
-        best = {name: float("inf") for name in ops}
-        for rep in range(4):
+        wall = {name: float("inf") for name in ops}
+        cpu = dict(wall)
+        for rep in range(_AUTO_REPS + 1):
             for name, fn in ops.items():
                 t0, c0 = time.perf_counter(), time.process_time()
                 fn()
-                cost = (time.perf_counter() - t0) + (time.process_time() - c0)
                 if rep:  # the first of each is a warm-up (connections, buffers)
-                    best[name] = min(best[name], cost)
-        slowest = torch.tensor([best["none"], best[cand]], dtype=torch.float64)
+                    wall[name] = min(wall[name], time.perf_counter() - t0)
+                    cpu[name] = min(cpu[name], time.process_time() - c0)
+        slowest = torch.tensor([wall[n] + cpu[n] for n in ("none", cand)], dtype=torch.float64)
         opts = dist.AllreduceOptions()
         opts.reduceOp = dist.ReduceOp.MAX
         self._inner.allreduce([slowest], opts).wait()
@@ -473,7 +476,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         _engagement.log_info(self.rank(), (
             f"{kind} codec auto: {t.numel()} elements cost {1e3 * exact_s:.1f} ms exact and "
             f"{1e3 * comp_s:.1f} ms with {cand} (wall plus CPU time, the slowest rank's best "
-            "of 3); sending " + (cand if choice == cand else
+            f"of {_AUTO_REPS}); sending " + (cand if choice == cand else
                                  "exact: compression does not pay on this link")))
         return choice
 
