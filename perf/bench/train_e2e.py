@@ -612,7 +612,7 @@ def plot(rows: List[Dict[str, Any]], path: Path) -> None:
 
     rates = [r for r in dict.fromkeys(x["rate"] for x in rows)]
     xs = {rate: (rate if rate else 100.0) for rate in rates}  # unlimited drawn at 100
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.8))
     colors = plt.get_cmap("tab20").colors
     for i, name in enumerate(dict.fromkeys(r["row"] for r in rows)):
         pts = sorted((xs[r["rate"]], 1e3 * r["step_s"]) for r in rows if r["row"] == name)
@@ -625,7 +625,7 @@ def plot(rows: List[Dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("median step time (ms)")
     ax.set_title("DDP / FSDP2 training step over emulated nodes")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
