@@ -441,9 +441,9 @@ class CompressedProcessGroup(dist.ProcessGroup):
         (hint8, or auto:CODEC's codec) on copies of its tensors, five times each after a
         warm-up, alternating, and returns the cheaper ("none" for exact) in wall plus CPU
         time, each the best of the five (so that runs slowed by something else on the host
-        do not decide). Every rank times; the slowest rank's times decide (a MAX
-        all-reduce over the inner group), so every rank picks the same. Collective: every rank reaches the op's first call alike,
-        as for any collective."""
+        do not decide). Every rank times; the slowest rank's times decide (a MAX all-reduce
+        over the inner group), so every rank picks the same. Collective: every rank reaches
+        the op's first call alike, as for any collective."""
         x = t.detach().clone()
         y = (output if output is not None else t).detach().clone().view(-1)
         comm = self.communicator()
@@ -477,7 +477,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
             f"{kind} codec auto: {t.numel()} elements cost {1e3 * exact_s:.1f} ms exact and "
             f"{1e3 * comp_s:.1f} ms with {cand} (wall plus CPU time, the slowest rank's best "
             f"of {_AUTO_REPS}); sending " + (cand if choice == cand else
-                                 "exact: compression does not pay on this link")))
+                                            "exact: compression does not pay on this link")))
         return choice
 
     def _feedback(self, kind: str, t: torch.Tensor) -> Any:
