@@ -61,14 +61,14 @@ def auto_candidate(spec: str) -> Optional[str]:
 def _spec(codec: Optional[str], what: str) -> str:
     if codec is None:
         return "none"
-    if codec == AUTO or codec.startswith(AUTO + ":"):
+    cand = auto_candidate(codec)
+    if cand is not None:
         if what == "all_gather":
             raise Unsupported(f"{what} codec {codec!r}: auto applies to all_reduce and "
                               "reduce_scatter; name the all-gather's codec")
         if codec == AUTO:
             return AUTO
-        cand = codec[len(AUTO) + 1:]
-        if autocodec.is_auto(cand) or cand == AUTO or cand.startswith(AUTO + ":"):
+        if autocodec.is_auto(cand) or auto_candidate(cand) is not None:
             raise Unsupported(f"{what} codec {codec!r}: auto weighs one fixed codec spec "
                               "against exact (auto:nvfp4, auto:fp8_e4m3:g128)")
         name = Codec.parse(cand).name

@@ -35,13 +35,14 @@ _GROUPS = itertools.count(1)
 class _File:
     """One trace file, written as a JSON array that is closed after every event."""
 
-    def __init__(self, path: Path, rank: int) -> None:
+    def __init__(self, path: Path, pid: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.pid = pid  # the events' pid: the rank (the process id without RANK)
         self._f = open(path, "w", encoding="utf-8")
         self._lock = threading.Lock()
         self._end: Optional[int] = None  # offset of the closing "\n]\n"
-        self.write({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
-                    "args": {"name": f"rank {rank}"}})
+        self.write({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                    "args": {"name": f"rank {pid}"}})
 
     def write(self, event: Dict[str, Any]) -> None:
         text = json.dumps(event, separators=(",", ":"))
@@ -60,19 +61,15 @@ _FILES: Dict[str, _File] = {}
 _FILES_LOCK = threading.Lock()
 
 
-def _process_rank() -> int:
-    return int(os.environ.get("RANK") or -1)
-
-
 def _open(directory: str) -> _File:
-    rank = _process_rank()
-    name = f"ccompress-trace-rank{rank}.json" if rank >= 0 else \
+    rank = os.environ.get("RANK")
+    name = f"ccompress-trace-rank{rank}.json" if rank else \
         f"ccompress-trace-pid{os.getpid()}.json"
     path = str(Path(directory) / name)
     with _FILES_LOCK:
         if path not in _FILES:
             try:
-                _FILES[path] = _File(Path(path), rank if rank >= 0 else os.getpid())
+                _FILES[path] = _File(Path(path), int(rank) if rank else os.getpid())
             except OSError as e:
                 raise InvalidArgument(f"CCOMPRESS_TRACE={directory!r}: cannot write the "
                                       f"trace file {path} ({e}); CCOMPRESS_TRACE accepts a "
@@ -93,8 +90,7 @@ class GroupTrace:
         self._file = _open(directory) if directory else None
         if self._file is None:
             return
-        rank = _process_rank()
-        self._pid = rank if rank >= 0 else os.getpid()
+        self._pid = self._file.pid
         self._tid = next(_GROUPS)
         self._file.write({"ph": "M", "name": "thread_name", "pid": self._pid, "tid": self._tid,
                           "args": {"name": f"ccompress group {self._tid} (rank {group_rank} "
