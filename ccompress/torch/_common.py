@@ -236,10 +236,29 @@ def init_process_group_from_mpi(backend: str = "gloo", **kwargs: Any) -> None:
     """``torch.distributed.init_process_group`` for a launch under mpiexec: rank and size
     from ``MPI.COMM_WORLD``, and a free TCP port on rank 0 agreed over MPI (address
     ``MASTER_ADDR`` when set, 127.0.0.1 when every rank runs on one host, else rank 0's
-    host name). Collective over COMM_WORLD."""
+    host name). Collective over COMM_WORLD.
+
+    Like torchrun, it sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` from MPI, and
+    ``LOCAL_WORLD_SIZE`` where every node holds the same number of consecutive ranks (it is
+    removed otherwise): code that reads them, and the ``ccompress`` backend's
+    ``algo="hier"`` and ``CCOMPRESS_TRACE`` file names, see the same launch as under
+    torchrun."""
     import torch.distributed as dist
 
-    world = _mpi().COMM_WORLD
+    from .._internal import topology
+
+    MPI = _mpi()
+    world = MPI.COMM_WORLD
+    local = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.rank)
+    local_rank = local.rank
+    local.Free()
+    per_node = topology.from_mpi(world)
+    os.environ.update(RANK=str(world.rank), WORLD_SIZE=str(world.size),
+                      LOCAL_RANK=str(local_rank))
+    if per_node is None:
+        os.environ.pop("LOCAL_WORLD_SIZE", None)
+    else:
+        os.environ["LOCAL_WORLD_SIZE"] = str(per_node)
     addr = os.environ.get("MASTER_ADDR")
     port = None
     if world.rank == 0:

@@ -1,9 +1,9 @@
 """``CCOMPRESS_TRACE=DIR``: a timeline of the backend's collectives, for seeing how they
 overlap backward and how long each waits for the slowest rank.
 
-Each process appends to ``DIR/ccompress-trace-rank{RANK}.json`` (``RANK`` from torchrun's
-environment; ``...-pid{PID}.json`` without it), a Chrome trace (Perfetto and
-chrome://tracing open it) that is valid JSON after every event:
+Each process appends to ``DIR/ccompress-trace-rank{RANK}.json`` (its global rank in
+torch.distributed, however it was launched: torchrun, mpiexec, one process), a Chrome trace
+(Perfetto and chrome://tracing open it) that is valid JSON after every event:
 
 - a compressed call is a complete event (``"ph": "X"``) from the call to the moment its
   result is ready, named ``"<op> <codec>"`` (``+ error feedback`` where it keeps a
@@ -37,7 +37,7 @@ class _File:
 
     def __init__(self, path: Path, pid: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.pid = pid  # the events' pid: the rank (the process id without RANK)
+        self.pid = pid  # the events' pid: the global rank
         self._f = open(path, "w", encoding="utf-8")
         self._lock = threading.Lock()
         self._end: Optional[int] = None  # offset of the closing "\n]\n"
@@ -61,15 +61,12 @@ _FILES: Dict[str, _File] = {}
 _FILES_LOCK = threading.Lock()
 
 
-def _open(directory: str) -> _File:
-    rank = os.environ.get("RANK")
-    name = f"ccompress-trace-rank{rank}.json" if rank else \
-        f"ccompress-trace-pid{os.getpid()}.json"
-    path = str(Path(directory) / name)
+def _open(directory: str, rank: int) -> _File:
+    path = str(Path(directory) / f"ccompress-trace-rank{rank}.json")
     with _FILES_LOCK:
         if path not in _FILES:
             try:
-                _FILES[path] = _File(Path(path), int(rank) if rank else os.getpid())
+                _FILES[path] = _File(Path(path), rank)
             except OSError as e:
                 raise InvalidArgument(f"CCOMPRESS_TRACE={directory!r}: cannot write the "
                                       f"trace file {path} ({e}); CCOMPRESS_TRACE accepts a "
@@ -83,11 +80,12 @@ def now_us() -> float:
 
 
 class GroupTrace:
-    """The events of one ccompress group, or nothing when ``CCOMPRESS_TRACE`` is unset."""
+    """The events of one ccompress group, or nothing when ``CCOMPRESS_TRACE`` is unset.
+    ``rank`` is the process's global rank (its file), ``group_rank`` its rank in the group."""
 
-    def __init__(self, group_rank: int, group_size: int) -> None:
+    def __init__(self, group_rank: int, group_size: int, rank: int) -> None:
         directory = os.environ.get("CCOMPRESS_TRACE")
-        self._file = _open(directory) if directory else None
+        self._file = _open(directory, rank) if directory else None
         if self._file is None:
             return
         self._pid = self._file.pid

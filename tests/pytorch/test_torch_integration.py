@@ -183,7 +183,7 @@ def test_trace_directory_that_cannot_be_written(monkeypatch, tmp_path):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("CCOMPRESS_TRACE", str(tmp_path / "file"))
     with pytest.raises(cc.InvalidArgument, match="CCOMPRESS_TRACE=.*file.*accepts a directory"):
-        _trace.GroupTrace(0, 1)
+        _trace.GroupTrace(0, 1, 0)
 
 
 @pytest.mark.parametrize("var,value,accepted", [

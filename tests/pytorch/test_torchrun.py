@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.reference.mpiexec import mpiexec, needs_mpi
+from helpers.reference.mpiexec import mpi_unusable, mpiexec, needs_mpi
 
 torch = pytest.importorskip("torch", reason="the torchrun tests need PyTorch")
 dist = pytest.importorskip("torch.distributed")
@@ -201,6 +201,69 @@ def test_mpi_world_larger_than_torch_world_raises():
                           capture_output=True, text=True, timeout=180, env=_env(), cwd=HERE)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "OK 0" in proc.stdout and "OK 1" in proc.stdout, out[-4000:]
+
+
+BACKEND_LAUNCH = r"""
+import hashlib, json, os, sys, torch, torch.distributed as dist
+from ccompress.torch import compressed_group, init_process_group_from_mpi
+if sys.argv[1] == "mpiexec":
+    init_process_group_from_mpi("ccompress")
+    assert (os.environ["RANK"], os.environ["WORLD_SIZE"]) == (str(dist.get_rank()), "2")
+    assert os.environ["LOCAL_WORLD_SIZE"] == "2" and os.environ["LOCAL_RANK"] == os.environ["RANK"]
+else:
+    dist.init_process_group("ccompress", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=0,
+                            world_size=1)
+rank, size = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+ddp = torch.nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+for step in range(3):
+    torch.manual_seed(100 + 10 * rank + step)
+    loss = ddp(torch.randn(8, 64)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+digests = [None] * size
+dist.all_gather_object(digests, hashlib.sha256(flat.numpy().tobytes()).hexdigest())
+assert len(set(digests)) == 1, "replicas differ"
+stats = compressed_group().stats()["all_reduce"]
+assert stats["compressed"] == 3 and (stats["bytes_sent"] > 0) == (size > 1), stats
+events = json.load(open(os.path.join(os.environ["CCOMPRESS_TRACE"],
+                                     f"ccompress-trace-rank{rank}.json")))
+assert all(e["pid"] == rank for e in events), events[:3]
+assert sum(e["ph"] == "X" for e in events) == stats["compressed"], events
+print(f"OK {rank}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("launch", ["mpiexec", "one_process"])
+def test_backend_launch_modes(launch, tmp_path):
+    """init_process_group("ccompress") beyond torchrun: under mpiexec through
+    init_process_group_from_mpi (which sets torchrun's RANK, WORLD_SIZE, LOCAL_RANK and
+    LOCAL_WORLD_SIZE), and in one process alone. DDP with hint8 keeps the replicas
+    identical, the collectives compress where there is more than one rank, and each
+    process's CCOMPRESS_TRACE file is named by its global rank."""
+    env = {**_env(), "CCOMPRESS_CODEC": "hint8", "CCOMPRESS_MIN_NUMEL": "1000",
+           "CCOMPRESS_TRACE": str(tmp_path), "CCOMPRESS_LOG": "0"}
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+              "MASTER_PORT"):
+        env.pop(k, None)
+    if launch == "mpiexec":
+        if mpi_unusable() is not None:
+            pytest.skip(f"MPI unavailable: {mpi_unusable()}")
+        cmd, n = [mpiexec(), "-n", "2", sys.executable, "-c", BACKEND_LAUNCH, "mpiexec"], 2
+    else:
+        cmd, n = [sys.executable, "-c", BACKEND_LAUNCH, "one", str(_free_port())], 1
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, cwd=HERE)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    for r in range(n):
+        assert f"OK {r}" in proc.stdout, out[-6000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        [f"ccompress-trace-rank{r}.json" for r in range(n)]
 
 
 def test_from_store_numbers_each_store_object_once():
