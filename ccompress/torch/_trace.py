@@ -80,10 +80,12 @@ def now_us() -> float:
 
 
 class GroupTrace:
-    """The events of one ccompress group, or nothing when ``CCOMPRESS_TRACE`` is unset.
-    ``rank`` is the process's global rank (its file), ``group_rank`` its rank in the group."""
+    """The events of one ccompress group (the backend's, or a DDP hook's: ``label``), or
+    nothing when ``CCOMPRESS_TRACE`` is unset. ``rank`` is the process's global rank (its
+    file), ``group_rank`` its rank in the group."""
 
-    def __init__(self, group_rank: int, group_size: int, rank: int) -> None:
+    def __init__(self, group_rank: int, group_size: int, rank: int,
+                 label: str = "ccompress group") -> None:
         directory = os.environ.get("CCOMPRESS_TRACE")
         self._file = _open(directory, rank) if directory else None
         if self._file is None:
@@ -91,7 +93,7 @@ class GroupTrace:
         self._pid = self._file.pid
         self._tid = next(_GROUPS)
         self._file.write({"ph": "M", "name": "thread_name", "pid": self._pid, "tid": self._tid,
-                          "args": {"name": f"ccompress group {self._tid} (rank {group_rank} "
+                          "args": {"name": f"{label} {self._tid} (rank {group_rank} "
                                            f"of {group_size})"}})
 
     @property

@@ -21,7 +21,7 @@ from .. import autocodec
 from ..codec import Codec
 from ..communicator import ALGOS, Communicator
 from ..compressors.error_feedback import ErrorFeedback
-from . import _common, _engagement
+from . import _common, _engagement, _trace
 from . import gift as _gift
 
 
@@ -75,6 +75,12 @@ class CompressedAllreduceHook:
         self._pending_state: Optional[dict] = None
         self._calls = 0
         self._exact_bytes = 0
+        self._trace: Optional[_trace.GroupTrace] = None  # CCOMPRESS_TRACE, at the first call
+        self._sent_mark = 0
+        self._trace_name = "all_reduce " + self.codec + "".join(
+            part for part, on in ((f" + {small_codec} for vectors", small_codec is not None),
+                                  (" + GIFT", gift is not None),
+                                  (" + error feedback", self.error_feedback)) if on)
         self.__name__ = self.__qualname__ = f"ccompress_{self.codec}_hook"
 
     # ---- the hook ----
@@ -89,13 +95,22 @@ class CompressedAllreduceHook:
                                  f"algo {self.algo}" + (", error feedback"
                                                         if self.error_feedback else ""))
         self._calls += 1
-        self._exact_bytes += _engagement.exact_ring_bytes(
-            "all_reduce", buf.numel(), buf.element_size(), comm.size)
+        exact = _engagement.exact_ring_bytes("all_reduce", buf.numel(), buf.element_size(),
+                                             comm.size)
+        self._exact_bytes += exact
+        if self._trace is None:
+            self._trace = _trace.GroupTrace(
+                comm.rank, comm.size, dist.get_rank() if dist.is_initialized() else comm.rank,
+                label="ccompress DDP hook")
+            self._sent_mark = comm.bytes_sent  # the communicator may have sent before
+        start = _trace.now_us() if self._trace.on and not buf.is_cuda else None
+        record = (lambda: self._record(start, buf.numel(), exact)) if start is not None \
+            else (lambda: None)
         kwargs: Dict[str, Any] = dict(codec=self.codec, algo=self.algo, op="avg")
         if self.gift is not None:
-            return self._call_gift(comm, bucket, buf, kwargs)
+            return self._call_gift(comm, bucket, buf, kwargs, record)
         if self.small_codec is not None:
-            return self._call_split(comm, bucket, buf)
+            return self._call_split(comm, bucket, buf, record)
         if self.error_feedback:
             kwargs["error_feedback"] = self._feedback(bucket.index(), buf.numel())
         if buf.is_cuda:
@@ -106,17 +121,41 @@ class CompressedAllreduceHook:
             fut.set_result(buf)
             return fut
         if not self._run_async(comm):
-            return _common.run_now(buf, lambda: _common.allreduce(comm, buf, out=buf, **kwargs))
-        return self._start(comm, buf, kwargs)
+            return self._run_now(buf, lambda: _common.allreduce(comm, buf, out=buf, **kwargs),
+                                 record)
+        return self._start(comm, buf, kwargs, record)
+
+    def _record(self, start: float, numel: int, exact: int) -> None:
+        """A host bucket's all-reduce as a CCOMPRESS_TRACE span from ``start`` to now. Called
+        right after the call, before ccompress's worker thread starts the next one: the
+        communicator's byte count grew by this call's bytes alone."""
+        sent = self._comm.bytes_sent
+        self._trace.call(self._trace_name, start, numel=numel,
+                         bytes_sent=sent - self._sent_mark, exact_bytes=exact)
+        self._sent_mark = sent
+
+    @staticmethod
+    def _run_now(buf: torch.Tensor, body: Callable[[], None],
+                 record: Callable[[], None]) -> torch.futures.Future[torch.Tensor]:
+        def traced() -> None:
+            try:
+                body()
+            finally:
+                record()
+
+        return _common.run_now(buf, traced)
 
     def _start(self, comm: Communicator, buf: torch.Tensor, kwargs: Dict[str, Any],
+               record: Callable[[], None],
                then: Optional[Callable[[], None]] = None) -> torch.futures.Future[torch.Tensor]:
         """The bucket's all-reduce on ccompress's worker thread, overlapping backward: a
-        Future completed with ``buf`` after ``then()`` (on that thread), or with the error."""
+        Future completed with ``buf`` after ``then()`` (on that thread), or with the error.
+        ``record()`` runs as soon as the all-reduce is over (the trace)."""
         fut = torch.futures.Future()
         work = _common.allreduce(comm, buf, out=buf, async_op=True, **kwargs)
 
         def done(w) -> None:
+            record()
             try:
                 w.wait()
                 if then is not None:
@@ -130,7 +169,8 @@ class CompressedAllreduceHook:
         return fut
 
     def _call_gift(self, comm: Communicator, bucket: dist.GradBucket, buf: torch.Tensor,
-                   kwargs: Dict[str, Any]) -> torch.futures.Future[torch.Tensor]:
+                   kwargs: Dict[str, Any],
+                   record: Callable[[], None]) -> torch.futures.Future[torch.Tensor]:
         """The bucket through GIFT: whiten the treated weights' gradients in place, the
         compressed all-reduce (error feedback in whitened coordinates), map them back. A
         refresh step runs in the calling thread: it adds exact collectives of its own, which
@@ -155,17 +195,18 @@ class CompressedAllreduceHook:
                 fut = torch.futures.Future()
                 fut.set_exception(e)
                 return fut
-            return self._start(comm, buf, kwargs, lambda: self.gift.from_wire(bucket, treated))
+            return self._start(comm, buf, kwargs, record,
+                               lambda: self.gift.from_wire(bucket, treated))
 
         def body() -> None:
             treated = whiten()
             _common.allreduce(comm, buf, out=buf, **kwargs)
             self.gift.from_wire(bucket, treated)
 
-        return _common.run_now(buf, body)
+        return self._run_now(buf, body, record)
 
-    def _call_split(self, comm: Communicator, bucket: dist.GradBucket,
-                     buf: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    def _call_split(self, comm: Communicator, bucket: dist.GradBucket, buf: torch.Tensor,
+                    record: Callable[[], None]) -> torch.futures.Future[torch.Tensor]:
         """The bucket as two all-reduces: the gradients of its matrices (parameters of 2 or
         more dimensions) with ``codec``, those of its biases and norm gains (fewer) with
         ``small_codec``, each packed back to back, with a residual of its own (bucket
@@ -187,7 +228,7 @@ class CompressedAllreduceHook:
                 for v, part in zip(views, flat.split([v.numel() for v in views])):
                     v.copy_(part)
 
-        return _common.run_now(buf, body)
+        return self._run_now(buf, body, record)
 
     def stats(self) -> dict:
         """What the hook did on this rank: ``calls`` (buckets all-reduced, every one through

@@ -55,8 +55,9 @@ gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), `
 scripts/setup.sh. Removes the namespaces and qdiscs it made, and only addresses those.
 ``--bucket-mb`` sets DDP's ``bucket_cap_mb`` for every DDP row alike, gloo's included
 (default: DDP's 25 MB). ``--trace`` runs the workers with ``CCOMPRESS_TRACE=<out>/trace-<rate>``
-and prints, for each collective of the backend's rows, how long its first caller waited for
-the last rank and how long it took after that (``python -m ccompress.tools.trace``).
+and prints, for each collective of the backend's and the DDP hook's rows, how long its first
+caller waited for the last rank and how long it took after that (``python -m
+ccompress.tools.trace``).
 
 The loss study (:func:`loss_study`) trains the same rows longer on this host, several seeds,
 with warm-up and cosine decay, and compares each row's final held-out loss with the tuned
@@ -506,12 +507,14 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
 def trace_summary(traces: Path, names: List[str], warmup: int, rate: Optional[float]) -> None:
     """``--trace``: the collectives of the backend's rows, from their CCOMPRESS_TRACE files
     (:mod:`ccompress.tools.trace`), printed and written to ``<traces>/summary.md``. The
-    workers make one ccompress group per backend row, in row order, so group k is the k-th
-    such row."""
+    workers make one ccompress group per backend row, in row order, before the first step,
+    and each hook row's trace starts at its first bucket, in row order: group k is the k-th
+    of the backend rows followed by the hook rows."""
     from ccompress.tools import trace
 
-    backend_rows = [n for n in names if spec(n)[1] is not None]
-    labels = {i + 1: name for i, name in enumerate(backend_rows)}
+    traced = [n for n in names if spec(n)[1] is not None] + \
+        [n for n in names if spec(n)[0] == "hook"]
+    labels = {i + 1: name for i, name in enumerate(traced)}
     rows = trace.summarize(trace.load(str(traces)), warmup)
     text = (f"collectives of the backend's rows at {rate_name(rate)} ({warmup} warm-up calls "
             f"of each left out):\n\n{trace.table(rows, labels)}\n")

@@ -175,6 +175,13 @@ def test_trace_files(tmp_path):
     assert p.returncode == 2 and "none: no ccompress-trace-*.json files" in p.stderr, p
 
 
+def test_trace_of_ddp_hooks(tmp_path):
+    """CCOMPRESS_TRACE covers the DDP comm hook too: a span per bucket on both of its paths
+    (ccompress's worker thread, the calling thread), its bytes adding up to stats()."""
+    check_ok("helpers/torchrun/integration_checks.py", "hook_trace", names=["hook_trace"],
+             env={"CCOMPRESS_TRACE": str(tmp_path), "CCOMPRESS_LOG": "0"})
+
+
 def test_trace_directory_that_cannot_be_written(monkeypatch, tmp_path):
     """A CCOMPRESS_TRACE that names a file, not a directory: InvalidArgument naming the
     variable, its value and what it accepts, when the group is made."""

@@ -19,6 +19,10 @@ gift_mismatch  use_gift on FSDP2 (fully_shard) with GIFT settings that differ be
           use_gift makes the other raise after the group's timeout, naming it.
 report    CCOMPRESS_REPORT=1: the first-collective log line and the summary at
           destroy_process_group (the test reads stderr).
+hook_trace  CCOMPRESS_TRACE with two DDP comm hooks (hint8 with error feedback on
+          ccompress's worker thread; fp8 with bf16 for vectors, in the calling thread): a
+          span per bucket, named by the hook's codecs, whose bytes add up to the hook's
+          stats().
 """
 import os
 import sys
@@ -330,4 +334,35 @@ elif CHECK == "report":
     assert torch.equal(y, torch.full((5000,), float(size)))
     assert compressed_group().stats()["all_reduce"]["compressed"] == 1
     ok("report")
+    dist.destroy_process_group()
+
+elif CHECK == "hook_trace":
+    import json
+
+    from ccompress.torch import ddp_comm_hook
+
+    rank, size, ref = start()
+    hooks = [ddp_comm_hook("hint8", algo="two_shot", process_group=dist.new_group(backend="gloo")),
+             ddp_comm_hook("fp8_e4m3:g128", error_feedback=False, small_codec="bf16",
+                           process_group=dist.new_group(backend="gloo"))]
+    for hook in hooks:
+        net = torch.nn.parallel.DistributedDataParallel(
+            tiny_mlp(), process_group=hook._group)
+        net.register_comm_hook(state=None, hook=hook)
+        train_3_steps(net, net.parameters(), rank)
+    with open(os.path.join(os.environ["CCOMPRESS_TRACE"], f"ccompress-trace-rank{rank}.json")) as f:
+        events = json.load(f)
+    threads = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    # tid 1: the world group (the backend); the hooks' traces start at their first bucket
+    for tid, hook, name in ((2, hooks[0], "all_reduce hint8:g16:h128:s8 + error feedback"),
+                            (3, hooks[1], "all_reduce fp8_e4m3:g128 + bf16 for vectors")):
+        assert threads[tid] == f"ccompress DDP hook {tid} (rank {rank} of {size})", threads
+        spans = [e for e in events if e["ph"] == "X" and e["tid"] == tid]
+        st = hook.stats()
+        assert len(spans) == st["calls"] == 3, (len(spans), st)  # a bucket a step
+        assert {e["name"] for e in spans} == {name}, spans
+        assert sum(e["args"]["bytes_sent"] for e in spans) == st["bytes_sent"] > 0, st
+        assert sum(e["args"]["exact_bytes"] for e in spans) == st["exact_bytes"], st
+        assert all(e["dur"] > 0 and e["pid"] == rank for e in spans), spans
+    ok("hook_trace")
     dist.destroy_process_group()
