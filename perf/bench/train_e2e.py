@@ -43,7 +43,9 @@ not model a GPU's compute (the two cores run every rank's forward and backward, 
 codec), switch contention, or latency beyond the shaper's queue.
 
 Rows (``--rows``, comma separated; ``--list-rows`` prints them): ``gloo`` (DDP, exact),
-``compute`` (DDP with no_sync: no communication), the ccompress backend with a codec
+``compute`` (DDP with no_sync: no communication), ``exact`` (the ccompress backend with
+codec none: every call delegated to its inner gloo group, the backend's own overhead), the
+ccompress backend with a codec
 (``hint8``, ``fp8``, ``nvfp4``, ``auto``, ``auto-nvfp4`` (``auto:nvfp4``), ...; error
 feedback on; ``hint8-noef`` and ``fp8-noef`` without it, the backend's default), ``hier-*`` (algo
 ``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*`` (FSDP2 on
@@ -88,6 +90,7 @@ _EF = {"error_feedback": True}
 ROWS: Dict[str, tuple] = {
     "gloo": ("ddp", None, {}),
     "compute": ("compute", None, {}),
+    "exact": ("ddp", {"codec": "none"}, {}),  # the backend delegating every call to gloo
     "hint8": ("ddp", {"codec": "hint8", **_EF}, {}),
     "fp8": ("ddp", {"codec": "fp8_e4m3:g128", **_EF}, {}),
     "nvfp4": ("ddp", {"codec": "nvfp4", **_EF}, {}),
