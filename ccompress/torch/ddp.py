@@ -137,6 +137,7 @@ class CompressedAllreduceHook:
     @staticmethod
     def _run_now(buf: torch.Tensor, body: Callable[[], None],
                  record: Callable[[], None]) -> torch.futures.Future[torch.Tensor]:
+        """``body()`` in the calling thread (:func:`_common.run_now`), then ``record()``."""
         def traced() -> None:
             try:
                 body()
