@@ -12,6 +12,7 @@
 #include "codecs/mxfp4/mxfp4.h"
 #include "codecs/mxfp4/mxfp4_avx2.h"
 #include "codecs/mxfp8/mx_avx2.h"
+#include "codecs/mxfp8/mx_options.h"
 #include "codecs/registry.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
@@ -24,15 +25,6 @@ using codecs::E2M1;
 using codecs::kMxBlock;
 
 constexpr int64_t kBatch = 32;  // blocks coded in one batch (4 KiB of input)
-
-void configure(Codec& c, const std::string& base, const CodecOptions& o,
-               const std::string& spec) {
-  CC_CHECK(o.given.find_first_not_of("g") == std::string::npos && (!o.group || o.group == kMxBlock),
-           "codec '" << spec << "': " << base << " takes no options (MX blocks are 32 elements: "
-                     << "only :g32 is accepted)");
-  c.group = kMxBlock;
-  c.scale_bits = 8;
-}
 
 const char* kind_name(const Codec&) { return "mxfp4"; }
 
@@ -143,7 +135,7 @@ ErrorModel error_model(const Codec&) {
 }  // namespace
 
 extern const CodecFamily kMxfp4Family = {
-    "mxfp4", {"mxfp4", nullptr}, configure, spec_name, kind_name, wire_bytes, nullptr,
+    "mxfp4", {"mxfp4", nullptr}, codecs::mx_configure, spec_name, kind_name, wire_bytes, nullptr,
     kHostOps, "mxfp4 (OCP MX: E2M1 elements, an E8M0 scale per 32)", error_model};
 
 }  // namespace ccompress

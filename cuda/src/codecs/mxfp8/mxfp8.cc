@@ -13,6 +13,7 @@
 #include "codecs/fp8/group_codec.h"
 #include "codecs/mxfp8/mxfp8.h"
 #include "codecs/mxfp8/mx_avx2.h"
+#include "codecs/mxfp8/mx_options.h"
 #include "codecs/registry.h"
 #include "cpu/isa_dispatch.h"
 #include "cpu/run_family.h"
@@ -29,12 +30,8 @@ constexpr int64_t kBatch = 32;  // blocks coded in one batch (4 KiB of input)
 
 void configure(Codec& c, const std::string& base, const CodecOptions& o,
                const std::string& spec) {
-  CC_CHECK(o.given.find_first_not_of("g") == std::string::npos && (!o.group || o.group == kMxBlock),
-           "codec '" << spec << "': " << base << " takes no options (MX blocks are 32 elements: "
-                     << "only :g32 is accepted)");
+  codecs::mx_configure(c, base, o, spec);
   c.fp8_format = base == "mxfp8" ? 0 : 1;
-  c.group = kMxBlock;
-  c.scale_bits = 8;
 }
 
 const char* kind_name(const Codec& c) { return c.fp8_format == 0 ? "mxfp8" : "mxfp8_e5m2"; }
