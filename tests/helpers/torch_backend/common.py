@@ -26,6 +26,17 @@ def start(backend="ccompress", timeout_s=60, pg_options=None):
 _WORKS = []
 
 
+def final_barrier():
+    """``dist.barrier()`` as a worker's last collective before it prints OK and ends, its Work
+    held here: a gloo barrier's Work holds the collectives before it (all_gather_object's,
+    whose tensors have Python objects), and gloo's worker thread, dropping it last after the
+    script had ended, needed the interpreter while it was torn down ("terminate called
+    without an active exception", SIGABRT, about once in 150 runs)."""
+    work = dist.barrier(async_op=True)
+    work.wait()
+    _WORKS.append(work)
+
+
 def gather(t, ref):
     """Every rank's copy of ``t`` (exact, over the gloo group), in rank order."""
     out = [torch.empty_like(t) for _ in range(dist.get_world_size())]

@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import ccompress as cc
 from ccompress.torch import ddp_comm_hook, tp_all_reduce, tp_copy, world_communicator
 from ccompress.torch._common import communicator_for
+from helpers.torch_backend.common import final_barrier
 from helpers.torch_helpers import check_reduced, rank_tensor, to_numpy
 
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -213,6 +214,6 @@ msg = raises_everywhere(lambda: ddp(rank_tensor(rank, (16, 24), seed=5)).sum().b
                         RuntimeError, "GIFT settings")
 assert "GIFT damping is 0.3 on ranks [0], 0.2 on ranks [1" in msg, msg
 
-dist.barrier()
+final_barrier()
 print(f"OK {rank}", flush=True)
 dist.destroy_process_group()

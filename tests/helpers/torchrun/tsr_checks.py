@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from ccompress.torch.tsr_adam import TSRAdam
 from ccompress.compressors.tsr import TSR
+from helpers.torch_backend.common import final_barrier
 
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.set_num_threads(1)
@@ -102,6 +103,6 @@ for (n, a), b in zip(net.named_parameters(), net2.parameters()):
 assert digest(shared_state(opt)) == digest(shared_state(opt2)), "resumed state differs"
 assert_identical(shared_state(opt2), "resumed TSR-Adam state")
 
-dist.barrier()
+final_barrier()
 print(f"OK {rank}", flush=True)
 dist.destroy_process_group()
