@@ -74,6 +74,14 @@ def _open(directory: str, rank: int) -> _File:
         return _FILES[path]
 
 
+def global_rank(default: int) -> int:
+    """This process's rank in torch.distributed, ``default`` before it is initialised (the
+    world group's backend is made before dist knows its rank)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else default
+
+
 def now_us() -> float:
     """The trace's clock: microseconds of the monotonic clock."""
     return time.perf_counter_ns() / 1e3

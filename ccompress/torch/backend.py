@@ -154,9 +154,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
         self.gift: Any = None  # use_gift
         self._gift_calls = 0  # use_gift calls: each agrees the settings under its own keys
         self._auto: dict = {}  # op -> the codec auto chose
-        # CCOMPRESS_TRACE; the world group is made before dist knows the global rank
-        self._trace = _trace.GroupTrace(
-            rank, size, dist.get_rank() if dist.is_initialized() else rank)
+        self._trace = _trace.GroupTrace(rank, size, _trace.global_rank(rank))  # CCOMPRESS_TRACE
 
     # ---- identity ----
     def getBackendName(self) -> str:

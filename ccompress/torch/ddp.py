@@ -99,9 +99,8 @@ class CompressedAllreduceHook:
                                              comm.size)
         self._exact_bytes += exact
         if self._trace is None:
-            self._trace = _trace.GroupTrace(
-                comm.rank, comm.size, dist.get_rank() if dist.is_initialized() else comm.rank,
-                label="ccompress DDP hook")
+            self._trace = _trace.GroupTrace(comm.rank, comm.size, _trace.global_rank(comm.rank),
+                                            label="ccompress DDP hook")
             self._sent_mark = comm.bytes_sent  # the communicator may have sent before
         start = _trace.now_us() if self._trace.on and not buf.is_cuda else None
         record = (lambda: self._record(start, buf.numel(), exact)) if start is not None \

@@ -20,7 +20,7 @@ import torch
 from .._internal.errors import InvalidArgument, Unsupported
 from ..compressors.tsr import TSR
 from ..compressors.tsr_adam import NumpyTSRAdam
-from . import _common
+from . import _common, _engagement, _trace
 
 
 class TSRAdam(torch.optim.Optimizer):
@@ -42,6 +42,7 @@ class TSRAdam(torch.optim.Optimizer):
         self.impl = NumpyTSRAdam({n: p.detach().numpy() for n, p in named}, tsr or TSR(),
                                  lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                  scale=scale, on_refresh=on_refresh)
+        self._trace: Any = None  # CCOMPRESS_TRACE, at the first step
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -53,7 +54,19 @@ class TSRAdam(torch.optim.Optimizer):
         for n, p in self._named:
             grads[n] = (p.grad.detach().numpy() if p.grad is not None
                         else np.zeros(tuple(p.shape), np.float32))
+        if self._trace is None:
+            self._trace = _trace.GroupTrace(self.comm.rank, self.comm.size,
+                                            _trace.global_rank(self.comm.rank),
+                                            label="ccompress TSR-Adam")
+        start, sent = _trace.now_us(), self.comm.bytes_sent
         self.impl.step(self.comm, grads, lr=self.param_groups[0]["lr"])
+        if self._trace.on:  # the whole step: projections, collectives, core-space Adam
+            numel = sum(p.numel() for _, p in self._named)
+            tsr = self.impl.tsr
+            self._trace.call(f"tsr_adam step r{tsr.rank} {tsr.codec}", start, numel=numel,
+                             bytes_sent=self.comm.bytes_sent - sent,
+                             exact_bytes=_engagement.exact_ring_bytes(
+                                 "all_reduce", numel, 4, self.comm.size))
         return loss
 
     def state_dict(self) -> Dict[str, Any]:

@@ -57,9 +57,9 @@ gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), `
 scripts/setup.sh. Removes the namespaces and qdiscs it made, and only addresses those.
 ``--bucket-mb`` sets DDP's ``bucket_cap_mb`` for every DDP row alike, gloo's included
 (default: DDP's 25 MB). ``--trace`` runs the workers with ``CCOMPRESS_TRACE=<out>/trace-<rate>``
-and prints, for each collective of the backend's and the DDP hook's rows, how long its first
-caller waited for the last rank and how long it took after that (``python -m
-ccompress.tools.trace``).
+and prints, for each collective of the backend's, the DDP hook's and TSR-Adam's rows (TSR-Adam:
+its whole optimizer step), how long its first caller waited for the last rank and how long
+it took after that (``python -m ccompress.tools.trace``).
 
 The loss study (:func:`loss_study`) trains the same rows longer on this host, several seeds,
 with warm-up and cosine decay, and compares each row's final held-out loss with the tuned
@@ -508,15 +508,15 @@ def run_rate(net, names: List[str], args, rate: Optional[float], out: Path) -> L
 
 
 def trace_summary(traces: Path, names: List[str], warmup: int, rate: Optional[float]) -> None:
-    """``--trace``: the collectives of the backend's rows, from their CCOMPRESS_TRACE files
-    (:mod:`ccompress.tools.trace`), printed and written to ``<traces>/summary.md``. The
-    workers make one ccompress group per backend row, in row order, before the first step,
-    and each hook row's trace starts at its first bucket, in row order: group k is the k-th
-    of the backend rows followed by the hook rows."""
+    """``--trace``: the collectives of the backend's, hook and TSR-Adam rows, from their
+    CCOMPRESS_TRACE files (:mod:`ccompress.tools.trace`), printed and written to
+    ``<traces>/summary.md``. The workers make one ccompress group per backend row, in row
+    order, before the first step, and the trace of each hook or TSR-Adam row starts at its
+    first step, in row order: group k is the k-th of the backend rows followed by those."""
     from ccompress.tools import trace
 
     traced = [n for n in names if spec(n)[1] is not None] + \
-        [n for n in names if spec(n)[0] == "hook"]
+        [n for n in names if spec(n)[0] in ("hook", "tsr")]
     labels = {i + 1: name for i, name in enumerate(traced)}
     rows = trace.summarize(trace.load(str(traces)), warmup)
     text = (f"collectives of the backend's rows at {rate_name(rate)} ({warmup} warm-up calls "

@@ -61,11 +61,11 @@ def test_adapters_under_torchrun(nproc):
     assert_ok(torchrun("adapter_checks.py", nproc), nproc)
 
 
-def test_tsr_adam_under_torchrun():
+def test_tsr_adam_under_torchrun(tmp_path):
     """TSRAdam(comm=None) on the world group with no MPI: parameters and shared state
-    bit-identical on 4 ranks, the update within 1e-6 of its fp64 expansion, and a
-    torch.save/torch.load checkpoint resuming bit for bit."""
-    assert_ok(torchrun("tsr_checks.py", 4), 4)
+    bit-identical on 4 ranks, the update within 1e-6 of its fp64 expansion, a
+    torch.save/torch.load checkpoint resuming bit for bit, and its steps in CCOMPRESS_TRACE."""
+    assert_ok(torchrun("tsr_checks.py", 4, env={"CCOMPRESS_TRACE": str(tmp_path)}), 4)
 
 
 def _free_port():

@@ -51,8 +51,8 @@ def test_e2e_names_groups_after_backend_rows_then_hook_rows(tmp_path, capsys):
     h, f, k = "all_reduce hint8", "all_reduce fp8", "all_reduce hint8 (hook)"
     write(tmp_path, 0, [(1, h, 100, 0, 5, 50), (2, f, 100, 10, 5, 50), (3, k, 100, 20, 5, 50)])
     write(tmp_path, 1, [(1, h, 100, 1, 4, 50), (2, f, 100, 11, 4, 50), (3, k, 100, 21, 4, 50)])
-    train_e2e.trace_summary(tmp_path, ["gloo", "hook-hint8", "hint8", "compute", "fp8-noef"],
-                            0, 1.0)
+    train_e2e.trace_summary(tmp_path, ["gloo", "hook-hint8", "hint8", "compute", "fp8-noef",
+                                       "tsr"], 0, 1.0)
     text = (tmp_path / "summary.md").read_text()
     assert "at 1 Gbit/s" in text and "| hint8 | all_reduce hint8 | 100 |" in text, text
     assert "| fp8-noef | all_reduce fp8 | 100 |" in text, text

@@ -4,7 +4,8 @@ trains a small model on different data per rank. After every step the parameters
 end the state every rank shares (moments, bases, step), are bit-identical on all ranks; the
 core-space update is checked against the fp64 expansion of the averaged core. A checkpoint
 through torch.save / torch.load(weights_only=True) resumes bit for bit what the
-uninterrupted optimizer does. Prints "OK <rank>".
+uninterrupted optimizer does. With CCOMPRESS_TRACE set, each optimizer's steps are spans on
+a track of its own, their bytes all that the communicator sent. Prints "OK <rank>".
 """
 import hashlib
 import io
@@ -102,6 +103,23 @@ for (n, a), b in zip(net.named_parameters(), net2.parameters()):
     assert torch.equal(a, b), f"resumed {n} differs"
 assert digest(shared_state(opt)) == digest(shared_state(opt2)), "resumed state differs"
 assert_identical(shared_state(opt2), "resumed TSR-Adam state")
+
+if os.environ.get("CCOMPRESS_TRACE"):  # a span per optimizer step, a track per optimizer
+    import json
+
+    with open(os.path.join(os.environ["CCOMPRESS_TRACE"], f"ccompress-trace-rank{rank}.json")) as f:
+        events = json.load(f)
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert list(tracks.values()) == [f"ccompress TSR-Adam {t} (rank {rank} of {size})"
+                                     for t in (1, 2)], tracks
+    spans = [e for e in events if e["ph"] == "X"]
+    assert [e["tid"] for e in spans] == [1] * 7 + [2] * 3, spans
+    assert {e["name"] for e in spans} == {"tsr_adam step r4 fp8_e4m3:g128"}, spans
+    numel = sum(p.numel() for p in net.parameters())
+    assert all(e["args"]["numel"] == numel and e["args"]["bytes_sent"] > 0 and
+               e["args"]["exact_bytes"] == 2 * (size - 1) * numel * 4 // size for e in spans)
+    # the two optimizers' steps are all that the world communicator sent
+    assert sum(e["args"]["bytes_sent"] for e in spans) == opt.comm.bytes_sent, spans
 
 final_barrier()
 print(f"OK {rank}", flush=True)
