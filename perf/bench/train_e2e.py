@@ -519,7 +519,7 @@ def trace_summary(traces: Path, names: List[str], warmup: int, rate: Optional[fl
         [n for n in names if spec(n)[0] in ("hook", "tsr")]
     labels = {i + 1: name for i, name in enumerate(traced)}
     rows = trace.summarize(trace.load(str(traces)), warmup)
-    text = (f"collectives of the backend's rows at {rate_name(rate)} ({warmup} warm-up calls "
+    text = (f"collectives of the ccompress rows at {rate_name(rate)} ({warmup} warm-up calls "
             f"of each left out):\n\n{trace.table(rows, labels)}\n")
     (traces / "summary.md").write_text(text)
     print(text, flush=True)
