@@ -1,4 +1,5 @@
-"""``CCOMPRESS_TRACE=DIR``: a timeline of the backend's collectives, for seeing how they
+"""``CCOMPRESS_TRACE=DIR``: a timeline of the collectives of the ``ccompress`` backend, the
+DDP comm hook (host buckets) and TSRAdam (a span per optimizer step), for seeing how they
 overlap backward and how long each waits for the slowest rank.
 
 Each process appends to ``DIR/ccompress-trace-rank{RANK}.json`` (its global rank in
@@ -12,7 +13,8 @@ torch.distributed, however it was launched: torchrun, mpiexec, one process), a C
 - a call run exactly by the inner gloo/NCCL group is an instant event (``"ph": "i"``) named
   ``"<op> exact (<reason>)"``: its end is gloo's or NCCL's and is not observed.
 
-``pid`` is the rank, ``tid`` numbers the process's ccompress groups in creation order.
+``pid`` is the rank, ``tid`` numbers the process's tracks (a backend group, a hook, a TSRAdam) in
+creation order.
 Timestamps are microseconds of the host's monotonic clock, so the files of ranks on one host
 (emulated nodes included) share a time axis; ranks on different hosts do not.
 ``python -m ccompress.tools.trace DIR`` summarizes a directory of them.
