@@ -244,8 +244,9 @@ def test_backend_launch_modes(launch, tmp_path):
     """init_process_group("ccompress") beyond torchrun: under mpiexec through
     init_process_group_from_mpi (which sets torchrun's RANK, WORLD_SIZE, LOCAL_RANK and
     LOCAL_WORLD_SIZE), and in one process alone. DDP with hint8 keeps the replicas
-    identical, the collectives compress where there is more than one rank, and each
-    process's CCOMPRESS_TRACE file is named by its global rank."""
+    identical, its 3 bucket all-reduces go through ccompress (sending bytes where there is
+    more than one rank), and each process's CCOMPRESS_TRACE file is named by its global
+    rank."""
     env = {**_env(), "CCOMPRESS_CODEC": "hint8", "CCOMPRESS_MIN_NUMEL": "1000",
            "CCOMPRESS_TRACE": str(tmp_path), "CCOMPRESS_LOG": "0"}
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
