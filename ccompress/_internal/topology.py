@@ -9,7 +9,7 @@ asked for, never silently."""
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from .errors import InvalidArgument, Unsupported
 
@@ -45,20 +45,27 @@ def from_node_ids(node_of_rank: List[Any]) -> int:
     return g
 
 
-def from_mpi(comm: Any) -> Optional[int]:
-    """Ranks per node of an mpi4py communicator, from its shared-memory split (collective);
-    None when its nodes are not consecutive blocks of one size."""
+def mpi_node(comm: Any) -> Tuple[int, Optional[int]]:
+    """(this rank's rank on its node, ranks per node) of an mpi4py communicator, from its
+    shared-memory split (collective); ranks per node is None when its nodes are not
+    consecutive blocks of one size."""
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
         leader = local.bcast(comm.Get_rank(), root=0)
+        local_rank = local.Get_rank()
     finally:
         local.Free()
     try:
-        return from_node_ids(comm.allgather(leader))
+        return local_rank, from_node_ids(comm.allgather(leader))
     except Unsupported:
-        return None  # not consecutive blocks: algo="hier" will ask for ranks_per_node=
+        return local_rank, None  # not consecutive blocks: hier will ask for ranks_per_node=
+
+
+def from_mpi(comm: Any) -> Optional[int]:
+    """Ranks per node of an mpi4py communicator (:func:`mpi_node`; collective)."""
+    return mpi_node(comm)[1]
 
 
 def from_env(size: int) -> Optional[int]:

@@ -247,12 +247,8 @@ def init_process_group_from_mpi(backend: str = "gloo", **kwargs: Any) -> None:
 
     from .._internal import topology
 
-    MPI = _mpi()
-    world = MPI.COMM_WORLD
-    local = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.rank)
-    local_rank = local.rank
-    local.Free()
-    per_node = topology.from_mpi(world)
+    world = _mpi().COMM_WORLD
+    local_rank, per_node = topology.mpi_node(world)
     os.environ.update(RANK=str(world.rank), WORLD_SIZE=str(world.size),
                       LOCAL_RANK=str(local_rank))
     if per_node is None:

@@ -90,7 +90,7 @@ def now_us() -> float:
 
 
 class GroupTrace:
-    """The events of one ccompress group (the backend's, or a DDP hook's: ``label``), or
+    """The events of one track (a backend group, a DDP hook or a TSRAdam: ``label``), or
     nothing when ``CCOMPRESS_TRACE`` is unset. ``rank`` is the process's global rank (its
     file), ``group_rank`` its rank in the group."""
 

@@ -45,11 +45,10 @@ codec), switch contention, or latency beyond the shaper's queue.
 Rows (``--rows``, comma separated; ``--list-rows`` prints them): ``gloo`` (DDP, exact),
 ``compute`` (DDP with no_sync: no communication), ``exact`` (the ccompress backend with
 codec none: every call delegated to its inner gloo group, the backend's own overhead), the
-ccompress backend with a codec
-(``hint8``, ``fp8``, ``nvfp4``, ``auto``, ``auto-nvfp4`` (``auto:nvfp4``), ...; error
-feedback on; ``hint8-noef`` and ``fp8-noef`` without it, the backend's default), ``hier-*`` (algo
-``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*`` (FSDP2 on
-gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
+ccompress backend with a codec (``hint8``, ``fp8``, ``nvfp4``, ``auto``, ``auto-nvfp4``
+(``auto:nvfp4``), ...; error feedback on; ``hint8-noef`` and ``fp8-noef`` without it, the
+backend's default), ``hier-*`` (algo ``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*``
+(FSDP2 on gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
 (the hook with GIFT) and ``tsr`` (TSR-Adam, rank 32; ``tsr-r64``: rank 64). A row
 ``NAME@LR`` is that row at its own peak learning rate. Writes ``<out>/e2e.json``, ``<out>/e2e.md`` and
 ``<out>/e2e.png`` (step time against link rate); ``python -m perf.bench.train_e2e report
