@@ -117,7 +117,7 @@ class DeviceBackend(HostBackend):
     def copy_input(self, x: Any, xv: ArrayView, stream: Any) -> ArrayView:
         """A private device copy of ``xv``, enqueued on the caller's stream (the collective
         starts after it, as after everything issued there before the call)."""
-        from ._device import DeviceBuffer, _cuda_module, cuda_stream_handle
+        from .device import DeviceBuffer, _cuda_module, cuda_stream_handle
 
         nbytes = xv.n * _arrays.numpy_dtype(xv.dtype).itemsize
         buf = DeviceBuffer(nbytes, self.device)
