@@ -28,7 +28,7 @@ set -euo pipefail
 DEFAULT_GROUPS=(test torch frameworks)
 OPTIONAL_GROUPS=()
 GROUPS_WANTED=("${DEFAULT_GROUPS[@]}")
-usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --core) GROUPS_WANTED=() ;;
