@@ -105,7 +105,8 @@ with_progress() {
     sleep 1; t=$((t + 1))
     if [ $((t % 10)) -eq 0 ]; then
       line="$(grep -oE '^ *\[ *[0-9]+(/[0-9]+|%)\] [^ ]+ [^ ]+( [^ ]+)?( [^ ]+)?' "$log" 2>/dev/null | tail -n 1 || true)"
-      if [ -n "$line" ] && [ "$line" != "$last" ]; then say "  build ${line# }"; last="$line"; fi
+      line="${line#"${line%%[![:space:]]*}"}"  # without its indent
+      if [ -n "$line" ] && [ "$line" != "$last" ]; then say "  build $line"; last="$line"; fi
     fi
   done
   wait "$pid" || rc=$?
