@@ -84,9 +84,26 @@ if [ -z "${CCOMPRESS_CUDA:-}" ]; then
 fi
 export CCOMPRESS_CUDA
 
+# jax for ccompress.jax (optional, like torch): installed before the build, which compiles
+# the XLA FFI module (ccompress._jax_ffi) only where jax is present. CCOMPRESS_SKIP_JAX=1
+# leaves it out; CCOMPRESS_REQUIRE_JAX=1 (CI) fails instead of skipping the JAX tests.
+JAX_VERSION=0.10.2
+if [ "${CCOMPRESS_SKIP_JAX:-0}" != 1 ] \
+   && ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('jax') != '$JAX_VERSION')" 2>/dev/null; then
+  say "installing jax==$JAX_VERSION (CPU) for ccompress.jax"
+  if ! pip_q "jax==$JAX_VERSION"; then
+    if [ "${CCOMPRESS_REQUIRE_JAX:-0}" = 1 ]; then
+      say "ERROR: jax==$JAX_VERSION could not be installed and CCOMPRESS_REQUIRE_JAX=1"
+      exit 1
+    fi
+    say "WARNING: jax==$JAX_VERSION could not be installed; the JAX tests will be skipped"
+  fi
+fi
+
 build_key() {
   {
     "$PY" -VV
+    "$PY" -c "import jax; print('jax', jax.__version__)" 2>/dev/null || echo "no jax"
     echo "CCOMPRESS_CUDA=${CCOMPRESS_CUDA:-} ARCH=${CMAKE_CUDA_ARCHITECTURES:-} MPI_HOME=${MPI_HOME:-}"
     find CMakeLists.txt pyproject.toml cuda bindings -type f -print0 | sort -z | xargs -0 sha256sum
     # The editable install maps the package's modules when it is made: a module or
@@ -149,7 +166,7 @@ else
       exit 1
     fi
   fi
-  grep -E "ccompress (MPI transport|CUDA module):" build/setup.log | sed 's/^.*-- /[setup] /' >&2 || true
+  grep -E "ccompress (MPI transport|JAX FFI module|CUDA module):" build/setup.log | sed 's/^.*-- /[setup] /' >&2 || true
   echo "$KEY" >"$STAMP"
   say "core: built"
 fi
