@@ -110,6 +110,12 @@ const char* error_type(const std::exception& ex) {
 ffi::Error to_ffi(const std::exception& ex) {
   const char* type = error_type(ex);
   std::string msg = std::string("[ccompress.") + type + "] " + ex.what();
+  const std::string what = ex.what();
+  if (dynamic_cast<const MismatchError*>(&ex) && what.find("allgather(count=0,") != std::string::npos &&
+      what.find("slice_elems=1)") != std::string::npos) {
+    msg += "\n(an empty allgather is how a rank whose arguments failed a check takes part: that "
+           "rank raised InvalidArgument for this call)";
+  }
   bool arg = std::strcmp(type, "InvalidArgument") == 0 || std::strcmp(type, "MismatchError") == 0;
   return ffi::Error(arg ? ffi::ErrorCode::kInvalidArgument : ffi::ErrorCode::kInternal, msg);
 }
