@@ -35,8 +35,12 @@ from ._comms import ffi_module
 class CollectiveEffect(effects.Effect):
     """The ordered effect of a ccompress collective."""
 
-    def __str__(self) -> str:
-        return "ccompress.jax collective"
+    def __repr__(self) -> str:
+        # JAX names it when it refuses a program that spans several devices of one process.
+        return ("ccompress.jax collective (one device per process: launch one process per "
+                "device)")
+
+    __str__ = __repr__
 
 
 EFFECT = CollectiveEffect()
