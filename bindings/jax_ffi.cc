@@ -111,7 +111,8 @@ ffi::Error to_ffi(const std::exception& ex) {
   const char* type = error_type(ex);
   std::string msg = std::string("[ccompress.") + type + "] " + ex.what();
   const std::string what = ex.what();
-  if (dynamic_cast<const MismatchError*>(&ex) && what.find("allgather(count=0,") != std::string::npos &&
+  if (dynamic_cast<const MismatchError*>(&ex) &&
+      what.find("allgather(count=0,") != std::string::npos &&
       what.find("slice_elems=1)") != std::string::npos) {
     msg += "\n(an empty allgather is how a rank whose arguments failed a check takes part: that "
            "rank raised InvalidArgument for this call)";

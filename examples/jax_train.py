@@ -51,6 +51,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--corpus", default="")
     p.add_argument("--json", default="", help="write rank 0's result here")
+    p.add_argument("--warmup", type=int, default=5, help="steps left out of the step time")
+    p.add_argument("--coordinator", default="127.0.0.1",
+                   help="the address of rank 0 (jax.distributed's coordinator)")
     p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -129,7 +132,7 @@ def main(argv=None) -> int:
     if args.reduce == "psum":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if args.rank >= 0:
-        jax.distributed.initialize(f"127.0.0.1:{args.port}",
+        jax.distributed.initialize(f"{args.coordinator}:{args.port}",
                                    int(os.environ["CCOMPRESS_JAX_WORLD"]), args.rank)
     import jax.numpy as jnp
     import optax
@@ -145,8 +148,9 @@ def main(argv=None) -> int:
     lrs = jnp.asarray([tinylm.lr_at(i, args.steps, args.lr) for i in range(args.steps + 1)])
     opt = optax.adamw(lambda s: lrs[s], b1=0.9, b2=0.95, weight_decay=0.1)
     opt_state = opt.init(params)
-    codec = SHORT.get(args.reduce, args.reduce)
-    use_ef = not args.no_ef and codec != "none"
+    exact_jax = args.reduce in ("psum", "mpi4jax")
+    codec = None if exact_jax else SHORT.get(args.reduce, args.reduce)
+    use_ef = not (args.no_ef or exact_jax or codec == "none")
     ef = ccj.FeedbackState.zeros(flat0.shape) if use_ef else None
     grad_fn = jax.value_and_grad(lambda p, x, y: loss_fn(p, x, y, args.heads))
 
@@ -154,7 +158,7 @@ def main(argv=None) -> int:
         updates, opt_state = opt.update(unravel(flat_grad), opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
-    if args.reduce in ("psum", "mpi4jax"):
+    if exact_jax:
         reduce = _exact_reduce(args.reduce, jax, size)
 
         @jax.jit
@@ -182,11 +186,13 @@ def main(argv=None) -> int:
             return params, opt_state, ef, loss
 
     rng = np.random.default_rng(args.seed * 1000 + rank)
-    losses, t0 = [], time.perf_counter()
+    losses, times, t0 = [], [], time.perf_counter()
     for s in range(args.steps):
         x, y = windows(train, rng, args.batch, args.ctx)
+        t = time.perf_counter()
         params, opt_state, ef, loss = step(params, opt_state, ef, x, y)
-        losses.append(float(loss))
+        losses.append(float(loss))  # waits for the step
+        times.append(time.perf_counter() - t)
         if rank == 0 and (s % 50 == 0 or s == args.steps - 1):
             print(f"step {s:4d}  loss {losses[-1]:.4f}", flush=True)
     seconds = time.perf_counter() - t0
@@ -200,6 +206,7 @@ def main(argv=None) -> int:
               "ranks": size, "steps": args.steps, "params": int(flat0.size),
               "train_loss_last10": float(np.mean(losses[-10:])), "val_loss": val_loss,
               "replicas_identical": identical, "seconds": round(seconds, 1),
+              "step_s": float(np.median(times[args.warmup:] or times)),
               "corpus": info["corpus"]}
     if rank == 0:
         print(json.dumps(result), flush=True)

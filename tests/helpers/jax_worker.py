@@ -68,7 +68,8 @@ def main():
                                                                      jnp.asarray(x[300:]))
     arrays["two/a"], arrays["two/b"] = np.asarray(a), np.asarray(b)
     text = jax.jit(lambda v: ccj.allreduce(v, codec="hint8")).lower(jnp.asarray(x)).as_text()
-    facts["lowered_side_effect"] = "ccompress_allreduce" in text and "has_side_effect = true" in text
+    facts["lowered_side_effect"] = ("ccompress_allreduce" in text
+                                    and "has_side_effect = true" in text)
 
     # Gradients (custom transposes), exact codec; per-rank losses weighted by c = rank + 1.
     c = float(rank + 1)

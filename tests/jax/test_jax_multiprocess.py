@@ -218,3 +218,9 @@ def test_outside_any_communicator(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     with pytest.raises(cc.InvalidArgument, match="jax.distributed.initialize"):
         jax.jit(lambda v: ccj.allreduce(v, codec="hint8"))(jnp.ones(4))
+
+
+def test_import_ccompress_without_jax():
+    """``import ccompress`` never imports jax (an optional extra)."""
+    code = "import sys, ccompress; assert 'jax' not in sys.modules, 'jax imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, env=_env(), timeout=120)
