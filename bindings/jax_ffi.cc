@@ -53,8 +53,8 @@ std::shared_ptr<Entry> lookup(int64_t id) {
   if (it == g_registry.end()) {
     throw InvalidArgument(
         "ccompress.jax: communicator id " + std::to_string(id) +
-        " is not registered (its communicator was closed, or this program was compiled in "
-        "another process); make a new communicator and trace the function again");
+        " is not registered (its communicator was closed): this compiled program still names "
+        "it; make a new communicator and trace again (a new jax.jit, or jax.clear_caches())");
   }
   return it->second;
 }

@@ -9,7 +9,8 @@ of averaging the gradients, side by side with JAX's own cross-process psum.
 With links (root): every rank is a network namespace of perf/bench/emulated_net.py, joined
 by veth pairs rate-limited with tbf at each ``--rates`` value (Gbit/s; ``none``: the veths'
 own speed), jax.distributed's coordinator at rank 0's address, and ccompress's TCP transport
-and JAX's gloo collectives on each namespace's eth0. ``--loopback`` runs every rank on this
+and JAX's gloo collectives on each namespace's eth0 (the host name resolves to it there:
+:func:`hosts_files`). ``--loopback`` runs every rank on this
 host's loopback instead (no root; one rate, unlimited), where ``mpi4jax`` (its exact
 ``allreduce`` under mpiexec; ``pip install mpi4jax``) is a row too.
 
@@ -93,6 +94,19 @@ def run_row(row: str, seed: int, args: argparse.Namespace, out: Path, net: Any =
     return json.loads(result.read_text())
 
 
+def hosts_files(net: Any) -> None:
+    """/etc/netns/<ns>/hosts, which ``ip netns exec`` mounts over /etc/hosts: this host's
+    name resolves to the namespace's own address there, so that JAX's gloo collectives
+    (which listen on the address of the host name) use the shaped eth0, not loopback.
+    Removed with the namespaces."""
+    name = socket.gethostname()
+    for i, ns in enumerate(net.ns):
+        folder = Path("/etc/netns") / ns
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "hosts").write_text(f"127.0.0.1 localhost\n{net.address(i)} {name}\n")
+        net.created.append(["rm", "-rf", str(folder)])
+
+
 def table(rows: List[Dict[str, Any]]) -> List[str]:
     """One line per (rate, row): step time, speedup and loss against psum at that rate."""
     lines = [f"{'rate':>9} {'row':>8} {'ms/step':>8} {'vs psum':>8} {'loss':>7} "
@@ -122,6 +136,7 @@ def main(argv=None) -> int:
 
         net = Network(args.nodes)
         net.create()
+        hosts_files(net)
     results: List[Dict[str, Any]] = []
     try:
         for rate in rates:
