@@ -1,6 +1,6 @@
 """ccompress.jax on real processes: 3 under jax.distributed (127.0.0.1, a free port), 2 under
-mpiexec (comm=None resolves to MPI's world). One launch per mode runs every check of
-tests/helpers/jax_worker.py; the tests here compare what the ranks wrote:
+mpiexec (comm=None resolves to MPI's world). One launch per mode (test_jax_collectives) runs
+tests/helpers/jax_worker.py on every rank; the check_* functions compare what the ranks wrote:
 
 - results bit-identical on every rank, and to Communicator's NumPy path for the same
   inputs (all-reduce for five codecs and two algorithms, reduce-scatter, all-gather);
@@ -87,10 +87,8 @@ def _launch_mpi(out, size):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
 
-@pytest.fixture(scope="module", params=["dist3", "mpi2"])
-def ranks(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(request.param)
-    if request.param == "dist3":
+def _ranks(mode, out):
+    if mode == "dist3":
         _launch_dist(out, 3)
         return _load(out, 3)
     if mpi_unusable():
@@ -107,14 +105,14 @@ def _same_on_ranks(ranks, key):
     return first
 
 
-def test_launch_mode(ranks):
+def check_launch_mode(ranks):
     """jax.distributed's communicator is TCP over the coordination service's addresses;
     under mpiexec comm=None is MPI's world."""
     assert {r["transport"] for r in ranks} == {"tcp" if len(ranks) == 3 else "mpi"}
     assert all(r["lowered_side_effect"] for r in ranks)
 
 
-def test_allreduce_same_bits_as_numpy_path_and_bound(ranks):
+def check_allreduce_same_bits_as_numpy_path_and_bound(ranks):
     xs = np.stack([r["arrays"]["x"] for r in ranks]).astype(np.float64)
     mean = xs.mean(axis=0)
     for codec in CODECS:
@@ -128,7 +126,7 @@ def test_allreduce_same_bits_as_numpy_path_and_bound(ranks):
             assert err <= BOUNDS[codec], (codec, algo, err)
 
 
-def test_reduce_scatter_and_all_gather_same_bits_as_numpy_path(ranks):
+def check_reduce_scatter_and_all_gather_same_bits_as_numpy_path(ranks):
     for r in ranks:
         a = r["arrays"]
         assert np.array_equal(a["rs/jax"].reshape(-1).view(np.uint32), a["rs/np"].view(np.uint32))
@@ -144,7 +142,7 @@ def test_reduce_scatter_and_all_gather_same_bits_as_numpy_path(ranks):
     np.testing.assert_allclose(np.concatenate([a, b]), xs, rtol=1e-5, atol=1e-5)
 
 
-def test_transposes_match_one_process_program(ranks):
+def check_transposes_match_one_process_program(ranks):
     """Each rank's gradient equals the gradient of a one-process program that computes the
     same losses from all ranks' inputs (the exact codec)."""
     import jax.numpy as jnp
@@ -175,7 +173,7 @@ def test_transposes_match_one_process_program(ranks):
                               a["grad/ag_bf16_np"].view(np.uint32))
 
 
-def test_error_feedback_pytree_same_bits_and_resumes(ranks):
+def check_error_feedback_pytree_same_bits_and_resumes(ranks):
     for r in ranks:
         a = r["arrays"]
         for k in range(3):
@@ -189,7 +187,7 @@ def test_error_feedback_pytree_same_bits_and_resumes(ranks):
         _same_on_ranks(ranks, f"ef/{k}/jax")
 
 
-def test_bad_input_typed_error_on_every_rank(ranks):
+def check_bad_input_typed_error_on_every_rank(ranks):
     for r in ranks:
         e = r["errors"]
         assert e["shape"][0] == "MismatchError" and "count=1000" in e["shape"][1]
@@ -203,11 +201,27 @@ def test_bad_input_typed_error_on_every_rank(ranks):
     _same_on_ranks(ranks, "other")
 
 
-def test_retrace_leaks_no_communicator_or_buffer(ranks):
+def check_retrace_leaks_no_communicator_or_buffer(ranks):
     for r in ranks:
         assert r["registered_before"] == r["registered_after"] == 1
         assert r["live_arrays_added"] == 0
         assert r["registered_with_other"] == 2 and r["registered_after_close"] == 1
+
+
+CHECKS = [check_launch_mode, check_allreduce_same_bits_as_numpy_path_and_bound,
+          check_reduce_scatter_and_all_gather_same_bits_as_numpy_path,
+          check_transposes_match_one_process_program,
+          check_error_feedback_pytree_same_bits_and_resumes,
+          check_bad_input_typed_error_on_every_rank, check_retrace_leaks_no_communicator_or_buffer]
+
+
+@pytest.mark.parametrize("mode", ["dist3", "mpi2"])
+def test_jax_collectives(mode, tmp_path):
+    """One launch of every rank runs all the checks (a launch costs seconds; the checks
+    read what the ranks wrote): each check_* function above is one promise."""
+    ranks = _ranks(mode, tmp_path)
+    for check in CHECKS:
+        check(ranks)
 
 
 def test_outside_any_communicator(monkeypatch):
