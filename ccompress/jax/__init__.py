@@ -81,22 +81,44 @@ class FeedbackState(NamedTuple):
                                                            jnp.float32))
 
 
-def _resolve(x: Any, comm: CommArg, codec: Any, transpose_codec: Any, what: str):
+def _comm(comm: CommArg) -> Tuple[Communicator, int]:
+    """The communicator of a call and its registry id (the FFI targets registered)."""
     comm = default_communicator() if comm is None else comm
     ident = _comms.comm_id(comm)
     register_targets()
+    return comm, ident
+
+
+@contextlib.contextmanager
+def _refusing(comm: Communicator) -> Iterator[None]:
+    """Argument checks of one rank: where one fails, this rank takes part in the call check
+    before raising, so that peers whose checks passed raise MismatchError instead of
+    waiting for it (Communicator._refuse)."""
+    try:
+        yield
+    except (InvalidArgument, Unsupported):
+        comm._refuse()
+        raise
+
+
+def _checked(x: Any, codec: Any, transpose_codec: Any, what: str) -> Tuple[Any, str, str]:
+    """(x as a JAX array, the canonical codec, the transpose's codec)."""
     x = jnp.asarray(x)
     if x.dtype not in DTYPES:
-        comm._refuse()  # peers whose dtype passed learn of it instead of waiting
         raise InvalidArgument(f"ccompress.jax.{what}: x has dtype {x.dtype}; the codecs take "
                               "float32, bfloat16 and float16: cast first")
-    if isinstance(codec, str) and codec in ("auto8", "auto4") or \
-            isinstance(transpose_codec, str) and transpose_codec in ("auto8", "auto4"):
-        raise Unsupported(f"ccompress.jax.{what}: codec {codec!r} chooses on host data per "
-                          "call, which a compiled program cannot; name the codec")
+    for c in (codec, transpose_codec):
+        if isinstance(c, str) and c in ("auto8", "auto4"):
+            raise Unsupported(f"ccompress.jax.{what}: codec {c!r} chooses on host data per "
+                              "call, which a compiled program cannot; name the codec")
     name = Codec.parse(codec).name
     tname = name if transpose_codec is None else Codec.parse(transpose_codec).name
-    return comm, ident, x, name, tname
+    return x, name, tname
+
+
+def _check_op(op: str) -> None:
+    if op not in ("sum", "avg"):
+        raise InvalidArgument(f"op must be 'sum' or 'avg', got {op!r}")
 
 
 def _bind(x: Any, kind: str, comm: Communicator, ident: int, codec: str, tcodec: str,
@@ -111,7 +133,7 @@ def _bind(x: Any, kind: str, comm: Communicator, ident: int, codec: str, tcodec:
                              feedback=feedback is not None)
 
 
-def _check_feedback(fb: Any, n: int, comm: Communicator, algo: str) -> FeedbackState:
+def _check_feedback(fb: Any, n: int, comm: Communicator) -> FeedbackState:
     if not isinstance(fb, FeedbackState):
         raise InvalidArgument(f"error_feedback must be a ccompress.jax.FeedbackState, got "
                               f"{type(fb).__name__}")
@@ -165,10 +187,11 @@ def allreduce(x: Any, *, codec: Any = "none", algo: str = "auto", op: str = "sum
         Ranks disagree on the shape, dtype, codec, algo or op (every rank raises it, when
         the result is used; see :func:`typed_errors`).
     """
-    comm, ident, x, name, tname = _resolve(x, comm, codec, transpose_codec, "allreduce")
-    if op not in ("sum", "avg"):
-        raise InvalidArgument(f"op must be 'sum' or 'avg', got {op!r}")
-    fb = None if error_feedback is None else _check_feedback(error_feedback, x.size, comm, algo)
+    comm, ident = _comm(comm)
+    with _refusing(comm):
+        x, name, tname = _checked(x, codec, transpose_codec, "allreduce")
+        _check_op(op)
+        fb = None if error_feedback is None else _check_feedback(error_feedback, x.size, comm)
     outs = _bind(x, "allreduce", comm, ident, name, tname, str(algo), op, fb)
     y = jnp.reshape(outs[0], x.shape)
     return y if fb is None else (y, FeedbackState(outs[1], outs[2]))
@@ -206,19 +229,19 @@ def reduce_scatter(x: Any, *, codec: Any = "none", op: str = "sum", comm: CommAr
     MismatchError
         Ranks disagree on the call.
     """
-    comm, ident, x, name, tname = _resolve(x, comm, codec, transpose_codec, "reduce_scatter")
-    if x.ndim == 0 or x.shape[0] % comm.size:
-        comm._refuse()
-        raise InvalidArgument(f"ccompress.jax.reduce_scatter: x's first dimension must be a "
-                              f"multiple of the {comm.size} ranks, got shape {x.shape}")
-    if op not in ("sum", "avg"):
-        raise InvalidArgument(f"op must be 'sum' or 'avg', got {op!r}")
-    fb = None
-    if error_feedback is not None:
-        fb = _check_feedback(error_feedback, x.size, comm, "")
-        if np.shape(fb.server)[0]:
-            raise InvalidArgument("reduce_scatter keeps a worker residual only: make the "
-                                  "state with FeedbackState.zeros(shape, server=False)")
+    comm, ident = _comm(comm)
+    with _refusing(comm):
+        x, name, tname = _checked(x, codec, transpose_codec, "reduce_scatter")
+        if x.ndim == 0 or x.shape[0] % comm.size:
+            raise InvalidArgument(f"ccompress.jax.reduce_scatter: x's first dimension must be "
+                                  f"a multiple of the {comm.size} ranks, got shape {x.shape}")
+        _check_op(op)
+        fb = None
+        if error_feedback is not None:
+            fb = _check_feedback(error_feedback, x.size, comm)
+            if np.shape(fb.server)[0]:
+                raise InvalidArgument("reduce_scatter keeps a worker residual only: make the "
+                                      "state with FeedbackState.zeros(shape, server=False)")
     outs = _bind(x, "reduce_scatter", comm, ident, name, tname, "", op, fb)
     y = jnp.reshape(outs[0], (x.shape[0] // comm.size,) + x.shape[1:])
     return y if fb is None else (y, FeedbackState(outs[1], outs[2]))
@@ -253,11 +276,12 @@ def all_gather(x: Any, *, codec: Any = "none", tiled: bool = False, comm: CommAr
     MismatchError
         Ranks disagree on the call.
     """
-    comm, ident, x, name, tname = _resolve(x, comm, codec, transpose_codec, "all_gather")
-    if tiled and x.ndim == 0:
-        comm._refuse()
-        raise InvalidArgument("ccompress.jax.all_gather: tiled=True needs at least one "
-                              "dimension")
+    comm, ident = _comm(comm)
+    with _refusing(comm):
+        x, name, tname = _checked(x, codec, transpose_codec, "all_gather")
+        if tiled and x.ndim == 0:
+            raise InvalidArgument("ccompress.jax.all_gather: tiled=True needs at least one "
+                                  "dimension")
     out = _bind(x, "allgather", comm, ident, name, tname, "", "", None)[0]
     shape = (comm.size * x.shape[0],) + x.shape[1:] if tiled else (comm.size,) + x.shape
     return jnp.reshape(out, shape)

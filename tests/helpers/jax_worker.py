@@ -131,6 +131,8 @@ def main():
     expect("codec", lambda: jax.jit(lambda v: ccj.allreduce(v, codec=codec))(jnp.ones(N)))
     bad = jnp.ones(N, jnp.int32 if rank == 0 else jnp.float32)  # rank 0 only
     expect("dtype_one", lambda: jax.jit(lambda v: ccj.allreduce(v, codec="hint8"))(bad))
+    spec = "fp8_nonsense" if rank == 0 else "hint8"  # an unknown codec on rank 0 only
+    expect("codec_name", lambda: jax.jit(lambda v: ccj.allreduce(v, codec=spec))(jnp.ones(N)))
     expect("dtype_all", lambda: jax.jit(lambda v: ccj.allreduce(v))(jnp.ones(N, jnp.int32)))
     arrays["after_errors"] = np.asarray(jax.jit(lambda v: ccj.allreduce(v))(xj))
 

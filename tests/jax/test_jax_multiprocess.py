@@ -9,7 +9,7 @@ tests/helpers/jax_worker.py on every rank; the check_* functions compare what th
   inputs (float32 rounding: rtol 1e-5);
 - error feedback carried as a pytree through a jitted step: the same bits as
   ccompress.ErrorFeedback, and a saved state resumes bit for bit;
-- bad input (shapes, codecs, a dtype on one rank or all) raising a typed error on every
+- bad input (shapes, codecs, an unknown codec or a dtype on one rank, a dtype on all) raising a typed error on every
   rank, no hang; a closed communicator's compiled program refused; retraces registering
   nothing and keeping no buffers.
 """
@@ -194,6 +194,7 @@ def check_bad_input_typed_error_on_every_rank(ranks):
         assert e["codec"][0] == "MismatchError" and "bf16" in e["codec"][1]
         want = "InvalidArgument" if r["rank"] == 0 else "MismatchError"
         assert e["dtype_one"][0] == want, e["dtype_one"]
+        assert e["codec_name"][0] == want, e["codec_name"]
         assert e["dtype_all"][0] == "InvalidArgument" and "int32" in e["dtype_all"][1]
         assert e["closed"][0] == "InvalidArgument" and "not registered" in e["closed"][1]
     assert "dtype int32" in ranks[0]["errors"]["dtype_one"][1]
