@@ -5,6 +5,8 @@
 #   test        pytest, pytest-xdist and the fidelity extras (safetensors, matplotlib)
 #   torch       CPU torch, for the DLPack and ccompress.torch tests (best effort)
 #   frameworks  Lightning and Accelerate, for the framework tests and their examples
+#   jax         CPU jax, for ccompress.jax (installed before the core is built: the build
+#               compiles its XLA FFI module only where jax is present)
 # By default every group; `--core` installs the core alone, `--with GROUP` adds a group to
 # that (`bash scripts/setup.sh --core --with torch`). A group is a function group_NAME below
 # and a name in DEFAULT_GROUPS (or OPTIONAL_GROUPS, installed only when named with --with).
@@ -21,14 +23,15 @@
 # Environment: PYTHON (default python3), CCOMPRESS_CUDA=ON|OFF|AUTO, CMAKE_CUDA_ARCHITECTURES,
 # MPI_HOME (another MPI than the mpich wheel), CCOMPRESS_SKIP_TORCH=1 (no torch or frameworks
 # group), CCOMPRESS_REQUIRE_TORCH=1 (fail instead of skipping the torch tests when torch
-# cannot be installed; CI sets it).
+# cannot be installed; CI sets it), CCOMPRESS_SKIP_JAX=1 and CCOMPRESS_REQUIRE_JAX=1 (the same
+# for the jax group).
 set -euo pipefail
 
 # The groups installed after the core, in order; --core empties the list, --with adds one.
-DEFAULT_GROUPS=(test torch frameworks)
+DEFAULT_GROUPS=(test torch frameworks jax)
 OPTIONAL_GROUPS=()
 GROUPS_WANTED=("${DEFAULT_GROUPS[@]}")
-usage() { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --core) GROUPS_WANTED=() ;;
@@ -84,13 +87,13 @@ if [ -z "${CCOMPRESS_CUDA:-}" ]; then
 fi
 export CCOMPRESS_CUDA
 
-# jax for ccompress.jax (optional, like torch): installed before the build, which compiles
-# the XLA FFI module (ccompress._jax_ffi) only where jax is present. CCOMPRESS_SKIP_JAX=1
-# leaves it out; CCOMPRESS_REQUIRE_JAX=1 (CI) fails instead of skipping the JAX tests.
+# The jax group, before the core: the build compiles ccompress._jax_ffi (the XLA FFI module
+# of ccompress.jax) only where jax is installed. Best effort like torch; CCOMPRESS_SKIP_JAX=1
+# leaves it out, CCOMPRESS_REQUIRE_JAX=1 (CI) fails instead of skipping the JAX tests.
 JAX_VERSION=0.10.2
-if [ "${CCOMPRESS_SKIP_JAX:-0}" != 1 ] \
+if [[ " ${GROUPS_WANTED[*]-} " == *" jax "* ]] && [ "${CCOMPRESS_SKIP_JAX:-0}" != 1 ] \
    && ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('jax') != '$JAX_VERSION')" 2>/dev/null; then
-  say "installing jax==$JAX_VERSION (CPU) for ccompress.jax"
+  say "jax: installing jax==$JAX_VERSION (CPU) for ccompress.jax"
   if ! pip_q "jax==$JAX_VERSION"; then
     if [ "${CCOMPRESS_REQUIRE_JAX:-0}" = 1 ]; then
       say "ERROR: jax==$JAX_VERSION could not be installed and CCOMPRESS_REQUIRE_JAX=1"
@@ -227,11 +230,24 @@ group_frameworks() {
   fi
 }
 
+# jax was installed before the core (above); here, whether the build found it.
+group_jax() {
+  [ "${CCOMPRESS_SKIP_JAX:-0}" != 1 ] || { say "jax: skipped (CCOMPRESS_SKIP_JAX=1)"; return 0; }
+  if "$PY" -c "import ccompress._jax_ffi" 2>/dev/null; then
+    say "jax: ccompress._jax_ffi built against jax $("$PY" -c "import jax; print(jax.__version__)")"
+  elif [ "${CCOMPRESS_REQUIRE_JAX:-0}" = 1 ]; then
+    say "ERROR: ccompress._jax_ffi was not built and CCOMPRESS_REQUIRE_JAX=1 (build/setup.log)"
+    exit 1
+  else
+    say "WARNING: ccompress._jax_ffi was not built; the JAX tests will be skipped"
+  fi
+}
+
 for g in ${GROUPS_WANTED[@]+"${GROUPS_WANTED[@]}"}; do
   "group_$g"
 done
 if [ ${#GROUPS_WANTED[@]} -eq 0 ]; then
-  say "core only (--core): bash scripts/setup.sh adds the test tools, torch and the frameworks"
+  say "core only (--core): bash scripts/setup.sh adds the test tools, torch, the frameworks and jax"
 fi
 
 "$PY" - <<'PYEOF' >&2
