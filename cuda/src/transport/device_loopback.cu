@@ -75,11 +75,15 @@ DeviceLoopbackTransport::DeviceLoopbackTransport(std::shared_ptr<InprocGroup> gr
 
 int DeviceLoopbackTransport::post_group(const std::vector<Transfer>& group) {
   DeviceGuard dg(streams_->device());
-  // One readiness event for the group, on the comm stream after the codec stream's work so
-  // far: the copies wait for the encodes that filled the sends, the decodes that last read
-  // the receive buffers, and the copies into this rank posted before (a forwarded receive).
+  // The comm stream waits for the codec stream's work so far: the encodes that filled the
+  // sends and the decodes that last read the receive buffers. A copy into this rank runs on
+  // this comm stream, enqueued (by whichever end posts second) after that wait, so a receive
+  // needs no event of its own; a send carries one, recorded on this comm stream, that also
+  // covers the copies into this rank posted before (a forwarded receive).
   streams_->order(streams_->codec(), streams_->comm());
-  std::shared_ptr<void> ready = record_shared_event(streams_->comm());
+  bool sends = false;
+  for (const Transfer& x : group) sends = sends || x.send;
+  std::shared_ptr<void> ready = sends ? record_shared_event(streams_->comm()) : nullptr;
   std::vector<std::shared_ptr<InprocGroup::RequestState>> states;
   auto withdraw = [&] {
     for (const auto& st : states) mailbox_->withdraw(st);
@@ -91,7 +95,7 @@ int DeviceLoopbackTransport::post_group(const std::vector<Transfer>& group) {
     }
     if (x.send) bytes_sent_ += x.bytes;
     states.push_back(x.send ? mailbox_->post(true, rank(), x.peer, x.tag, x.buf, x.bytes, ready)
-                            : mailbox_->post(false, x.peer, rank(), x.tag, x.buf, x.bytes, ready));
+                            : mailbox_->post(false, x.peer, rank(), x.tag, x.buf, x.bytes));
   }
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(

@@ -1,11 +1,11 @@
 // One-GPU loopback: N virtual ranks as threads of this process, each with its own codec and
 // comm streams and CUDA backend, exchanging device buffers through the in-process mailbox.
 // The payload moves through the ordered interface, as over NCCL: a group of transfers is
-// posted after the codec work issued so far (one event on the poster's comm stream, after
-// the encodes that filled its sends, the decodes that last read its receive buffers and the
-// copies into it posted before); the receiver's comm stream waits for both ends' events and
-// copies device to device, recording a completion event that the receiver's codec stream
-// waits on before it reads the message (compute_after). The host waits only for the peers
+// posted after the codec work issued so far (the poster's comm stream waits for its codec
+// stream; a group with sends records one event there, after the encodes that filled them and
+// the copies into this rank posted before); the receiver's comm stream waits for the
+// sender's event and copies device to device, recording a completion event that the
+// receiver's codec stream waits on before it reads the message (compute_after). The host waits only for the peers
 // to post (matching), never for the GPU inside a collective, so the codec stream encodes the
 // next slice while the comm stream copies the previous one; drain() waits for the copies at
 // the end. The small host messages of the call check go through isend/irecv (copied at once).
