@@ -99,7 +99,7 @@ int DeviceLoopbackTransport::post_group(const std::vector<Transfer>& group) {
   }
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(barrier_timeout_s));
+                                           std::chrono::duration<double>(match_timeout_s));
   std::vector<std::shared_ptr<void>> recvs;
   {
     std::unique_lock<std::mutex> lock(mailbox_->mutex());
@@ -113,7 +113,7 @@ int DeviceLoopbackTransport::post_group(const std::vector<Transfer>& group) {
       withdraw();
       CC_CHECK_AS(TimeoutError, false,
                   "rank " << rank() << ": a peer did not post its end of a transfer within "
-                          << barrier_timeout_s << " s; it is missing, stuck or called a "
+                          << match_timeout_s << " s; it is missing, stuck or called a "
                           "different collective");
     }
     for (size_t i = 0; i < states.size(); ++i) {

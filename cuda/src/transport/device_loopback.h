@@ -35,8 +35,11 @@ class DeviceLoopbackTransport : public InprocTransport, public OrderedTransport 
   OrderedTransport* ordered() override { return this; }
   /// Posts the group's transfers with one readiness event and waits (on the host) until
   /// every peer has posted its end: each copy is then enqueued on its receiver's comm
-  /// stream. TimeoutError after barrier_timeout_s without a match.
+  /// stream. TimeoutError after match_timeout_s without a match.
   int post_group(const std::vector<Transfer>& group) override;
+  /// Seconds post_group waits for the peers' ends: the call's timeout
+  /// (run_device_collective sets it from CollectiveOptions::timeout_s).
+  double match_timeout_s = 300.0;
   /// The codec stream waits for the copies into group @p g's receive buffers.
   void compute_after(int g) override;
   /// Waits for every copy of this call (the ones that read this rank's sends too).
