@@ -58,13 +58,15 @@ grep -E "ccompress (MPI transport|CUDA module):" "$OUT/setup.log" | sed 's/^.*--
   >"$OUT/devices.txt" 2>&1 || { cat "$OUT/devices.txt"; fail "no CUDA device visible to ccompress"; }
 "$PY" -m ccompress.tools.info >"$OUT/build_info.json"
 
+# Each step has a time limit (timeout: exit 124), so that a hang cannot eat the lease; the
+# sizes are set so that the whole script takes well under 8 minutes on an H100/H200.
 step "GPU tests (log $OUT/tests.log)"
 # CCOMPRESS_REQUIRE_GPU turns a GPU test's skip into an error: here they must all run.
 # A failing test does not stop the timings (one run of this script should give both); the
 # script still exits non-zero at the end.
 tests_ok=1
 JOBS="$(( $(nproc) < 8 ? $(nproc) : 8 ))"
-CCOMPRESS_REQUIRE_GPU=1 "$PY" -m pytest -q -rfEs -p no:cacheprovider -n "$JOBS" \
+CCOMPRESS_REQUIRE_GPU=1 timeout 240 "$PY" -m pytest -q -rfEs -p no:cacheprovider -n "$JOBS" \
   tests/cuda/test_cuda.py tests/cuda/test_cuda_state.py tests/collectives/test_ordered_executor.py \
   >"$OUT/tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40 >&2 || true; }
 tail -3 "$OUT/tests.log" >&2
@@ -75,7 +77,7 @@ tail -3 "$OUT/tests.log" >&2
 step "torch and CuPy CUDA tests (log $OUT/torch_tests.log)"
 "$PY" -c "import torch, cupy; assert torch.cuda.is_available(), 'torch sees no GPU'" \
   >"$OUT/torch_tests.log" 2>&1 || { tests_ok=0; echo "[gpu_check] torch or CuPy with CUDA missing:" >&2; tail -3 "$OUT/torch_tests.log" >&2; }
-"$PY" -m pytest -q -rfEs -p no:cacheprovider tests/cuda/test_gpu_adapters.py \
+timeout 120 "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/cuda/test_gpu_adapters.py \
   >>"$OUT/torch_tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/torch_tests.log" | head -20 >&2 || true; }
 # Skipped: only the example under mpiexec that needs two GPUs may skip on one.
 if grep -E "^SKIPPED" "$OUT/torch_tests.log" | grep -v "needs 2 CUDA" >&2; then
