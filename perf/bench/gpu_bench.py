@@ -11,6 +11,8 @@ Pipeline: a 64 MiB allreduce (bfloat16) on N virtual ranks of the GPU (loopback)
 codec of the kernel table and the two_shot and ring schedules:
   - pipelined_ms: at the loopback transport's own slice (Transport.default_slice_bytes);
   - one_slice_ms: with one slice per chunk;
+  - (table only) at NCCL's 4 MiB slice, which the loopback's 16 MiB slice exceeds at this
+    size: what a slice's launches and events cost when the slices cannot overlap;
   - alone_ms: the kernels and copies the collective runs, each timed alone at the sizes the
     schedule gives them, summed over the ranks (on one GPU the ranks share the memory
     system, so this is what the run would take with no overlap and no per-launch cost).
@@ -56,6 +58,7 @@ CODECS = ["none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g128", "fp8_e4m3:g1
 # reading the wire and x.
 TWO_PASS_HOP = ("nvfp4", "hnvfp4", "hint4")
 ALGOS = ("two_shot", "ring")
+NCCL_SLICE_BYTES = 4 << 20  # the NCCL transport's own slice (cuda/src/transport/device_slice.h)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -315,18 +318,20 @@ def main(argv=None):
     lines += [f"## Loopback pipeline: allreduce of {a.pipe_mib:g} MiB {a.pipe_dtype} on {a.ranks} "
               f"virtual ranks of one GPU (slice: {slice_elems} elements, "
               f"{slice_elems * item / 2**20:g} MiB)", "",
-              "| codec | algo | pipelined ms | one slice per chunk ms | alone ms | "
-              "pipelined / one slice | pipelined / alone |", "|---|---|---:|---:|---:|---:|---:|"]
+              "| codec | algo | pipelined ms | one slice per chunk ms | at 4 MiB slices ms | "
+              "alone ms | pipelined / one slice | pipelined / alone |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
     pipeline = []
     for codec in a.pipe_codecs:
         for algo in ALGOS:
             pipe, _ = group.run(codec, algo, 0, a.iters)
             whole, _ = group.run(codec, algo, n // a.ranks, max(2, a.iters // 2))
+            small, _ = group.run(codec, algo, NCCL_SLICE_BYTES // item, max(2, a.iters // 2))
             sum_ms = alone_ms(alone, codec, algo, a.ranks, a.iters)
             pipeline.append({"codec": codec, "algo": algo, "mib": a.pipe_mib,
                              "pipelined_ms": pipe, "one_slice_ms": whole, "alone_ms": sum_ms})
-            lines.append(f"| {codec} | {algo} | {pipe:.2f} | {whole:.2f} | {sum_ms:.2f} | "
-                         f"{pipe / whole:.2f} | {pipe / sum_ms:.2f} |")
+            lines.append(f"| {codec} | {algo} | {pipe:.2f} | {whole:.2f} | {small:.2f} | "
+                         f"{sum_ms:.2f} | {pipe / whole:.2f} | {pipe / sum_ms:.2f} |")
     text = "\n".join(lines) + "\n"
     (out / "table.md").write_text(text)
     doc = {"device": device, "driver": driver, "commit": commit(),
