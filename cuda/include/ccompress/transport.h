@@ -97,13 +97,13 @@ class CC_API Transport {
   uint64_t calls_ = 0;
 };
 
-/// Removes the entries at @p done (indices as wait_some / test_some return them) from @p v,
-/// keeping the order of the rest; for the request list and anything kept parallel to it.
 /// Elements per pipelined slice of a call on @p t in @p dtype that sets none:
 /// t.default_slice_bytes() / dtype_size(dtype) when the transport answers in bytes, else
 /// t.default_slice_elems() (before rounding up to a codec's scale group).
 CC_API int64_t default_slice_for(const Transport& t, DType dtype);
 
+/// Removes the entries at @p done (indices as wait_some / test_some return them) from @p v,
+/// keeping the order of the rest; for the request list and anything kept parallel to it.
 template <class T>
 void erase_completed(std::vector<T>& v, const std::vector<size_t>& done) {
   std::vector<bool> gone(v.size(), false);
