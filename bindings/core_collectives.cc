@@ -42,7 +42,20 @@ void bind_collectives(py::module_& m) {
       .def_property_readonly(
           "default_slice_elems", &Transport::default_slice_elems,
           "Elements per slice of a call that sets no slice_elems (before rounding up to the "
-          "codec's scale group): the transport's choice, DEFAULT_SLICE_ELEMS unless it says.")
+          "codec's scale group): the transport's choice, DEFAULT_SLICE_ELEMS unless it says. "
+          "A transport whose default_slice_bytes is not 0 slices by bytes instead.")
+      .def_property_readonly(
+          "default_slice_bytes", &Transport::default_slice_bytes,
+          "Bytes of input per slice of a call that sets no slice_elems, or 0 when the "
+          "transport slices by default_slice_elems (device transports: a few MiB).")
+      .def(
+          "default_slice_for",
+          [](const Transport& t, const std::string& dtype) {
+            return default_slice_for(t, parse_dtype(dtype));
+          },
+          py::arg("dtype"),
+          "Elements per slice of a call in `dtype` that sets no slice_elems (before rounding "
+          "up to the codec's scale group).")
       .def("barrier", &Transport::barrier, py::call_guard<py::gil_scoped_release>())
       .def(
           "_skip_calls",

@@ -50,6 +50,22 @@ void bind_device_collectives(py::module_& m) {
       .def_property_readonly("name", [](DeviceRank& r) { return r.transport->name(); })
       .def_property_readonly("bytes_sent", [](DeviceRank& r) { return r.transport->bytes_sent(); })
       .def_property_readonly("device", [](DeviceRank& r) { return r.backend->streams().device(); })
+      .def_property_readonly(
+          "default_slice_elems", [](DeviceRank& r) { return r.transport->default_slice_elems(); },
+          "Elements per slice of a call that sets no slice_elems, where default_slice_bytes "
+          "is 0.")
+      .def_property_readonly(
+          "default_slice_bytes", [](DeviceRank& r) { return r.transport->default_slice_bytes(); },
+          "Bytes of input per slice of a call that sets no slice_elems: the device "
+          "transport's own slice (CCOMPRESS_DEVICE_SLICE_MB overrides it).")
+      .def(
+          "default_slice_for",
+          [](DeviceRank& r, const std::string& dtype) {
+            return default_slice_for(*r.transport, parse_dtype(dtype));
+          },
+          py::arg("dtype"),
+          "Elements per slice of a call in `dtype` that sets no slice_elems (before rounding up "
+          "to the codec's scale group).")
       .def("barrier", [](DeviceRank& r) { r.transport->barrier(); },
            py::call_guard<py::gil_scoped_release>());
   def_run(cls, [](DeviceRank& r, CollectiveFn fn, const void* in, void* out, int64_t n,

@@ -163,9 +163,17 @@ PYBIND11_MODULE(_cuda, m) {
         d["malloc"] = c.malloc;
         d["free"] = c.free;
         d["device_synchronize"] = c.device_synchronize;
+        d["launches"] = c.launches;
+        d["copies"] = c.copies;
+        d["event_creates"] = c.event_creates;
+        d["event_records"] = c.event_records;
+        d["stream_waits"] = c.stream_waits;
+        d["nccl_ops"] = c.nccl_ops;
         return d;
       },
-      "Runtime calls so far: cudaMalloc(Host), cudaFree(Host), cudaDeviceSynchronize.");
+      "Runtime calls so far: cudaMalloc(Host), cudaFree(Host), cudaDeviceSynchronize, kernel "
+      "launches, copies (cudaMemcpyAsync, cudaMemsetAsync), cudaEventCreate, cudaEventRecord, "
+      "cudaStreamWaitEvent and the NCCL stand-in's stream operations.");
   m.def("emulator_selftest", &emu::selftest,
         "Runs the CPU emulator's checks of itself: {check name: passed}. Reports errors on "
         "purpose (stderr, emulator_errors()).");

@@ -36,9 +36,10 @@ class Communicator:
     Args:
       timeout: seconds a collective waits for a silent peer before raising
         :class:`CollectiveTimeout`.
-      slice_elems: elements per pipelined slice (default: the transport's
-        ``default_slice_elems``, i.e. 262144 over MPI and ``_core.DEFAULT_SLICE_ELEMS`` =
-        65536 otherwise; rounded up to the codec's scale group). It changes how many
+      slice_elems: elements per pipelined slice (default: the transport's own, i.e. 262144
+        elements over MPI, 16 MiB of input on the CUDA loopback and 4 MiB over NCCL
+        (``CCOMPRESS_DEVICE_SLICE_MB`` overrides these two), ``_core.DEFAULT_SLICE_ELEMS`` =
+        65536 elements otherwise; rounded up to the codec's scale group). It changes how many
         messages carry a result, never its bits.
       seed: seed of stochastic rounding (codecs with ``:sr``); the noise of an element is a
         hash of (seed, step, rank, element index), where step counts this communicator's
@@ -165,8 +166,14 @@ class Communicator:
     def slice_elems(self) -> int:
         """Elements per pipelined slice of this communicator's calls (before rounding up to
         a codec's scale group): the ``slice_elems`` it was made with, else its transport's
-        default (262144 over MPI, ``_core.DEFAULT_SLICE_ELEMS`` otherwise)."""
-        return self._slice or self._t.default_slice_elems
+        default (262144 over MPI, ``_core.DEFAULT_SLICE_ELEMS`` otherwise). A device
+        transport chooses its slice in bytes (16 MiB on the CUDA loopback, 4 MiB over NCCL,
+        or ``CCOMPRESS_DEVICE_SLICE_MB``): this is then its count of float32 elements, and a
+        call in a 2-byte dtype has twice as many."""
+        if self._slice:
+            return self._slice
+        per_bytes = int(getattr(self._t, "default_slice_bytes", 0))
+        return per_bytes // 4 if per_bytes else self._t.default_slice_elems
 
     @property
     def usable(self) -> bool:

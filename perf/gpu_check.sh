@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # One command for a machine with a GPU: builds ccompress for it, runs the GPU tests (every
 # codec's kernels bit-identical to the CPU backend, every algorithm on 2-4 virtual ranks of
-# the GPU bit-identical to the host collectives, stream ordering, CuPy/PyTorch inputs when
-# installed), then times every kernel at 256 MiB against the device-to-device copy bandwidth
-# measured in the same run, and the loopback pipeline. Writes logs and table.md under $OUT
-# (default build/gpu_check). Meant to finish in well under 8 minutes on an H100/H200.
+# the GPU bit-identical to the host collectives, stream ordering; the torch and CuPy CUDA
+# tests: CuPy arrays and torch CUDA tensors on virtual ranks through the adapters,
+# tp_all_reduce and the DDP hook's CUDA buckets), then times every kernel of every codec family
+# (MX included) at 256 MiB of bfloat16 and of float32 against the device-to-device copy
+# bandwidth measured in the same run, and the loopback pipeline of every codec
+# (perf/bench/gpu_bench.py). Writes logs, table.md and kernels.json under $OUT (default
+# build/gpu_check); copy kernels.json to perf/gpu/kernels.json, which
+# perf/model/gpu_projection.py reads. Sized to finish within 8 minutes on an H100/H200: a
+# step that would overrun is trimmed in size, never in rows (GPU_CHECK_MIB, GPU_CHECK_PIPE_MIB).
 #
 # Environment: OUT, CMAKE_CUDA_ARCHITECTURES (default 90: this GPU only, a quicker build),
-# GPU_CHECK_MIB (kernel size, default 256), GPU_CHECK_PYTHON (the Python to build into when it
-# holds the build tools, default python3), GPU_CHECK_VENV=1 (always build .venv with
-# scripts/setup.sh), GPU_CHECK_SKIP_PIP=1 (in the .venv build: no best-effort installs of
-# cupy-cuda13x / nvidia-nccl-cu13, e.g. on a machine without network).
+# GPU_CHECK_MIB (kernel size, default 256), GPU_CHECK_PIPE_MIB (all-reduce size, default 64),
+# GPU_CHECK_PYTHON (the Python to build into when it holds the build tools, default python3),
+# GPU_CHECK_VENV=1 (always build .venv with scripts/setup.sh), GPU_CHECK_SKIP_PIP=1 (in the
+# .venv build: no best-effort installs of cupy-cuda13x / nvidia-nccl-cu13, e.g. on a machine
+# without network). Without a GPU it stops at the first step that needs one, saying so.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 OUT="${OUT:-build/gpu_check}"
 mkdir -p "$OUT"
-export CMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}" CCOMPRESS_SKIP_TORCH=1
+export CMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}"
 start=$(date +%s)
 step() { echo "[gpu_check $(( $(date +%s) - start ))s] $*" >&2; }
 fail() { echo "[gpu_check] FAILED: $*" >&2; exit 1; }
@@ -52,18 +58,40 @@ grep -E "ccompress (MPI transport|CUDA module):" "$OUT/setup.log" | sed 's/^.*--
   >"$OUT/devices.txt" 2>&1 || { cat "$OUT/devices.txt"; fail "no CUDA device visible to ccompress"; }
 "$PY" -m ccompress.tools.info >"$OUT/build_info.json"
 
+# Each step has a time limit (timeout: exit 124), so that a hang cannot eat the lease; the
+# sizes are set so that the whole script takes well under 8 minutes on an H100/H200.
 step "GPU tests (log $OUT/tests.log)"
 # CCOMPRESS_REQUIRE_GPU turns a GPU test's skip into an error: here they must all run.
 # A failing test does not stop the timings (one run of this script should give both); the
 # script still exits non-zero at the end.
 tests_ok=1
-CCOMPRESS_REQUIRE_GPU=1 "$PY" -m pytest -q -rfEs tests/cuda/test_cuda.py tests/cuda/test_cuda_state.py tests/collectives/test_ordered_executor.py \
+JOBS="$(( $(nproc) < 8 ? $(nproc) : 8 ))"
+CCOMPRESS_REQUIRE_GPU=1 timeout 240 "$PY" -m pytest -q -rfEs -p no:cacheprovider -n "$JOBS" \
+  tests/cuda/test_cuda.py tests/cuda/test_cuda_state.py tests/collectives/test_ordered_executor.py \
   >"$OUT/tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40 >&2 || true; }
 tail -3 "$OUT/tests.log" >&2
 
-step "timings (kernels at ${GPU_CHECK_MIB:-256} MiB, loopback pipeline)"
-"$PY" -m perf.bench.gpu_bench --mib "${GPU_CHECK_MIB:-256}" --out "$OUT" >"$OUT/bench.log" 2>&1 \
+# The torch and CuPy CUDA tests: torch CUDA tensors and CuPy arrays on virtual ranks of the
+# GPU through the adapters (tp_all_reduce, the DDP hook's CUDA buckets). Their skips name what
+# is missing; here a skip is a failure (the GPU image holds torch and CuPy).
+step "torch and CuPy CUDA tests (log $OUT/torch_tests.log)"
+"$PY" -c "import torch, cupy; assert torch.cuda.is_available(), 'torch sees no GPU'" \
+  >"$OUT/torch_tests.log" 2>&1 || { tests_ok=0; echo "[gpu_check] torch or CuPy with CUDA missing:" >&2; tail -3 "$OUT/torch_tests.log" >&2; }
+timeout 120 "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/cuda/test_gpu_adapters.py \
+  >>"$OUT/torch_tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/torch_tests.log" | head -20 >&2 || true; }
+# Skipped: only the example under mpiexec that needs two GPUs may skip on one.
+if grep -E "^SKIPPED" "$OUT/torch_tests.log" | grep -v "needs 2 CUDA" >&2; then
+  tests_ok=0; echo "[gpu_check] torch CUDA tests skipped (above): they must run here" >&2
+fi
+tail -1 "$OUT/torch_tests.log" >&2
+
+step "timings (kernels at ${GPU_CHECK_MIB:-256} MiB of bfloat16 and float32, loopback pipeline at ${GPU_CHECK_PIPE_MIB:-64} MiB)"
+"$PY" -m perf.bench.gpu_bench --mib "${GPU_CHECK_MIB:-256}" --dtypes bfloat16,float32 \
+  --pipe-mib "${GPU_CHECK_PIPE_MIB:-64}" --out "$OUT" >"$OUT/bench.log" 2>&1 \
   || { tail -30 "$OUT/bench.log"; fail "timings"; }
 cat "$OUT/table.md"
-[ "$tests_ok" = 1 ] || fail "GPU tests (the timings above ran anyway; see $OUT/tests.log)"
-step "done: $OUT/table.md (paste it into perf/RESULTS.md with the date and device)"
+step "projection with the measured rates"
+"$PY" -m perf.model.gpu_projection --kernels "$OUT/kernels.json" --md >"$OUT/projection.md" 2>&1 \
+  || { tail -10 "$OUT/projection.md"; fail "projection"; }
+[ "$tests_ok" = 1 ] || fail "GPU tests (the timings above ran anyway; see $OUT/tests.log and $OUT/torch_tests.log)"
+step "done: $OUT/table.md, $OUT/kernels.json (copy it to perf/gpu/kernels.json), $OUT/projection.md"

@@ -104,6 +104,13 @@ struct CallCounts {
   int64_t malloc = 0;              // cudaMalloc and cudaMallocHost
   int64_t free = 0;                // cudaFree and cudaFreeHost (each waits for the device)
   int64_t device_synchronize = 0;  // cudaDeviceSynchronize
+  // The work a collective enqueues, for bounds per MiB (tests/cuda/test_launch_bounds.py):
+  int64_t launches = 0;       // kernel launches
+  int64_t copies = 0;         // cudaMemcpyAsync and cudaMemsetAsync
+  int64_t event_creates = 0;  // cudaEventCreate(WithFlags)
+  int64_t event_records = 0;  // cudaEventRecord
+  int64_t stream_waits = 0;   // cudaStreamWaitEvent
+  int64_t nccl_ops = 0;       // operations the NCCL stand-in enqueues (a group counts once)
 };
 CallCounts emu_call_counts();
 

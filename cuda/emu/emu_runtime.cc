@@ -479,7 +479,9 @@ void run_grid(const Config& c, const std::function<void()>& body) {
 }  // namespace emu
 
 // The first code a fiber runs (entered from emu_fiber_start): its thread of the kernel.
-extern "C" void emu_fiber_main() {
+// Referenced only from the assembly above: kept and global under link-time optimisation
+// (pybind11 builds a Release module with -flto).
+extern "C" __attribute__((used, externally_visible)) void emu_fiber_main() {
   using namespace emu;
 #if EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &g_run.sched_bottom, &g_run.sched_size);
@@ -519,6 +521,7 @@ void launch(const Config& c, std::function<void()> body, std::vector<const void*
       return;
     }
   }
+  ++g_counts.launches;
   enqueue(stream_of(c.stream), [c, body = std::move(body)]() { run_grid(c, body); });
 }
 
@@ -668,6 +671,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                      "cudaMemcpyAsync: kind " + std::to_string(int(kind)) + " does not match the "
                      "pointers, or a range of " + std::to_string(bytes) + " bytes leaves its allocation");
   }
+  ++emu::g_counts.copies;
   CUstream_st* st = emu::stream_of(stream);
   emu::enqueue(st, [dst, src, bytes]() { std::memmove(dst, src, bytes); });
   if (d == nullptr || s == nullptr) emu::drain_waiting(lock, st);  // pageable: done on return
@@ -680,6 +684,7 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
   if (!emu::is_device(dst, bytes)) {
     return emu::fail(cudaErrorInvalidValue, "cudaMemsetAsync outside device memory");
   }
+  ++emu::g_counts.copies;
   emu::enqueue(emu::stream_of(stream), [dst, value, bytes]() { std::memset(dst, value, bytes); });
   return cudaSuccess;
 }
@@ -706,6 +711,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   Lock lock(g_mu);
   if (event == nullptr) return emu::fail(cudaErrorInvalidResourceHandle, "a null event");
+  ++emu::g_counts.stream_waits;
   if (!event->recorded) return cudaSuccess;  // waiting on a never-recorded event is a no-op
   // The wait is for the record as it is now, not for a later one.
   CUstream_st* s = event->stream;
@@ -715,6 +721,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  Lock lock(g_mu);
+  ++emu::g_counts.event_creates;
   *event = new CUevent_st();
   return cudaSuccess;
 }
@@ -730,6 +738,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   Lock lock(g_mu);
   if (event == nullptr) return emu::fail(cudaErrorInvalidResourceHandle, "a null event");
+  ++emu::g_counts.event_records;
   CUstream_st* s = emu::stream_of(stream);
   auto stamp = std::make_shared<double>(0.0);
   emu::enqueue(s, [stamp]() { *stamp = emu::now_ms(); });
@@ -777,6 +786,7 @@ void wait_for_progress(std::unique_lock<std::mutex>& lock, int ms) {
 void notify_progress() { g_progress.notify_all(); }
 
 void enqueue_pollable(cudaStream_t stream, std::function<bool()> op) {
+  ++g_counts.nccl_ops;
   enqueue_poll(stream_of(stream), std::move(op));
 }
 

@@ -1,31 +1,47 @@
 """GPU kernel and loopback-pipeline timings for perf/gpu_check.sh.
 
-Kernels: every codec's encode, decode (to the input dtype), decode-accumulate into fp32 and
-fused ring hop (decode-reduce-encode), plus load-accumulate, finalize, the NaN/Inf count and
-the error-feedback residual (read v and decoded, write the residual), each on a 256 MiB
-input (bfloat16 by default) timed with CUDA events, against the device-to-device copy
-bandwidth measured in the same run. Bandwidth = (bytes read + bytes written) / time.
+Kernels: every codec family's encode, decode (to the table's dtype), decode-accumulate into
+fp32 and fused ring hop (decode-reduce-encode), plus load-accumulate, finalize, the NaN/Inf
+count and the error-feedback residual (read v and decoded, write the residual), on a 256 MiB
+input of each dtype asked for (bfloat16 and float32 by default), timed with CUDA events,
+against the device-to-device copy bandwidth measured in the same run.
+Bandwidth = (bytes read + bytes written) / time.
 
-Pipeline: allreduce on N virtual ranks of the GPU (loopback), pipelined (default slice) and
-with one slice per chunk, and the share of codec time hidden:
-    hidden = (P * t_codec + P * t_copy - t_pipe) / (P * t_codec)
-with t_codec the kernel time of one rank's steps (from the kernel table) and t_copy its
-received bytes at the copy bandwidth: on one GPU all ranks share the memory system, so the
-sum is what a run with no overlap at all would take.
+Pipeline: a 64 MiB allreduce (bfloat16) on N virtual ranks of the GPU (loopback), for every
+codec of the kernel table and the two_shot and ring schedules:
+  - pipelined_ms: at the loopback transport's own slice (Transport.default_slice_bytes);
+  - one_slice_ms: with one slice per chunk;
+  - (table only) at NCCL's 4 MiB slice, which the loopback's 16 MiB slice exceeds at this
+    size: what a slice's launches and events cost when the slices cannot overlap;
+  - alone_ms: the kernels and copies the collective runs, each timed alone at the sizes the
+    schedule gives them, summed over the ranks (on one GPU the ranks share the memory
+    system, so this is what the run would take with no overlap and no per-launch cost).
+The issue's goals on this transport: pipelined within 10% of one slice per chunk, and within
+1.2x of alone.
 
-Usage: python -m perf.bench.gpu_bench [--mib 256] [--dtype bfloat16] [--ranks 4] [--out DIR]
+Writes DIR/table.md and DIR/kernels.json:
+  {"device", "driver", "commit", "date", "copy_gbps",
+   "kernels": [{"codec", "kernel", "dtype", "gbps"}],
+   "pipeline": [{"codec", "algo", "mib", "pipelined_ms", "one_slice_ms", "alone_ms"}]}
+which perf/model/gpu_projection.py reads (commit it as perf/gpu/kernels.json).
+
+Usage: python -m perf.bench.gpu_bench [--mib 256] [--dtypes bfloat16,float32] [--ranks 4]
+       [--pipe-mib 64] [--pipe-codecs all] [--out DIR]
 
 Under the CPU emulation of the CUDA runtime (cuda/emu) the script runs too, at any size, so
-that its code is checked before a GPU session spends time on it; the tables then say so and
-their times mean nothing.
+that its code is checked before a GPU session spends time on it; the tables then say so, its
+JSON names the device "EMULATED", and the times mean nothing.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -34,9 +50,16 @@ from ccompress import _core, _cuda
 from ccompress._internal.arrays import numpy_dtype
 from ccompress._internal.device import DeviceBuffer
 
+# Every family: casts, fp8, taco, hint8, the 4-bit families and MX.
 CODECS = ["none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g128", "fp8_e4m3:g128:sr",
-          "taco:g128", "hint8", "hint8:g32:h256:s32", "nvfp4", "hnvfp4", "hint4"]
-FOUR_BIT = ("nvfp4", "hnvfp4", "hint4")
+          "taco:g128", "hint8", "hint8:g32:h256:s32", "nvfp4", "hnvfp4", "hint4",
+          "mxfp8", "mxfp8_e5m2", "mxfp4"]
+# A hop of these is two passes (the run amax of the two-level scale, then quantize), each
+# reading the wire and x.
+TWO_PASS_HOP = ("nvfp4", "hnvfp4", "hint4")
+ALGOS = ("two_shot", "ring")
+NCCL_SLICE_BYTES = 4 << 20  # the NCCL transport's own slice (cuda/src/transport/device_slice.h)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def timed(stream, fn, iters):
@@ -51,136 +74,272 @@ def timed(stream, fn, iters):
     return stop.elapsed_ms(start) / iters
 
 
-def kernel_table(mib, dtype, iters):
-    k = _cuda.Backend(0)
-    s = k.stream
+def bound(codec: str, dtype: str):
+    """The codec object the backend's kernels take ("none" is bound to the dtype it carries)."""
+    c = cc.Codec.parse(codec)._c
+    return c.bind(dtype) if codec == "none" else c
+
+
+class Kernels:
+    """One rank's backend and buffers of n elements of `dtype`, to time each kernel alone."""
+
+    def __init__(self, n: int, dtype: str):
+        self.k = _cuda.Backend(0)
+        self.s = self.k.stream
+        self.n, self.dtype = n, dtype
+        item = numpy_dtype(dtype).itemsize
+        rng = np.random.default_rng(0)
+        host = rng.standard_normal(n, dtype=np.float32).astype(numpy_dtype(dtype))
+        self.x, self.out, self.y = (DeviceBuffer(n * item) for _ in range(3))
+        for b in (self.x, self.y):
+            _cuda.copy(b.ptr, host.__array_interface__["data"][0], n * item)
+        self.acc = DeviceBuffer(n * 4)
+        self.k.load_accumulate(self.x.ptr, dtype, n, self.acc.ptr, True)
+        self.count = DeviceBuffer.of(np.zeros(1, np.int64))
+        self.wires: Dict[str, Tuple[DeviceBuffer, DeviceBuffer]] = {}
+
+    def wire(self, codec: str):
+        if codec not in self.wires:
+            wb = bound(codec, self.dtype).wire_bytes(self.n)
+            self.wires[codec] = (DeviceBuffer(wb), DeviceBuffer(wb))
+            w = self.wires[codec][0]
+            self.k.encode(bound(codec, self.dtype), self.x.ptr, self.dtype, self.n, 1.0, w.ptr)
+        return self.wires[codec]
+
+    def time(self, codec: str, kernel: str, iters: int, m: Optional[int] = None) -> float:
+        """Milliseconds of one `kernel` of `codec` on the first m elements (default all)."""
+        k, d, m = self.k, self.dtype, self.n if m is None else m
+        if kernel == "copy":  # m bytes, device to device
+            return timed(self.s, lambda: _cuda.copy_async(self.out.ptr, self.x.ptr, m, self.s), iters)
+        if codec == "-":
+            fns = {
+                "load_accumulate": lambda: k.load_accumulate(self.x.ptr, d, m, self.acc.ptr, True),
+                "finalize": lambda: k.finalize(self.acc.ptr, m, 1.0, self.out.ptr, d),
+                "count_nonfinite": lambda: k.count_nonfinite(self.x.ptr, d, m, self.count.ptr),
+                "feedback_residual": lambda: k.feedback_residual(
+                    self.acc.ptr, self.decoded.ptr, m, self.residual.ptr, self.count.ptr),
+            }
+            return timed(self.s, fns[kernel], iters)
+        c = bound(codec, d)
+        w, w2 = self.wire(codec)
+        fns = {
+            "encode": lambda: k.encode(c, self.x.ptr, d, m, 1.0, w2.ptr),
+            "encode_acc": lambda: k.encode(c, self.acc.ptr, "float32", m, 1.0, w2.ptr),
+            "decode": lambda: k.decode(c, w.ptr, m, self.out.ptr, d),
+            "decode_accumulate": lambda: k.decode_accumulate(c, w.ptr, m, self.acc.ptr, True),
+            "decode_reduce_encode": lambda: k.decode_reduce_encode(c, w.ptr, self.y.ptr, d, m, 1.0,
+                                                                   w2.ptr),
+        }
+        return timed(self.s, fns[kernel], iters)
+
+    def state_buffers(self):
+        """The error-feedback residual's inputs (the kernel table times it)."""
+        self.decoded, self.residual = DeviceBuffer(self.n * 4), DeviceBuffer(self.n * 4)
+        self.k.load_accumulate(self.y.ptr, self.dtype, self.n, self.decoded.ptr, True)
+
+
+def kernel_rows(mib: float, dtype: str, iters: int) -> Tuple[List[dict], float]:
+    """The kernel table of one dtype: rows {codec, kernel, dtype, ms, gbps}, and the copy
+    bandwidth measured on the same buffers (GB/s, read + written)."""
     item = numpy_dtype(dtype).itemsize
     n = int(mib * (1 << 20)) // item
-    rng = np.random.default_rng(0)
-    host = (rng.standard_normal(n, dtype=np.float32)).astype(numpy_dtype(dtype))
-    x, out, y = DeviceBuffer(n * item), DeviceBuffer(n * item), DeviceBuffer(n * item)
-    _cuda.copy(x.ptr, host.__array_interface__["data"][0], n * item)
-    _cuda.copy(y.ptr, host.__array_interface__["data"][0], n * item)
-    acc = DeviceBuffer(n * 4)
-    copy_ms = timed(s, lambda: _cuda.copy_async(out.ptr, x.ptr, n * item, s), iters)
-    copy_gbs = 2 * n * item / copy_ms / 1e6
-    rows = [{"codec": "-", "kernel": "d2d copy", "ms": copy_ms, "gbs": copy_gbs, "pct": 100.0}]
+    t = Kernels(n, dtype)
+    t.state_buffers()
+    copy_ms = t.time("-", "copy", iters, n * item)
+    copy_gbps = 2 * n * item / copy_ms / 1e6
+    rows = []
 
-    def row(codec, kernel, nbytes, fn):
-        ms = timed(s, fn, iters)
-        gbs = nbytes / ms / 1e6
-        rows.append({"codec": codec, "kernel": kernel, "ms": ms, "gbs": gbs, "pct": 100 * gbs / copy_gbs})
+    def row(codec, kernel, nbytes):
+        ms = t.time(codec, kernel, iters)
+        rows.append({"codec": codec, "kernel": kernel, "dtype": dtype, "ms": ms,
+                     "gbps": nbytes / ms / 1e6})
 
-    row("-", "load_accumulate", n * (item + 4), lambda: k.load_accumulate(x.ptr, dtype, n, acc.ptr, True))
-    row("-", "finalize", n * (4 + item), lambda: k.finalize(acc.ptr, n, 1.0, out.ptr, dtype))
-    count = DeviceBuffer.of(np.zeros(1, np.int64))
-    row("-", "count_nonfinite", n * item, lambda: k.count_nonfinite(x.ptr, dtype, n, count.ptr))
-    decoded, residual = DeviceBuffer(n * 4), DeviceBuffer(n * 4)
-    k.load_accumulate(y.ptr, dtype, n, decoded.ptr, True)
-    row("-", "feedback_residual", 3 * n * 4,
-        lambda: k.feedback_residual(acc.ptr, decoded.ptr, n, residual.ptr, count.ptr))
+    row("-", "load_accumulate", n * (item + 4))
+    row("-", "finalize", n * (4 + item))
+    row("-", "count_nonfinite", n * item)
+    row("-", "feedback_residual", 3 * n * 4)
     for codec in CODECS:
-        c = cc.Codec.parse(codec)._c.bind(dtype) if codec == "none" else cc.Codec.parse(codec)._c
-        wb = c.wire_bytes(n)
-        w, w2 = DeviceBuffer(wb), DeviceBuffer(wb)
-        row(codec, "encode", n * item + wb, lambda: k.encode(c, x.ptr, dtype, n, 1.0, w.ptr))
-        row(codec, "decode", wb + n * item, lambda: k.decode(c, w.ptr, n, out.ptr, dtype))
-        row(codec, "decode_accumulate", wb + n * 4,
-            lambda: k.decode_accumulate(c, w.ptr, n, acc.ptr, True))
-        # A 4-bit hop is two passes (the run amax, then quantize), each reading wire and x.
-        reads = 2 if codec.split(":")[0] in FOUR_BIT else 1
-        row(codec, "decode_reduce_encode", reads * (wb + n * item) + wb,
-            lambda: k.decode_reduce_encode(c, w.ptr, y.ptr, dtype, n, 1.0, w2.ptr))
-    return rows, copy_gbs
+        wb = bound(codec, dtype).wire_bytes(n)
+        row(codec, "encode", n * item + wb)
+        row(codec, "decode", wb + n * item)
+        row(codec, "decode_accumulate", wb + n * 4)
+        reads = 2 if codec.split(":")[0] in TWO_PASS_HOP else 1
+        row(codec, "decode_reduce_encode", reads * (wb + n * item) + wb)
+    return rows, copy_gbps
 
 
-def pipeline_row(codec, algo, ranks, mib, dtype, slice_elems, iters):
-    item = numpy_dtype(dtype).itemsize
-    n = int(mib * (1 << 20)) // item
-    group = _cuda.loopback_group(ranks, 0)
-    bufs = [(DeviceBuffer(n * item), DeviceBuffer(n * item)) for _ in range(ranks)]
-    barrier = threading.Barrier(ranks)
-    times = [0.0] * ranks
-    stats = [None] * ranks
+class Loopback:
+    """N virtual ranks of the GPU with input and output buffers of n elements each."""
 
-    def body(r):
-        dr, (x, y) = group[r], bufs[r]
-        caller = _cuda.Backend(0)  # its stream is the caller's: synchronize() waits for results
-        spec = _core.CallSpec("allreduce", algo=algo, op="sum", slice_elems=slice_elems,
-                              timeout=120.0)
-        call = lambda: dr.run(spec, x.ptr, y.ptr, n, dtype, codec, stream=caller.stream)  # noqa: E731
-        call()
-        caller.synchronize()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            stats[r] = call()
-        caller.synchronize()
-        barrier.wait()
-        times[r] = (time.perf_counter() - t0) / iters * 1e3
+    def __init__(self, ranks: int, n: int, dtype: str):
+        self.ranks, self.n, self.dtype = ranks, n, dtype
+        item = numpy_dtype(dtype).itemsize
+        self.group = _cuda.loopback_group(ranks, 0)
+        rng = np.random.default_rng(1)
+        self.bufs = []
+        for _ in range(ranks):
+            host = rng.standard_normal(n, dtype=np.float32).astype(numpy_dtype(dtype))
+            self.bufs.append((DeviceBuffer.of(host), DeviceBuffer(n * item)))
+        self.callers = [_cuda.Backend(0) for _ in range(ranks)]  # their streams are the callers'
 
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return max(times), stats[0]
+    def slice_elems(self) -> int:
+        """The elements of one slice at the transport's own choice."""
+        return int(self.group[0].default_slice_for(self.dtype))
+
+    def run(self, codec: str, algo: str, slice_elems: int, iters: int) -> Tuple[float, dict]:
+        """(the slowest rank's mean ms per allreduce, rank 0's stats); slice_elems 0: the
+        transport's own slice."""
+        barrier = threading.Barrier(self.ranks)
+        times, stats, errors = [0.0] * self.ranks, [None] * self.ranks, []
+
+        def body(r):
+            try:
+                dr, (x, y), caller = self.group[r], self.bufs[r], self.callers[r]
+                spec = _core.CallSpec("allreduce", algo=algo, op="sum", slice_elems=slice_elems,
+                                      timeout=120.0)
+                call = lambda: dr.run(spec, x.ptr, y.ptr, self.n, self.dtype, codec,  # noqa: E731
+                                      stream=caller.stream)
+                call()
+                caller.synchronize()
+                barrier.wait()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    stats[r] = call()
+                caller.synchronize()
+                barrier.wait()
+                times[r] = (time.perf_counter() - t0) / iters * 1e3
+            except BaseException as e:  # noqa: BLE001 - re-raised below, on the main thread
+                errors.append(e)
+                barrier.abort()
+
+        threads = [threading.Thread(target=body, args=(r,)) for r in range(self.ranks)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return max(times), stats[0]
 
 
-def codec_ms_per_rank(rows, codec, algo, ranks, mib_total):
-    """Kernel time one rank spends in `algo` on its share, from the kernel table (rows at
-    the table's size, scaled linearly by elements)."""
-    t = {(r["codec"], r["kernel"]): r["ms"] for r in rows}
-    enc, dec, acc, dre = (t[(codec, k)] for k in ("encode", "decode", "decode_accumulate",
-                                                  "decode_reduce_encode"))
-    f = mib_total  # fraction of the table's size
-    count = 2 * t[("-", "count_nonfinite")]  # NaN/Inf counts of the input and the output
-    if algo == "two_shot":  # encode all, P decode-acc of a chunk, encode chunk, decode all
-        return f * (enc + acc + enc / ranks + dec + count)
-    # ring: encode chunk, P-1 fused hops of a chunk, decode all
-    return f * (enc / ranks + (ranks - 1) * dre / ranks + dec + count)
+def alone_ms(t: Kernels, codec: str, algo: str, ranks: int, iters: int) -> float:
+    """The kernels and copies of one allreduce of t.n elements per rank under `algo`, each
+    timed alone at the size the schedule gives it (a chunk, m = n / ranks), summed over all
+    ranks. Per rank:
+      two_shot: encode every chunk (ranks x encode(m)), sum the ranks' contributions to its own
+        chunk (ranks x decode_accumulate(m)), encode the sum (encode of fp32, m), decode every
+        chunk of the result (ranks x decode(m));
+      ring: encode its chunk, ranks - 1 fused hops, decode every chunk (ranks x decode(m));
+    plus the NaN/Inf counts of input and output (2 x count_nonfinite(n)) and the copies of
+    the wire bytes it receives (2 (ranks - 1) chunks' encodings)."""
+    m = t.n // ranks
+    wire = bound(codec, t.dtype).wire_bytes(m)
+
+    def k(name, size=m):
+        return t.time(codec, name, iters, size)
+
+    if algo == "two_shot":
+        own = ranks * k("encode") + ranks * k("decode_accumulate") + k("encode_acc")
+    else:
+        own = k("encode") + (ranks - 1) * k("decode_reduce_encode")
+    own += ranks * k("decode") + 2 * t.time("-", "count_nonfinite", iters, t.n)
+    own += 2 * (ranks - 1) * t.time("-", "copy", iters, wire)
+    return ranks * own
 
 
-def main(argv=None):
+def device_info() -> Tuple[str, str]:
+    if getattr(_cuda, "emulated", False):
+        return "EMULATED (cuda/emu on the CPU)", "-"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        name, driver = (s.strip() for s in out.stdout.splitlines()[0].split(","))
+        return name, driver
+    except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+        return "unknown (nvidia-smi unavailable)", "unknown"
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=30)
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "-uno"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=float, default=256, help="kernel input size (MiB)")
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--dtypes", default="bfloat16,float32", help="kernel tables' dtypes")
     ap.add_argument("--ranks", type=int, default=4, help="virtual ranks of the pipeline runs")
     ap.add_argument("--pipe-mib", type=float, default=64, help="allreduce size per rank (MiB)")
+    ap.add_argument("--pipe-dtype", default="bfloat16")
+    ap.add_argument("--pipe-codecs", default="all",
+                    help="comma-separated codecs of the pipeline table (default: every codec)")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--out", default="build/gpu_check")
     a = ap.parse_args(argv)
+    a.dtypes = a.dtypes.split(",")
+    a.pipe_codecs = CODECS if a.pipe_codecs == "all" else a.pipe_codecs.split(",")
+    for c in a.pipe_codecs:
+        cc.Codec.parse(c)  # a typo fails here, before any timing
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, copy_gbs = kernel_table(a.mib, a.dtype, a.iters)
+    device, driver = device_info()
     lines = []
     if getattr(_cuda, "emulated", False):
         lines += ["**EMULATED on the CPU (cuda/emu): a check of this script; the times say "
                   "nothing about a GPU.**", ""]
-    lines += [f"## Kernels: {a.mib:g} MiB of {a.dtype}, copy bandwidth {copy_gbs:.0f} GB/s "
-              "(read+write)", "", "| codec | kernel | ms | GB/s | % of copy |",
-              "|---|---|---:|---:|---:|"]
-    lines += [f"| {r['codec']} | {r['kernel']} | {r['ms']:.3f} | {r['gbs']:.0f} | {r['pct']:.0f}% |"
-              for r in rows]
-    lines += ["", f"## Loopback pipeline: allreduce of {a.pipe_mib:g} MiB {a.dtype} on {a.ranks} "
-              "virtual ranks of one GPU", "",
-              "| codec | algo | pipelined ms | one slice per chunk ms | codec ms/rank | copy ms/rank | hidden |",
-              "|---|---|---:|---:|---:|---:|---:|"]
-    item = numpy_dtype(a.dtype).itemsize
-    for codec in ("fp8_e4m3:g128", "hint8", "nvfp4"):
-        for algo in ("two_shot", "ring"):
-            pipe, st = pipeline_row(codec, algo, a.ranks, a.pipe_mib, a.dtype, 0, a.iters)
-            n = int(a.pipe_mib * (1 << 20)) // item
-            whole, _ = pipeline_row(codec, algo, a.ranks, a.pipe_mib, a.dtype,
-                                    -(-n // a.ranks), max(2, a.iters // 2))
-            t_codec = codec_ms_per_rank(rows, codec, algo, a.ranks, a.pipe_mib / a.mib)
-            t_copy = 2 * st["payload_bytes"] / copy_gbs / 1e6
-            hidden = (a.ranks * (t_codec + t_copy) - pipe) / (a.ranks * t_codec)
-            lines.append(f"| {codec} | {algo} | {pipe:.2f} | {whole:.2f} | {t_codec:.2f} | "
-                         f"{t_copy:.2f} | {100 * hidden:.0f}% |")
+    kernels, copies = [], []
+    for dtype in a.dtypes:
+        rows, copy_gbps = kernel_rows(a.mib, dtype, a.iters)
+        copies.append(copy_gbps)
+        kernels += rows
+        lines += [f"## Kernels: {a.mib:g} MiB of {dtype}, copy bandwidth {copy_gbps:.0f} GB/s "
+                  "(read+write)", "", "| codec | kernel | ms | GB/s | % of copy |",
+                  "|---|---|---:|---:|---:|"]
+        lines += [f"| {r['codec']} | {r['kernel']} | {r['ms']:.3f} | {r['gbps']:.0f} | "
+                  f"{100 * r['gbps'] / copy_gbps:.0f}% |" for r in rows]
+        lines.append("")
+    copy_gbps = max(copies)
+    item = numpy_dtype(a.pipe_dtype).itemsize
+    n = int(a.pipe_mib * (1 << 20)) // item // a.ranks * a.ranks  # chunks of equal size
+    group = Loopback(a.ranks, n, a.pipe_dtype)
+    slice_elems = group.slice_elems()
+    alone = Kernels(n, a.pipe_dtype)
+    lines += [f"## Loopback pipeline: allreduce of {a.pipe_mib:g} MiB {a.pipe_dtype} on {a.ranks} "
+              f"virtual ranks of one GPU (slice: {slice_elems} elements, "
+              f"{slice_elems * item / 2**20:g} MiB)", "",
+              "| codec | algo | pipelined ms | one slice per chunk ms | at 4 MiB slices ms | "
+              "alone ms | pipelined / one slice | pipelined / alone |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    pipeline = []
+    for codec in a.pipe_codecs:
+        for algo in ALGOS:
+            pipe, _ = group.run(codec, algo, 0, a.iters)
+            whole, _ = group.run(codec, algo, n // a.ranks, max(2, a.iters // 2))
+            small, _ = group.run(codec, algo, NCCL_SLICE_BYTES // item, max(2, a.iters // 2))
+            sum_ms = alone_ms(alone, codec, algo, a.ranks, a.iters)
+            pipeline.append({"codec": codec, "algo": algo, "mib": a.pipe_mib,
+                             "pipelined_ms": pipe, "one_slice_ms": whole, "alone_ms": sum_ms})
+            lines.append(f"| {codec} | {algo} | {pipe:.2f} | {whole:.2f} | {small:.2f} | "
+                         f"{sum_ms:.2f} | {pipe / whole:.2f} | {pipe / sum_ms:.2f} |")
     text = "\n".join(lines) + "\n"
     (out / "table.md").write_text(text)
-    (out / "kernels.json").write_text(json.dumps(rows, indent=1))
+    doc = {"device": device, "driver": driver, "commit": commit(),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "copy_gbps": copy_gbps,
+           "kernels": [{k: r[k] for k in ("codec", "kernel", "dtype", "gbps")} for r in kernels],
+           "pipeline": pipeline}
+    (out / "kernels.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(text)
     return 0
 

@@ -1,6 +1,6 @@
 """GPU-cluster projection of compressed all-reduce from the cost model (ccompress.perfmodel).
 
-    .venv/bin/python -m perf.model.gpu_projection [--kernels build/gpu_check/kernels.json] [--md]
+    .venv/bin/python -m perf.model.gpu_projection [--kernels perf/gpu/kernels.json] [--md]
 
 Two deployments:
   - 8xH100 on NVLink, tensor-parallel activations (one all-reduce per layer half, bf16,
@@ -13,8 +13,10 @@ Two deployments:
     once and share the node's NICs: one 400G NIC per node, or eight (one per GPU, DGX H100).
 Compression is applied to the inter-node step only; NVLink steps are NCCL's, uncompressed.
 
-Codec kernel rates come from perf/bench/gpu_bench.py's kernels.json (perf/gpu_check.sh on a GPU)
-when given; otherwise from the H100 datasheet (perfmodel.gpu_codec: 70% of the reachable
+Codec kernel rates come from perf/gpu/kernels.json, which perf/bench/gpu_bench.py writes
+(perf/gpu_check.sh on a GPU; its bfloat16 encode and decode_accumulate rows), or the file
+--kernels names. Where that file is missing (no GPU has measured the kernels yet) the script
+says so and takes rates from the H100 datasheet (perfmodel.gpu_codec: 70% of the reachable
 copy bandwidth), and every such row says "datasheet". The baseline is NCCL's uncompressed
 bf16 all-reduce as the model has it (the better of ring and tree, reduction at HBM speed).
 """
@@ -23,25 +25,43 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ccompress import Codec
 from ccompress.tools import perfmodel as pm
 
 CODECS = [("bf16", "none"), ("fp8_e4m3:g128", "fp8_e4m3:g128"), ("hint8", "hint8"),
-          ("nvfp4", "nvfp4")]
+          ("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("mxfp4", "mxfp4")]
+KERNELS_JSON = Path(__file__).resolve().parents[1] / "gpu" / "kernels.json"
 PAYS, LOSES = 1.10, 1.0  # speedup at or above: pays; below LOSES: compression costs time
 BUCKET = 25 * 10**6 // 2  # elements of a 25 MB bf16 bucket (PyTorch DDP's default size)
 IB_ALPHA = 5e-6
 
 
+def measured_rates(path: Optional[str]) -> Dict[Tuple[str, str], float]:
+    """{(codec, kernel): bytes/s read + written} of the bfloat16 rows of a kernels.json
+    (perf/bench/gpu_bench.py's shape: {"device", ..., "kernels": [{"codec", "kernel",
+    "dtype", "gbps"}], ...}); empty, with a line on stderr, when the file does not exist."""
+    p = Path(path) if path else KERNELS_JSON
+    if not p.exists():
+        print(f"# {p} is missing: no GPU has measured the kernels yet, so every row uses "
+              "datasheet rates (perf/gpu_check.sh on a GPU writes it)", file=sys.stderr)
+        return {}
+    doc = json.loads(p.read_text())
+    if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), list):
+        raise SystemExit(f"{p}: not a kernels.json of perf/bench/gpu_bench.py (an object with "
+                         "a 'kernels' list); re-run perf/gpu_check.sh")
+    print(f"# measured rates: {p} ({doc.get('device')}, driver {doc.get('driver')}, commit "
+          f"{doc.get('commit')}, {doc.get('date')})", file=sys.stderr)
+    return {(r["codec"], r["kernel"]): r["gbps"] * 1e9 for r in doc["kernels"]
+            if r.get("dtype") == "bfloat16"}
+
+
 def codec_costs(kernels: Optional[str]) -> List[pm.CodecCost]:
     """One CodecCost per codec: measured rates from kernels.json where it has the codec,
     else datasheet ones (marked in .source)."""
-    measured: Dict[Tuple[str, str], float] = {}
-    if kernels:
-        for r in json.load(open(kernels)):
-            measured[(r["codec"], r["kernel"])] = r["gbs"] * 1e9  # bytes/s read + written
+    measured = measured_rates(kernels)
     out = []
     for label, spec in CODECS:
         w = Codec.parse(spec).wire_bytes(1 << 20, "bfloat16") / (1 << 20)
@@ -91,7 +111,8 @@ def verdict(speedup: float) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernels", help="kernels.json of perf/bench/gpu_bench.py (measured rates)")
+    ap.add_argument("--kernels", help="kernels.json of perf/bench/gpu_bench.py (measured rates; "
+                    "default perf/gpu/kernels.json)")
     ap.add_argument("--md", action="store_true", help="a Markdown table")
     a = ap.parse_args(argv)
     codecs = codec_costs(a.kernels)

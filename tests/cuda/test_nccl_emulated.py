@@ -349,3 +349,54 @@ def test_nccl_async_call_orders_the_callers_stream_at_wait(rng):
     # The call records one event on the caller's stream; wait() adds the one wait.
     assert [g[:2] for g in got] == [(1, 1)] * ranks
     assert same_bits([g[2] for g in got] + [want[0]])
+
+
+def test_nccl_slices_by_mib_and_bounds_its_operations_per_mib(rng, monkeypatch):
+    """The NCCL transport's own slice is 4 MiB of input (not the host transports' 65536
+    elements; CCOMPRESS_DEVICE_SLICE_MB overrides it, and ranks that set different values fail
+    together at the call check). At a small slice set that way, a call without slice_elems
+    gives the bits of the host collective at that slice, and the kernel launches, events and
+    NCCL operations per slice stay bounded: at the 4 MiB slice a 64 MiB bfloat16 two_shot
+    all-reduce costs under 1.5 launches and 1 event (records + waits) per MiB (at the host
+    transports' slice it cost 42 launches and 16 events per MiB)."""
+    monkeypatch.delenv("CCOMPRESS_DEVICE_SLICE_MB", raising=False)
+    assert nccl_run(2, lambda c: (c._t.default_slice_bytes, c.slice_elems)) == [(4 << 20, 1 << 20)] * 2
+    ranks, slice_elems, codec = 4, 2048, "fp8_e4m3:g64"
+    monkeypatch.setenv("CCOMPRESS_DEVICE_SLICE_MB", str(slice_elems * 4 / 2**20))
+
+    def counts(k):
+        parts = gaussian_parts(rng, ranks, ranks * slice_elems * k)
+        want = cc.run_inproc(ranks, lambda c: c.allreduce(parts[c.rank], codec=codec,
+                                                           algo="two_shot"),
+                             slice_elems=slice_elems)
+        box = {}
+
+        def fn(c):
+            x = on(c, parts[c.rank])
+            c.allreduce(x, codec=codec, algo="two_shot")  # warm
+            c.barrier()
+            if c.rank == 0:
+                box["before"] = CUDA.emulator_counts()
+            c.barrier()
+            y = c.allreduce(x, codec=codec, algo="two_shot").numpy()
+            c.barrier()
+            if c.rank == 0:
+                box["after"] = CUDA.emulator_counts()
+            return y
+
+        got = nccl_run(ranks, fn)
+        assert same_bits(got + [want[0]])
+        d = {key: (box["after"][key] - box["before"][key]) / ranks for key in box["after"]}
+        d["events"] = d["event_records"] + d["stream_waits"]
+        return d
+
+    few, many = counts(2), counts(4)
+    per_slice = {k: (many[k] - few[k]) / (ranks * 2) for k in ("launches", "events", "nccl_ops")}
+    fixed = {k: few[k] - per_slice[k] * ranks * 2 for k in per_slice}
+    # measured, per rank: 5.25 launches, 2.06 events, 0.56 NCCL group operations per slice;
+    # 0, 10 and 2 per call
+    assert per_slice["launches"] <= 6 and per_slice["events"] <= 2.5, (per_slice, fixed)
+    assert per_slice["nccl_ops"] <= 1 and fixed["events"] <= 12, (per_slice, fixed)
+    slices = (64 << 20) // (4 << 20)
+    for k, bound in (("launches", 1.5), ("events", 1.0)):
+        assert (per_slice[k] * slices + fixed[k]) / 64 <= bound, (k, per_slice, fixed)

@@ -32,9 +32,9 @@ struct ErrorFeedbackBuffers {
 struct CollectiveOptions {
   Algo algo = Algo::Auto;
   ReduceOp op = ReduceOp::Sum;
-  /// Elements per pipelined slice; 0 picks the transport's default
-  /// (Transport::default_slice_elems: MPI 262144, else kDefaultSliceElems), rounded up to a
-  /// multiple of the codec's scale group.
+  /// Elements per pipelined slice; 0 picks the transport's default (default_slice_for:
+  /// MPI 262144 elements, device transports a few MiB of input, else kDefaultSliceElems),
+  /// rounded up to a multiple of the codec's scale group.
   int64_t slice_elems = 0;
   /// Seconds without progress before a collective gives up with TimeoutError.
   double timeout_s = 300.0;

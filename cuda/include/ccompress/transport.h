@@ -74,6 +74,11 @@ class CC_API Transport {
   /// slices, hence fewer messages. Every rank of a group must return the same. The slice
   /// size never changes a result's bits, only how many messages carry it.
   virtual int64_t default_slice_elems() const { return kDefaultSliceElems; }
+  /// Bytes of input per pipelined slice when a call does not choose, or 0 (the default):
+  /// default_slice_elems() decides. Device transports answer in bytes, a slice of megabytes
+  /// whatever the dtype: each slice costs kernel launches and events, which the host
+  /// transports' slices of 65536 elements would multiply. Every rank must return the same.
+  virtual int64_t default_slice_bytes() const { return 0; }
   /// This transport's ordered interface for payload transfers, or nullptr when its
   /// transfers complete under host polling (isend/irecv/wait_some), as MPI and inproc do.
   /// Ordered transports still serve isend/irecv for the small host messages of the call
@@ -91,6 +96,11 @@ class CC_API Transport {
   int64_t bytes_sent_ = 0;
   uint64_t calls_ = 0;
 };
+
+/// Elements per pipelined slice of a call on @p t in @p dtype that sets none:
+/// t.default_slice_bytes() / dtype_size(dtype) when the transport answers in bytes, else
+/// t.default_slice_elems() (before rounding up to a codec's scale group).
+CC_API int64_t default_slice_for(const Transport& t, DType dtype);
 
 /// Removes the entries at @p done (indices as wait_some / test_some return them) from @p v,
 /// keeping the order of the rest; for the request list and anything kept parallel to it.

@@ -2,6 +2,7 @@
 // for the chosen schedule and run it.
 #include "ccompress/collectives.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "ccompress/error.h"
@@ -18,6 +19,12 @@ std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int index) {
   int64_t base = n / parts, extra = n % parts;
   int64_t begin = index * base + std::min<int64_t>(index, extra);
   return {begin, begin + base + (index < extra ? 1 : 0)};
+}
+
+int64_t default_slice_for(const Transport& t, DType dtype) {
+  const int64_t bytes = t.default_slice_bytes();
+  if (bytes <= 0) return t.default_slice_elems();
+  return std::max<int64_t>(1, bytes / int64_t(dtype_size(dtype)));
 }
 
 Algo choose_algo(int64_t n, DType dtype, const Codec& codec, int nranks) {
@@ -42,7 +49,7 @@ PlanContext make_context(Transport& t, int64_t n, DType dtype, const Codec& code
   ctx.n = n;
   ctx.dtype = dtype;
   ctx.codec = codec.bind(dtype);
-  int64_t slice = opt.slice_elems > 0 ? opt.slice_elems : t.default_slice_elems();
+  int64_t slice = opt.slice_elems > 0 ? opt.slice_elems : default_slice_for(t, dtype);
   int64_t align = ctx.codec.align();
   if (opt.algo == Algo::Hier) {
     ctx.ranks_per_node = opt.ranks_per_node;

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include "transport/device_loopback.h"
+
 namespace ccompress::cuda {
 
 CollectiveStats run_device_collective(CollectiveFn fn, Transport& t, CudaBackend& k,
@@ -10,6 +12,9 @@ CollectiveStats run_device_collective(CollectiveFn fn, Transport& t, CudaBackend
                                       cudaStream_t caller, cudaEvent_t ready) {
   RankStreams& s = k.streams();
   DeviceGuard g(s.device());
+  // The loopback waits on the host for its peers' transfers: as long as the call allows.
+  if (auto* loopback = dynamic_cast<DeviceLoopbackTransport*>(&t))
+    loopback->match_timeout_s = opt.timeout_s;
   // Codec kernels start after the caller's earlier work; transfers into the workspace start
   // after the codec kernels of the previous collective that still read it.
   if (ready != nullptr) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "ccompress/error.h"
+#include "transport/device_slice.h"
 
 namespace ccompress::cuda {
 
@@ -50,6 +51,10 @@ NcclTransport::~NcclTransport() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   cudaEventDestroy(host_done_);
   if (stage_host_ != nullptr) cudaFreeHost(stage_host_);
+}
+
+int64_t NcclTransport::default_slice_bytes() const {
+  return device_slice_bytes(kNcclSliceBytes);
 }
 
 void NcclTransport::check_usable() const {

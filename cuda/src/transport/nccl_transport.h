@@ -27,6 +27,8 @@ class NcclTransport : public Transport, public OrderedTransport {
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
   OrderedTransport* ordered() override { return this; }
+  /// kNcclSliceBytes, or CCOMPRESS_DEVICE_SLICE_MB (transport/device_slice.h).
+  int64_t default_slice_bytes() const override;
 
   // Host messages (the call check): queued, sent as one group by the first wait.
   Request isend(int peer, const void* buf, int64_t bytes, int tag) override;

@@ -33,6 +33,7 @@ class SubTransport : public Transport {
   }
   void cancel(const std::vector<Request>& reqs) override { parent_.cancel(reqs); }
   int64_t default_slice_elems() const override { return parent_.default_slice_elems(); }
+  int64_t default_slice_bytes() const override { return parent_.default_slice_bytes(); }
   /// Every member sends one byte to every other and waits for theirs.
   void barrier() override;
   OrderedTransport* ordered() override { return ordered_ ? ordered_.get() : nullptr; }
