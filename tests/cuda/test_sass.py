@@ -43,6 +43,7 @@ KERNELS = {
     "feedback_residual_kernel": "values",
     # fp8_* (codecs/fp8/fp8_kernels.cu)
     "fp8_encode_kernel": "codes",
+    "fp8_encode_any_group_kernel": "codes",
     "fp8_decode_kernel": "values",
     # hint8 (codecs/hint8/hint8_kernels.cu)
     "hint8_encode_kernel": "codes",
@@ -67,10 +68,10 @@ _BLOCK_TILE = ("not yet rewritten: a block per tile through a shared-memory arra
 _WARP_ELEMENT = ("not yet rewritten: a warp per rotation block, one element per lane and "
                  "slot (element loads, byte stores of codes)")
 EXCEPTIONS = {
-    "fp8_encode_kernel": {"wide_load": "not yet rewritten: a block per group, element loads",
-                          "code_store": "not yet rewritten: a byte store per code"},
-    "fp8_decode_kernel": {"wide_store": "not yet rewritten: element stores of the values",
-                          "no_spill": "not yet rewritten: the tail indexes its register array"},
+    "fp8_encode_any_group_kernel": {
+        "wide_load": "a group of no power of two (fp8_*:gG) does not fall on whole lanes: a "
+                     "block per group, element loads (the power-of-two kernel takes the rest)",
+        "code_store": "the same: a byte store per code"},
     "hint8_encode_kernel": {"wide_load": _WARP_ELEMENT, "code_store": _WARP_ELEMENT,
                             "no_spill": _WARP_ELEMENT},
     "hint8_decode_kernel": {"wide_load": _WARP_ELEMENT, "wide_store": _WARP_ELEMENT,

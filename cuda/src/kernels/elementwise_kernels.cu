@@ -214,17 +214,6 @@ int grid_for(int64_t n) {
 }
 
 
-// Runs fn(std::integral_constant<DType, t>{}) for the runtime dtype t.
-template <class Fn>
-void with_dtype(DType t, Fn fn) {
-  switch (t) {
-    case DType::Float32: fn(std::integral_constant<DType, DType::Float32>{}); return;
-    case DType::BFloat16: fn(std::integral_constant<DType, DType::BFloat16>{}); return;
-    case DType::Float16: fn(std::integral_constant<DType, DType::Float16>{}); return;
-  }
-  CC_CHECK(false, "unsupported dtype " << int(t));
-}
-
 }  // namespace
 
 void launch_cast(const void* src, DType src_dtype, const void* x, DType x_dtype, int64_t n,
