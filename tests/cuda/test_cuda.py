@@ -22,8 +22,9 @@ CODECS = ["none", "bf16", "fp16", "bf16:sr", "fp8_e4m3:g32", "fp8_e5m2:g128", "f
           "taco:g32", "taco_e5m2:g128", "taco:g64:sr", "hint8", "hint8:g32:h256:s32",
           "hint8:g16:h64:s16:rs", "hint8:sr", "nvfp4", "hnvfp4:h64", "nvfp4:sr", "hint4",
           "hint4:g32:h64:s16", "hint4:sr", "mxfp8", "mxfp8_e5m2", "mxfp4",
-          # the kernels' other paths: fp8 groups of several warp steps and of no power of two
-          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48"]
+          # the kernels' other paths: fp8 groups of several warp steps and of no power of two,
+          # hint8 runs of 32 elements a lane with groups inside a lane
+          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024"]
 SIZES = [1, 33, 4097, 70001]  # tails of every kind, and more than one 65536-element piece
 
 
@@ -217,7 +218,7 @@ def test_unaligned_buffers_take_the_scalar_path(backend, rng):
     backend.synchronize()
     assert same_bits_or_nan([acc.download(ref), ref])
     # encoders reading from an odd element, decoders writing to one
-    for codec in ("fp8_e4m3:g32",):
+    for codec in ("fp8_e4m3:g32", "hint8"):
         c, want = cpu_encode(codec, x[1:])
         dst = DeviceBuffer(want.size)
         backend.encode(c, xd.ptr + 2, "bfloat16", n, 1.0, dst.ptr, 0, 0, 0, 0)

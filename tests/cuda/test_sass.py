@@ -67,15 +67,27 @@ _BLOCK_TILE = ("not yet rewritten: a block per tile through a shared-memory arra
                "loads and byte stores")
 _WARP_ELEMENT = ("not yet rewritten: a warp per rotation block, one element per lane and "
                  "slot (element loads, byte stores of codes)")
+_SHORT_ROTATION = ("rotations of 16 and 32 hold one element a lane: element accesses (the "
+                   "kernel's wide form serves rotations of 128 and more)")
 EXCEPTIONS = {
     "fp8_encode_any_group_kernel": {
         "wide_load": "a group of no power of two (fp8_*:gG) does not fall on whole lanes: a "
                      "block per group, element loads (the power-of-two kernel takes the rest)",
         "code_store": "the same: a byte store per code"},
-    "hint8_encode_kernel": {"wide_load": _WARP_ELEMENT, "code_store": _WARP_ELEMENT,
-                            "no_spill": _WARP_ELEMENT},
-    "hint8_decode_kernel": {"wide_load": _WARP_ELEMENT, "wide_store": _WARP_ELEMENT,
-                            "no_spill": _WARP_ELEMENT},
+    "hint8_encode_kernel": {
+        "wide_load": _SHORT_ROTATION,
+        "code_store": "the s8 scales, one byte a group written by its first lane, and the "
+                      "byte path of blocks shorter than 128 (rotations of 16 and 32, a run's "
+                      "tail blocks); blocks of 128 and more store their codes as 32-bit words",
+        "no_spill": "rotations of 512 and 1024 (16 and 32 values a lane): registers live "
+                    "across the IEEE division's slow-path call go to the stack; rotations "
+                    "up to 256 (the default is 128) do not spill"},
+    "hint8_decode_kernel": {
+        "wide_load": "its input is one byte a value: a lane reads its 4 to 32 codes as 32-bit "
+                     "words (bytes for rotations of 16 and 32); a warp still reads whole "
+                     "128-byte lines",
+        "wide_store": _SHORT_ROTATION,
+        "no_spill": "rotation 512 decoded to a dtype: two stack accesses (16 values a lane)"},
     "taco_encode_kernel": {"wide_load": _WARP_ELEMENT, "code_store": _WARP_ELEMENT},
     "taco_decode_kernel": {"wide_load": _WARP_ELEMENT, "wide_store": _WARP_ELEMENT},
     "fourbit::amax_kernel": {"wide_load": _BLOCK_TILE},
