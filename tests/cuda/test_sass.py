@@ -17,7 +17,7 @@ code) or cuobjdump is missing (it comes with the test extras: ``nvidia-cuda-cuob
 ``nvidia-cuda-nvdisasm``); under CI (``CI=true``) a missing cuobjdump fails instead.
 
 ``python tests/cuda/test_sass.py`` prints the table: per kernel, the widest global load, the
-narrowest and widest global store, and spills."""
+narrowest and widest global store, and spills (the range over its instances)."""
 import functools
 import importlib.util
 import os
@@ -260,24 +260,28 @@ def test_kernel_sass(kernels, name):
 
 
 def main():
+    """Prints the table: per kernel, over its instances, the range (worst-best) of the widest
+    global load, the narrowest store, the widest store and the spills, and the rules broken."""
     module, why = _cuda_module()
     tool = _cuobjdump()
     if module is None or tool is None:
         sys.exit(why or "cuobjdump not found")
     found = kernel_instances(sass_functions(module, tool))
-    print(f"| kernel | instances | widest load | narrowest store | widest store | spills | "
-          f"rules broken |")
+    print("| kernel | instances | widest load | narrowest store | widest store | spills | "
+          "rules broken |")
     print("|---|---|---|---|---|---|---|")
     for name in sorted(found):
-        inst = found[name].values()
+        inst = list(found[name].values())
         role = KERNELS.get(name, "?")
-        worst = {"widest_load": min(s["widest_load"] for s in inst),
-                 "narrowest_store": min(s["narrowest_store"] for s in inst),
-                 "widest_store": min(s["widest_store"] for s in inst),
-                 "spills": max(s["spills"] for s in inst)}
+
+        def span(key, best=max):
+            lo, hi = min(s[key] for s in inst), max(s[key] for s in inst)
+            worst, top = (lo, hi) if best is max else (hi, lo)
+            return str(worst) if lo == hi else f"{worst}-{top}"
+
         broken = sorted(set().union(*(violations(role, s) for s in inst))) if role != "?" else "?"
-        print(f"| {name} | {len(inst)} | {worst['widest_load']} | {worst['narrowest_store']} | "
-              f"{worst['widest_store']} | {worst['spills']} | {', '.join(broken) or '-'} |")
+        print(f"| {name} | {len(inst)} | {span('widest_load')} | {span('narrowest_store')} | "
+              f"{span('widest_store')} | {span('spills', min)} | {', '.join(broken) or '-'} |")
 
 
 if __name__ == "__main__":
