@@ -21,7 +21,10 @@ DTYPES = ["float32", "bfloat16", "float16"]
 CODECS = ["none", "bf16", "fp16", "bf16:sr", "fp8_e4m3:g32", "fp8_e5m2:g128", "fp8_e4m3:g64:sr",
           "taco:g32", "taco_e5m2:g128", "taco:g64:sr", "hint8", "hint8:g32:h256:s32",
           "hint8:g16:h64:s16:rs", "hint8:sr", "nvfp4", "hnvfp4:h64", "nvfp4:sr", "hint4",
-          "hint4:g32:h64:s16", "hint4:sr", "mxfp8", "mxfp8_e5m2", "mxfp4"]
+          "hint4:g32:h64:s16", "hint4:sr", "mxfp8", "mxfp8_e5m2", "mxfp4",
+          # the kernels' other paths: fp8 groups of several warp steps and of no power of two,
+          # hint8 runs of 32 elements a lane with groups inside a lane
+          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024"]
 SIZES = [1, 33, 4097, 70001]  # tails of every kind, and more than one 65536-element piece
 
 
@@ -214,6 +217,19 @@ def test_unaligned_buffers_take_the_scalar_path(backend, rng):
     backend.load_accumulate(xd.ptr + 2, "bfloat16", n, acc.ptr + 4, True)
     backend.synchronize()
     assert same_bits_or_nan([acc.download(ref), ref])
+    # encoders reading from an odd element, decoders writing to one
+    for codec in ("fp8_e4m3:g32", "hint8"):
+        c, want = cpu_encode(codec, x[1:])
+        dst = DeviceBuffer(want.size)
+        backend.encode(c, xd.ptr + 2, "bfloat16", n, 1.0, dst.ptr, 0, 0, 0, 0)
+        backend.synchronize()
+        assert np.array_equal(dst.bytes(want.size), want), codec
+        ref = np.zeros(n + 1, np.float32)
+        _core.decode(c, host_ptr(want), n, host_ptr(ref) + 4, "float32")
+        out = DeviceBuffer.of(np.zeros(n + 1, np.float32))
+        backend.decode(c, dst.ptr, n, out.ptr + 4, "float32")
+        backend.synchronize()
+        assert same_bits_or_nan([out.download(ref), ref]), codec
 
 
 # ---- the whole pipeline on virtual ranks of one GPU ----

@@ -32,38 +32,6 @@ __device__ __forceinline__ float load1(const void* p, int64_t i) {
   }
 }
 
-// v[0..8) <- elements i..i+8 of p; i is a multiple of 8 and p 16-byte aligned.
-template <DType T>
-__device__ __forceinline__ void load8(const void* p, int64_t i, float (&v)[kVec]) {
-  if constexpr (T == DType::Float32) {
-    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
-    const float4 a = q[0], b = q[1];
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-  } else {
-    const uint4 r = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i);
-    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const uint16_t h = static_cast<uint16_t>(w[k >> 1] >> (16 * (k & 1)));
-      v[k] = T == DType::BFloat16 ? codecs::bf16_to_float(h) : codecs::f16_to_float(h);
-    }
-  }
-}
-
-// v[0..8) <- the run of len <= 8 elements from i of p, zeros past len: one vector load when
-// @p vec (every pointer 16-byte aligned) and the run is whole, scalar loads otherwise.
-template <DType T>
-__device__ __forceinline__ void load_run(const void* p, int64_t i, int len, bool vec,
-                                         float (&v)[kVec]) {
-  if (vec && len == kVec) {
-    load8<T>(p, i, v);
-  } else {
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = k < len ? load1<T>(p, i + k) : 0.0f;
-  }
-}
-
 template <DType T>
 __device__ __forceinline__ uint16_t to16(float f, bool sr, uint64_t prefix, int64_t index) {
   if (sr) {
@@ -114,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
     float v[kVec];
     const int len = static_cast<int>(min(int64_t(kVec), n - i));
     const bool full = vec && len == kVec;
-    load_run<S>(src, i, len, vec, v);
+    load_run8_as_float<S>(src, i, len, vec, v);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       if (x != nullptr && k < len) v[k] = codecs::add_rn(v[k], codecs::load_as_float(x, x_dtype, i + k));
@@ -137,9 +105,9 @@ __global__ void __launch_bounds__(kThreads)
     const int len = static_cast<int>(min(int64_t(kVec), n - i));
     if (vec && len == kVec) {
       float v[kVec], a[kVec];
-      load8<S>(src, i, v);
+      load8_as_float<S>(src, i, v);
       if (!assign) {
-        load8<DType::Float32>(acc, i, a);
+        load8_as_float<DType::Float32>(acc, i, a);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) v[k] = codecs::add_rn(a[k], v[k]);
       }
@@ -176,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += stride) {
     const int len = static_cast<int>(min(int64_t(kVec), n - i));
     float v[kVec];
-    load_run<T>(src, i, len, vec, v);
+    load_run8_as_float<T>(src, i, len, vec, v);
     // A 16-bit NaN or Inf widens to an fp32 NaN or Inf and nothing else does.
 #pragma unroll
     for (int k = 0; k < kVec; ++k) c += codecs::f32_is_finite(v[k]) ? 0u : 1u;
@@ -193,8 +161,8 @@ __global__ void __launch_bounds__(kThreads)
     const int len = static_cast<int>(min(int64_t(kVec), n - i));
     if (vec && len == kVec) {
       float a[kVec], d[kVec], r[kVec];
-      load8<DType::Float32>(v, i, a);
-      load8<DType::Float32>(decoded, i, d);
+      load8_as_float<DType::Float32>(v, i, a);
+      load8_as_float<DType::Float32>(decoded, i, d);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) c += codecs::feedback_residual_of(a[k], d[k], &r[k]) ? 1u : 0u;
       store8<DType::Float32>(residual, i, r, false, 0, 0);
@@ -213,17 +181,6 @@ int grid_for(int64_t n) {
   return static_cast<int>(std::min(std::max<int64_t>(blocks, 1), kMaxBlocks));
 }
 
-
-// Runs fn(std::integral_constant<DType, t>{}) for the runtime dtype t.
-template <class Fn>
-void with_dtype(DType t, Fn fn) {
-  switch (t) {
-    case DType::Float32: fn(std::integral_constant<DType, DType::Float32>{}); return;
-    case DType::BFloat16: fn(std::integral_constant<DType, DType::BFloat16>{}); return;
-    case DType::Float16: fn(std::integral_constant<DType, DType::Float16>{}); return;
-  }
-  CC_CHECK(false, "unsupported dtype " << int(t));
-}
 
 }  // namespace
 

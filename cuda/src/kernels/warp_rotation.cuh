@@ -95,6 +95,118 @@ __device__ __forceinline__ void store_block(DecodeOut o, int64_t off, int len,
   }
 }
 
+// ---- the contiguous layout (hint8_kernels.cu) ----
+// Lane l holds the run of r = runs_of(len) consecutive elements l * r .. l * r + r - 1 of its
+// block in slots 0..r-1 (a block shorter than 32: lanes 0..len-1, one element each), so a
+// lane reads and writes its elements with vector accesses: 4 elements (one 16-byte load of
+// fp32, one 8-byte load of bf16 / fp16, one 4-byte word of one-byte codes) per access once
+// r >= 4 (rotation blocks of 128 and more). A block starts at a multiple of its length, so
+// with a 16-byte aligned base every such access is aligned. Every arithmetic step is the one
+// of the strided layout above (and of the host loop), only the places of the elements differ.
+
+/// Elements per lane of a block of len elements in the contiguous layout.
+__device__ __forceinline__ int runs_of(int len) { return len < 32 ? 1 : len >> 5; }
+
+/// Element index of slot k (< r) of this lane in the contiguous layout.
+__device__ __forceinline__ int run_elem(int k, int r) { return (threadIdx.x & 31) * r + k; }
+
+/// wht_normalized in the contiguous layout: partners closer than r sit in this lane's other
+/// slots, farther ones (distance d) in lane ^ (d / r); the stages in the host's order.
+template <int kSlots>
+__device__ __forceinline__ void wht_runs(float (&v)[kSlots], int len) {
+  const int lane = threadIdx.x & 31;
+  const int r = runs_of(len);
+#pragma unroll
+  for (int m = 1; m < kSlots; m <<= 1) {
+    if (m < r) {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        if (!(k & m)) {
+          float a = v[k], b = v[k | m];
+          v[k] = __fadd_rn(a, b);
+          v[k | m] = __fadd_rn(a, -b);
+        }
+      }
+    }
+  }
+  const int lanes = len < 32 ? len : 32;
+  for (int d = 1; d < lanes; d <<= 1) {
+    const bool upper = (lane & d) != 0;
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      if (k < r) {  // warp-uniform: every lane takes part in the shuffle
+        float o = __shfl_xor_sync(kFullMask, v[k], d);
+        v[k] = upper ? __fadd_rn(o, -v[k]) : __fadd_rn(v[k], o);
+      }
+    }
+  }
+  const float norm = codecs::wht_norm(len);
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], norm);
+}
+
+/// Elements i..i+4 of p (dtype t) as fp32, one vector load (see load4_as_float).
+__device__ __forceinline__ void load4_any(const void* p, DType t, int64_t i, float* v) {
+  if (t == DType::Float32) {
+    load4_as_float<DType::Float32>(p, i, v);
+  } else if (t == DType::BFloat16) {
+    load4_as_float<DType::BFloat16>(p, i, v);
+  } else {
+    load4_as_float<DType::Float16>(p, i, v);
+  }
+}
+
+/// load_block in the contiguous layout. @p vec: src is 16-byte aligned.
+template <int kSlots>
+__device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off, int len,
+                                          float divisor, bool vec, float (&v)[kSlots],
+                                          bool add = false) {
+  const int r = runs_of(len);
+  const int j0 = run_elem(0, r);
+  const bool mine = j0 < len;
+  float x[kSlots];
+  bool wide = false;
+  if constexpr (kSlots >= 4) {
+    wide = vec && r >= 4;
+    if (wide) {
+#pragma unroll
+      for (int c = 0; c < kSlots; c += 4)
+        if (c < r) load4_any(src, t, off + j0 + c, x + c);
+    }
+  }
+  if (!wide) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k)
+      x[k] = k < r && mine ? codecs::load_as_float(src, t, off + j0 + k) : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    float y = k < r && mine ? x[k] : 0.0f;
+    if (add && k < r && mine) y = codecs::add_rn(v[k], y);
+    v[k] = divisor != 1.0f ? codecs::div_rn(y, divisor) : y;
+  }
+}
+
+/// store_block in the contiguous layout. @p vec: the destination is 16-byte aligned.
+template <bool kCast, int kSlots>
+__device__ __forceinline__ void store_runs(DecodeOut o, int64_t off, int len, bool vec,
+                                           const float (&v)[kSlots]) {
+  const int r = runs_of(len);
+  const int j0 = run_elem(0, r);
+  if (j0 >= len) return;
+  if constexpr (kSlots >= 4) {
+    if (vec && r >= 4) {
+#pragma unroll
+      for (int c = 0; c < kSlots; c += 4)
+        if (c < r) store_decoded4<kCast>(o, off + j0 + c, v + c);
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k)
+    if (k < r) store_decoded<kCast>(o, off + j0 + k, v[k]);
+}
+
 /// Warp index over the whole grid, and the grid's warp count.
 __device__ __forceinline__ int64_t global_warp() {
   return int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);

@@ -18,15 +18,6 @@ namespace {
 using codecs::Fp8E4M3;
 using codecs::Fp8E5M2;
 
-// One block encodes one group at a time; 128 threads cover the default group in one pass
-// and the largest (1024) in kMaxPerThread.
-constexpr int kEncodeThreads = 128;
-constexpr int kWarps = kEncodeThreads / 32;
-constexpr int kMaxPerThread = 1024 / kEncodeThreads;
-constexpr int kDecodeThreads = 256;
-// Grid-stride loops cover any count; this only bounds the launch.
-constexpr int64_t kMaxBlocks = int64_t(1) << 20;
-
 // Where an encode reads its values: an input of some dtype, or (the fused ring hop) an FP8
 // wire buffer decoded and added to an input, decode(wire) + x in that order, as on the CPU.
 struct Fp8Source {
@@ -36,13 +27,156 @@ struct Fp8Source {
   const float* wire_scales = nullptr;
 };
 
-// dst may be the hop's own wire buffer (in place): a block reads its whole group into
-// registers, and the scale, before the __syncthreads that precedes its writes.
-template <class F, bool kHop>
-__global__ void __launch_bounds__(kEncodeThreads)
+// ---- groups of a power of two (every default): a warp per group, or part of one ----
+//
+// Each lane owns runs of kRun = 8 consecutive elements: one 16-byte load of bf16 / fp16
+// (two of fp32), one 8-byte store of their codes. A group of G elements is G / 8 consecutive
+// lanes (G <= 256; a warp holds 256 / G groups) or a whole warp over G / 256 steps
+// (G > 256), so its amax is a max over registers and lane shuffles: no shared
+// memory, no block barrier. A warp's tile is max(256, G) consecutive elements; warps stride
+// over tiles.
+constexpr int kThreads = 256;
+constexpr int kMinBlocks = 4;
+constexpr int kRun = 8;
+constexpr int kWarpRun = 32 * kRun;  // elements of a warp per step
+// Grid-stride loops cover any count; this only bounds the launch.
+constexpr int64_t kMaxBlocks = int64_t(1) << 20;
+
+// Codes of elements i..i+8 (len of them valid, zeros past len: the payload's zero pad) as
+// two 32-bit words: one 8-byte store when @p vec (dst 8-byte aligned) and the run is whole,
+// else a 4-byte store per word holding a valid element (dst is 4-byte aligned, i a multiple
+// of 8).
+__device__ __forceinline__ void store_codes8(uint8_t* dst, int64_t i, int len, bool vec,
+                                             uint32_t lo, uint32_t hi) {
+  if (vec && len == kRun) {
+    *reinterpret_cast<uint2*>(dst + i) = make_uint2(lo, hi);
+  } else {
+    if (len > 0) *reinterpret_cast<uint32_t*>(dst + i) = lo;
+    if (len > 4) *reinterpret_cast<uint32_t*>(dst + i + 4) = hi;
+  }
+}
+
+// The 8 codes of wire bytes i..i+8 (len valid, zeros past len), the incoming wire of a hop.
+__device__ __forceinline__ void load_codes8(const uint8_t* wire, int64_t i, int len, bool vec,
+                                            uint8_t (&q)[kRun]) {
+  if (vec && len == kRun) {
+    const uint2 r = *reinterpret_cast<const uint2*>(wire + i);
+#pragma unroll
+    for (int k = 0; k < kRun; ++k) q[k] = static_cast<uint8_t>((k < 4 ? r.x : r.y) >> (8 * (k & 3)));
+  } else {
+#pragma unroll
+    for (int k = 0; k < kRun; ++k) q[k] = k < len ? wire[i + k] : 0;
+  }
+}
+
+// The run of element i (len of its 8 valid, zeros past len) as the encoder's values:
+// (decode(wire) + x) / divisor for the hop, x / divisor otherwise, as on the CPU; *amax
+// takes their largest finite |v|. ws: the incoming wire's scale of the run's group (kHop).
+template <class F, bool kHop, DType S>
+__device__ __forceinline__ void load_encode_run(const Fp8Source& in, int64_t i, int len,
+                                                float divisor, bool vec, float ws,
+                                                float (&v)[kRun], int32_t* amax) {
+  load_run8_as_float<S>(in.src, i, len, vec, v);
+  if constexpr (kHop) {
+    uint8_t q[kRun];
+    load_codes8(in.wire, i, len, vec, q);
+#pragma unroll
+    for (int k = 0; k < kRun; ++k)
+      if (k < len) v[k] = codecs::add_rn(codecs::group_dequantize<F>(q[k], ws), v[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kRun; ++k) {
+    if (divisor != 1.0f && k < len) v[k] = codecs::div_rn(v[k], divisor);
+    *amax = max(*amax, codecs::finite_abs_bits(v[k]));  // 0 past len
+  }
+}
+
+// Codes of the run of element i at scale s, stored as two 32-bit words (store_codes8).
+template <class F>
+__device__ __forceinline__ void quantize_run(const float (&v)[kRun], int64_t i, int len,
+                                             float s, bool vec, bool stochastic,
+                                             const EncodeContext& ctx, uint8_t* dst) {
+  if (len <= 0) return;
+  uint32_t word[2] = {0, 0};
+#pragma unroll
+  for (int k = 0; k < kRun; ++k) {
+    if (k >= len) continue;
+    uint32_t q;
+    if (stochastic) {  // noise of the run's element, as on the CPU
+      const float u = codecs::sr_uniform(ctx.seed, ctx.step, ctx.rank, ctx.index + i + k);
+      q = codecs::group_quantize_sr<F>(v[k], s, u);
+    } else {
+      q = static_cast<uint32_t>(codecs::group_quantize_code<F>(v[k], s));
+    }
+    word[k >> 2] |= q << (8 * (k & 3));
+  }
+  store_codes8(dst, i, len, vec, word[0], word[1]);
+}
+
+__device__ __forceinline__ int run_len(int64_t n, int64_t i) {
+  return static_cast<int>(max(int64_t(0), min(int64_t(kRun), n - i)));
+}
+
+// A group of G <= 256 is one step: its values stay in registers between the amax and the
+// codes. A larger group takes G / 256 steps: the first step's values stay in registers, the
+// later ones are read again for their codes (from L1: the warp read them just before).
+// dst may be the hop's own wire buffer (in place): a lane reads its runs' codes and its
+// group's scale before it writes those codes, and the group's scale is written after a
+// __syncwarp that follows every lane's last read. @p vec: src (16), dst and wire (8) aligned
+// for vector accesses.
+// At least kMinBlocks blocks per SM (64 registers a thread): with more, the registers live
+// across the IEEE division's slow-path call spill to the stack.
+template <class F, bool kHop, DType S>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     fp8_encode_kernel(Fp8Source in, int64_t n, int group, float divisor, uint8_t* dst,
-                      float* scales, bool stochastic, EncodeContext ctx) {
-  __shared__ int32_t warp_amax[kWarps];
+                      float* scales, bool stochastic, EncodeContext ctx, bool vec) {
+  const int lane = threadIdx.x & 31;
+  const int lanes = group < kWarpRun ? group / kRun : 32;  // lanes per group
+  const int steps = group > kWarpRun ? group / kWarpRun : 1;
+  const int64_t tile = int64_t(kWarpRun) * steps;
+  const int64_t tiles = (n + tile - 1) / tile;
+  const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
+  for (int64_t w = int64_t(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5); w < tiles;
+       w += warps) {
+    const int64_t base = w * tile + lane * kRun;
+    const int64_t g = base / group;  // this lane's group (the same in every step)
+    const int len0 = run_len(n, base);
+    const float ws = kHop && len0 > 0 ? in.wire_scales[g] : 0.0f;
+    float v[kRun];
+    int32_t amax = 0;
+    load_encode_run<F, kHop, S>(in, base, len0, divisor, vec, ws, v, &amax);
+    for (int t = 1; t < steps; ++t) {
+      const int64_t i = base + int64_t(t) * kWarpRun;
+      float x[kRun];
+      load_encode_run<F, kHop, S>(in, i, run_len(n, i), divisor, vec, ws, x, &amax);
+    }
+    for (int o = 1; o < lanes; o <<= 1) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    const float s = codecs::group_scale<F>(amax);
+    for (int t = steps - 1; t > 0; --t) {  // later steps first: their codes are read again
+      const int64_t i = base + int64_t(t) * kWarpRun;
+      const int len = run_len(n, i);
+      float x[kRun];
+      int32_t unused = 0;
+      load_encode_run<F, kHop, S>(in, i, len, divisor, vec, ws, x, &unused);
+      quantize_run<F>(x, i, len, s, vec, stochastic, ctx, dst);
+    }
+    quantize_run<F>(v, base, len0, s, vec, stochastic, ctx, dst);
+    if constexpr (kHop) __syncwarp();  // in place: every lane has read the group's scale
+    if (lane % lanes == 0 && len0 > 0) scales[g] = s;
+  }
+}
+
+// ---- any other group (16..1024): one block per group ----
+
+constexpr int kGroupThreads = 128;  // the default group in one pass, 1024 in kMaxPerThread
+constexpr int kGroupWarps = kGroupThreads / 32;
+constexpr int kMaxPerThread = 1024 / kGroupThreads;
+
+template <class F, bool kHop>
+__global__ void __launch_bounds__(kGroupThreads)
+    fp8_encode_any_group_kernel(Fp8Source in, int64_t n, int group, float divisor, uint8_t* dst,
+                                float* scales, bool stochastic, EncodeContext ctx) {
+  __shared__ int32_t warp_amax[kGroupWarps];
   const int tid = threadIdx.x;
   if (blockIdx.x == 0 && n + tid < codecs::fp8_scales_offset(n)) dst[n + tid] = 0;
   const int64_t num_groups = (n + group - 1) / group;
@@ -53,7 +187,7 @@ __global__ void __launch_bounds__(kEncodeThreads)
     int32_t amax = 0;
 #pragma unroll
     for (int k = 0; k < kMaxPerThread; ++k) {
-      int i = tid + k * kEncodeThreads;
+      int i = tid + k * kGroupThreads;
       v[k] = 0.0f;
       if (i < len) {
         float x = codecs::load_as_float(in.src, in.src_dtype, off + i);
@@ -67,13 +201,13 @@ __global__ void __launch_bounds__(kEncodeThreads)
     if ((tid & 31) == 0) warp_amax[tid >> 5] = amax;
     __syncthreads();
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) amax = max(amax, warp_amax[w]);
+    for (int w = 0; w < kGroupWarps; ++w) amax = max(amax, warp_amax[w]);
     const float s = codecs::group_scale<F>(amax);
 #pragma unroll
     for (int k = 0; k < kMaxPerThread; ++k) {
-      int i = tid + k * kEncodeThreads;
+      int i = tid + k * kGroupThreads;
       if (i >= len) continue;
-      if (stochastic) {  // noise of the run's element off + i, as on the CPU
+      if (stochastic) {
         float u = codecs::sr_uniform(ctx.seed, ctx.step, ctx.rank, ctx.index + off + i);
         dst[off + i] = codecs::group_quantize_sr<F>(v[k], s, u);
       } else {
@@ -87,14 +221,15 @@ __global__ void __launch_bounds__(kEncodeThreads)
 
 constexpr int kDecodeVec = 16;  // elements per thread and step: one 16-byte load of codes
 
-// Each thread decodes 16 consecutive elements: one 16-byte load of their codes and, into
-// fp32 accumulators, four 16-byte loads / stores, where the pointers allow (`vec`).
+// Each thread decodes 16 consecutive elements: one 16-byte load of their codes, one scale
+// when the group is a multiple of 16 (@p one_scale), and 16-byte stores (two to four) where
+// the pointers allow (`vec`).
 template <class F, bool kCast>
-__global__ void __launch_bounds__(kDecodeThreads)
+__global__ void __launch_bounds__(kThreads)
     fp8_decode_kernel(const uint8_t* __restrict__ src, int64_t n, int group,
-                      const float* __restrict__ scales, DecodeOut o, bool vec) {
-  const int64_t stride = int64_t(gridDim.x) * kDecodeThreads * kDecodeVec;
-  for (int64_t i = (int64_t(blockIdx.x) * kDecodeThreads + threadIdx.x) * kDecodeVec; i < n;
+                      const float* __restrict__ scales, DecodeOut o, bool vec, bool one_scale) {
+  const int64_t stride = int64_t(gridDim.x) * kThreads * kDecodeVec;
+  for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kDecodeVec; i < n;
        i += stride) {
     const int len = static_cast<int>(min(int64_t(kDecodeVec), n - i));
     const bool full = vec && len == kDecodeVec;
@@ -108,24 +243,20 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
       for (int k = 0; k < kDecodeVec; ++k) q[k] = k < len ? src[i + k] : 0;
     }
-    float v[kDecodeVec];
+    const float s0 = scales[i / group];
+    float v[2][kRun];
 #pragma unroll
-    for (int k = 0; k < kDecodeVec; ++k)
-      v[k] = k < len ? codecs::group_dequantize<F>(q[k], scales[(i + k) / group]) : 0.0f;
-    if (kCast || !full) {
-      for (int k = 0; k < len; ++k) store_decoded<kCast>(o, i + k, v[k]);
+    for (int k = 0; k < kDecodeVec; ++k) {
+      const float s = one_scale ? s0 : (k < len ? scales[(i + k) / group] : 0.0f);
+      v[k / kRun][k % kRun] = codecs::group_dequantize<F>(q[k], s);
+    }
+    if (full) {
+      store_decoded8<kCast>(o, i, v[0]);
+      store_decoded8<kCast>(o, i + kRun, v[1]);
     } else {
-      float4* a = reinterpret_cast<float4*>(o.acc + i);
 #pragma unroll
-      for (int k = 0; k < kDecodeVec / 4; ++k) {
-        float4 t = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
-        if (!o.assign) {
-          const float4 b = a[k];
-          t = make_float4(codecs::add_rn(b.x, t.x), codecs::add_rn(b.y, t.y),
-                          codecs::add_rn(b.z, t.z), codecs::add_rn(b.w, t.w));
-        }
-        a[k] = t;
-      }
+      for (int k = 0; k < kDecodeVec; ++k)
+        if (k < len) store_decoded<kCast>(o, i + k, v[k / kRun][k % kRun]);
     }
   }
 }
@@ -136,6 +267,8 @@ void check_fp8(const Codec& codec, int64_t n) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
 }
 
+
+bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // Blocks for work_items items at per_block items per block, at least 1, at most kMaxBlocks.
 int grid_for(int64_t work_items, int per_block) {
@@ -159,15 +292,29 @@ void launch_fp8_encode(const void* src, DType src_dtype, const void* wire_in, in
   const Fp8Source in{src, src_dtype, in_wire, in_scales};
   uint8_t* wire = static_cast<uint8_t*>(dst);
   float* scales = reinterpret_cast<float*>(wire + codecs::fp8_scales_offset(n));
-  const int grid = grid_for(ceil_div(n, codec.group), 1);
+  const int group = codec.group;
   with_flag(in_wire != nullptr, [&](auto hop) {
     constexpr bool kHop = decltype(hop)::value;
+    auto go = [&](auto fmt) {
+      using F = decltype(fmt);
+      if ((group & (group - 1)) == 0) {  // a power of two: a warp per group
+        const bool vec = aligned(src, 16) && aligned(dst, 8) && aligned(wire_in, 8);
+        const int64_t tile = std::max<int64_t>(kWarpRun, group);
+        const int grid = grid_for(ceil_div(n, tile), kThreads / 32);
+        with_dtype(src_dtype, [&](auto t) {
+          fp8_encode_kernel<F, kHop, decltype(t)::value><<<grid, kThreads, 0, stream>>>(
+              in, n, group, divisor, wire, scales, codec.stochastic, ctx, vec);
+        });
+      } else {
+        fp8_encode_any_group_kernel<F, kHop><<<grid_for(ceil_div(n, group), 1), kGroupThreads, 0,
+                                               stream>>>(in, n, group, divisor, wire, scales,
+                                                         codec.stochastic, ctx);
+      }
+    };
     if (codec.fp8_format == 0) {
-      fp8_encode_kernel<Fp8E4M3, kHop><<<grid, kEncodeThreads, 0, stream>>>(
-          in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+      go(Fp8E4M3{});
     } else {
-      fp8_encode_kernel<Fp8E5M2, kHop><<<grid, kEncodeThreads, 0, stream>>>(
-          in, n, codec.group, divisor, wire, scales, codec.stochastic, ctx);
+      go(Fp8E5M2{});
     }
   });
   CC_CUDA_CHECK_LAUNCH(in_wire != nullptr ? "fp8 decode_reduce_encode" : "fp8 encode");
@@ -180,15 +327,17 @@ void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Dec
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
   const uint8_t* wire = static_cast<const uint8_t*>(src);
   const float* scales = reinterpret_cast<const float*>(wire + codecs::fp8_scales_offset(n));
-  const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(o.acc) % 16 == 0;
-  const int grid = grid_for(ceil_div(n, kDecodeVec), kDecodeThreads);
+  const bool vec = aligned(src, 16) && decode_out_aligned16(o);
+  const bool one_scale = codec.group % kDecodeVec == 0;
+  const int grid = grid_for(ceil_div(n, kDecodeVec), kThreads);
   auto go = [&](auto fmt) {
     using F = decltype(fmt);
     if (o.out != nullptr) {
-      fp8_decode_kernel<F, true><<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, o, vec);
+      fp8_decode_kernel<F, true><<<grid, kThreads, 0, stream>>>(wire, n, codec.group, scales, o,
+                                                               vec, one_scale);
     } else {
-      fp8_decode_kernel<F, false><<<grid, kDecodeThreads, 0, stream>>>(wire, n, codec.group, scales, o, vec);
+      fp8_decode_kernel<F, false><<<grid, kThreads, 0, stream>>>(wire, n, codec.group, scales, o,
+                                                                vec, one_scale);
     }
   };
   if (codec.fp8_format == 0) {
