@@ -112,20 +112,15 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
     call.inter_algo = opt.inter_algo;
   }
   const bool alltoall = kind == CollectiveKind::AllToAll;
+  int64_t out_elems = opt.out_elems;  // alltoall: the output's size
   if (alltoall) {
-    // Refused alike on every rank (the options are part of the call check's description,
-    // or the same on every rank by the binding's checks) before any message.
+    // What this rank alone can see is refused here, before any message, like the checks
+    // above (Communicator.all_to_all refuses it before it calls, and its peers meet that
+    // refusal in their call check); what the ranks must agree on is checked below.
     CC_CHECK_AS(Unsupported, !opt.feedback.any(),
                 "alltoall has no error feedback: each call sends other data (dispatched "
                 "tokens), so no residual carries over; pass no residuals");
     CC_CHECK(!inplace || n == 0, "alltoall cannot write its output over its input");
-    call.count = 0;  // counts differ between ranks: agree_on_splits checks them
-  }
-  const uint64_t call_number = t.next_call();
-  CollectiveStats stats;
-  stats.header_bytes = check_same_call(t, call, opt.timeout_s);
-  if (alltoall) {
-    int64_t out_elems = opt.out_elems;
     if (out_elems < 0) {
       out_elems = n;
       if (!opt.out_splits.empty()) {
@@ -134,6 +129,12 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
       }
     }
     CC_CHECK(out_elems == 0 || out != nullptr, "null output for " << out_elems << " elements");
+    call.count = 0;  // counts differ between ranks: agree_on_splits checks them
+  }
+  const uint64_t call_number = t.next_call();
+  CollectiveStats stats;
+  stats.header_bytes = check_same_call(t, call, opt.timeout_s);
+  if (alltoall) {
     ctx.splits = agree_on_splits(t, n, out_elems, opt.in_splits, opt.out_splits,
                                  opt.timeout_s, stats.header_bytes);
     ctx.n = 0;
