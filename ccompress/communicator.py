@@ -266,8 +266,9 @@ class Communicator:
             This rank's input: a host array (NumPy, or anything with DLPack) or, on a device
             communicator, a CUDA array; at least one dimension.
         out : array, optional
-            Where the result goes: ``sum(out_splits)`` rows shaped like ``x``'s rows (as many
-            rows as ``x`` without ``out_splits``), ``x``'s dtype. Default: a new array.
+            Where the result goes, in ``x``'s dtype: ``sum(out_splits)`` rows shaped like
+            ``x``'s rows (its element count is what is checked). Default: a new array (as
+            many rows as ``x`` when there are no ``out_splits``).
         codec : str or Codec
             The wire format of every piece (default ``"none"``: exact).
         in_splits : sequence of int, optional
@@ -275,7 +276,8 @@ class Communicator:
             ``x.shape[0]``). Default: ``x.shape[0] / size`` rows to each.
         out_splits : sequence of int, optional
             Rows of dim 0 this rank receives from each rank; ``out_splits[i]`` must equal what
-            rank ``i`` passes as ``in_splits[rank]``. Default: equal pieces of the output.
+            rank ``i`` passes as ``in_splits[rank]``. Default: equal pieces of the output
+            (``out``'s rows, or ``x``'s without ``out``).
         async_op : bool
             Return a :class:`Work` whose ``wait()`` gives the result.
         stream : stream, optional

@@ -38,7 +38,8 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
     elif kind == "allgather":
         n_out, shape = xv.n * comm.size, (comm.size,) + xv.shape
     elif kind == "alltoall":
-        splits, n_out, shape = _alltoall_layout(comm.size, xv, in_splits, out_splits)
+        given = None if out is None else backend.view(out, "out", writable=True)
+        splits, n_out, shape = _alltoall_layout(comm.size, xv, in_splits, out_splits, given)
     else:
         lo, hi = _core.chunk_range(xv.n, comm.size, comm.rank)
         n_out, shape = hi - lo, (hi - lo,)
@@ -67,11 +68,14 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
     return call, result, auto
 
 
-def _alltoall_layout(size: int, xv: _arrays.ArrayView, in_splits: Any, out_splits: Any):
+def _alltoall_layout(size: int, xv: _arrays.ArrayView, in_splits: Any, out_splits: Any,
+                     out: Optional[_arrays.ArrayView]):
     """((in_splits, out_splits) in elements, the output's elements, its shape) of an
-    all-to-all of ``xv`` whose splits count rows of dim 0. Checks what this rank alone can
-    (one split per rank, whole non-negative numbers adding up to x's rows); whether the
-    ranks agree with each other is the core's check (agree_on_splits)."""
+    all-to-all of ``xv`` whose splits count rows of dim 0 (rows shaped like x's). Without
+    out_splits the output is ``out``'s rows, or x's without ``out``, in equal pieces, as in
+    torch's all_to_all_single. Checks what this rank alone can (one split per rank, whole
+    non-negative numbers adding up to the rows); whether the ranks agree with each other is
+    the core's check (agree_on_splits)."""
     if not xv.shape:
         raise InvalidArgument("all_to_all splits x along dim 0, but x is 0-d; pass an array "
                               "with at least one dimension")
@@ -98,7 +102,7 @@ def _alltoall_layout(size: int, xv: _arrays.ArrayView, in_splits: Any, out_split
     if not ins and rows % size:
         raise InvalidArgument(f"x has {rows} rows along dim 0, which do not split into {size} "
                               "equal pieces; pass in_splits")
-    out_rows = sum(outs) if outs else rows
+    out_rows = sum(outs) if outs else rows if out is None else out.n // max(row, 1)
     if not outs and out_rows % size:
         raise InvalidArgument(f"the output has {out_rows} rows, which do not split into "
                               f"{size} equal pieces; pass out_splits")

@@ -92,6 +92,20 @@ def test_out_async_and_stochastic_rounding(rng):
         check_received(y, xs, table, "fp8_e4m3:g32:sr", r, bits=False)
 
 
+def test_out_without_out_splits_is_cut_into_equal_pieces():
+    """As torch's all_to_all_single: uneven in_splits, no out_splits, out's rows cut into
+    equal pieces (rank 0 takes 1 row from each rank into 2 rows, rank 1 3 rows into 6)."""
+    def body(c):
+        x = np.arange(8, dtype=np.float32).reshape(4, 2) + 10 * c.rank
+        out = np.zeros((2 if c.rank == 0 else 6, 2), np.float32)
+        return c.all_to_all(x, out, in_splits=[1, 3])
+
+    ys = run(cc.Communicator.inproc(2), body)
+    x = [np.arange(8, dtype=np.float32).reshape(4, 2) + 10 * r for r in range(2)]
+    np.testing.assert_array_equal(ys[0], np.concatenate([x[0][:1], x[1][:1]]))
+    np.testing.assert_array_equal(ys[1], np.concatenate([x[0][1:], x[1][1:]]))
+
+
 def test_ordered_executor_and_tcp_give_the_same_bits(rng):
     """The ordered executor (NCCL's) on the CPU and TCP sockets: the same bits as in-process."""
     table = split_table(rng, 4, 200)

@@ -151,8 +151,9 @@ std::vector<int64_t> pieces_of(const int64_t* row, int64_t elems, int64_t count,
   std::vector<int64_t> v(row + at, row + at + P);
   int64_t sum = 0;
   for (int j = 0; j < P; ++j) {
-    CC_CHECK(v[j] >= 0, "rank " << rank << "'s " << what << "[" << j << "] is " << v[j]
-                                << "; split sizes cannot be negative");
+    CC_CHECK(v[j] >= 0 && v[j] <= kMaxElements,
+             "rank " << rank << "'s " << what << "[" << j << "] is " << v[j]
+                     << "; split sizes run from 0 to " << kMaxElements << " elements");
     sum += v[j];
   }
   CC_CHECK(sum == elems, "rank " << rank << "'s " << what << " add up to " << sum
