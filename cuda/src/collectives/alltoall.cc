@@ -7,7 +7,8 @@
 //
 // Step k = 1..P-1 sends to rank r + k and receives from rank r - k (the usual pairwise
 // exchange order, so no rank has all its peers sending to it at once); the receives are
-// posted first, then the encodes in peer order, each send as soon as its encode is done.
+// posted first, then the encodes in peer order, each send as soon as its encode is done,
+// and this rank's own piece last (it waits for nobody).
 #include "collectives/plan.h"
 
 namespace ccompress {
