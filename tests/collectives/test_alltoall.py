@@ -214,3 +214,16 @@ def test_nonfinite_raise_counts_every_rank():
             return str(e)
     got = run(comms, body)
     assert "1 here" in got[1] and "none in this rank's output" in got[0], got
+
+
+def test_algo_op_and_splits_apply_where_they_mean_something():
+    """alltoall has one schedule and reduces nothing; splits belong to alltoall only."""
+    with pytest.raises(cc.InvalidArgument, match="algo does not apply"):
+        _core.CallSpec("alltoall", algo="ring")
+    with pytest.raises(cc.InvalidArgument, match="op does not apply"):
+        _core.CallSpec("alltoall", op="sum")
+    t = _core.InprocGroup(1).transport(0)
+    x = np.zeros(2, np.float32)
+    with pytest.raises(cc.InvalidArgument, match="apply to alltoall only"):
+        t.run(_core.CallSpec("allgather"), x.ctypes.data, x.ctypes.data, 2, "float32",
+              cc.Codec.parse("none")._c, in_splits=[2])
