@@ -9,7 +9,7 @@ bit budget (8.5 bits per element for auto8, 4.6 for auto4). The choice is report
 ``comm.last_stats``.
 
 For gradients that an Adam-type optimizer consumes, ``auto8:adam`` / ``auto4:adam`` rank the
-candidates by the Adam-normalised error instead (:mod:`ccompress.tools.adam_fidelity`): each
+candidates by the Adam-normalised error instead (:mod:`ccompress.adam_fidelity`): each
 element's error and value weighted by ``1 / (sqrt(v̂) + eps)``, Adam's per-coordinate scale.
 ``v̂`` comes from an :class:`AutoCodec` passed as the codec, which either holds the
 optimizer's second moment (:meth:`AutoCodec.set_second_moment`) or keeps its own running
@@ -20,12 +20,13 @@ Adam's first step), so the spec ranks by the mean squared relative error per ele
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .tools import adam_fidelity
+from . import adam_fidelity
+from ._internal import arrays as _arrays
 from ._internal.errors import CCompressError, InvalidArgument
 from .codec import Codec
 
@@ -231,10 +232,6 @@ def allreduce(comm: Any, call: Any, spec: Any) -> dict:
     ranks agree on the choice through one exact all-reduce of their sample errors, then
     reduce as stored ("rows") or column by column ("cols", through a rearranged copy). Host
     arrays only; the choice goes to ``last_stats``."""
-    from dataclasses import replace
-
-    from ._internal import arrays as _arrays
-
     name, metric = parse(spec)
     a = _arrays.as_numpy(call.x)
     weights = None

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgument, Unsupported
+from .nccl import find_nccl
 
 
 def _cuda_module():
@@ -19,8 +20,6 @@ def _cuda_module():
 
 
 def _nccl_path() -> str:
-    from .nccl import find_nccl
-
     found = find_nccl()
     if found["path"] is None:
         raise Unsupported(found["reason"])

@@ -40,7 +40,7 @@ import numpy as np
 from .._internal.errors import InvalidArgument
 from .._internal.flat import allreduce_many, as_matrix, shared_gaussian
 from ..codec import Codec
-from .error_feedback import ErrorFeedback
+from ..error_feedback import ErrorFeedback
 
 
 class Whitening:

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from .._internal import topology
 from .._internal.errors import InvalidArgument, MismatchError, Unsupported
 from ..communicator import Communicator
 
@@ -244,8 +245,6 @@ def init_process_group_from_mpi(backend: str = "gloo", **kwargs: Any) -> None:
     ``algo="hier"`` and ``CCOMPRESS_TRACE`` file names, see the same launch as under
     torchrun."""
     import torch.distributed as dist
-
-    from .._internal import topology
 
     world = _mpi().COMM_WORLD
     local_rank, per_node = topology.mpi_node(world)

@@ -20,7 +20,7 @@ from .._internal import errors as _errors
 from .. import autocodec
 from ..codec import Codec
 from ..communicator import ALGOS, Communicator
-from ..compressors.error_feedback import ErrorFeedback
+from ..error_feedback import ErrorFeedback
 from . import _common, _engagement, _trace
 from . import gift as _gift
 
