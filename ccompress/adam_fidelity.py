@@ -38,17 +38,56 @@ EPS = 1e-8
 
 
 def adam_weights(v_hat: np.ndarray, eps: float = EPS) -> np.ndarray:
-    """Per-coordinate factor Adam scales a gradient by: ``1 / (sqrt(v̂) + eps)`` (float64)."""
+    """Per-coordinate factor Adam scales a gradient by.
+
+    Parameters
+    ----------
+    v_hat : array_like
+        The bias-corrected second moment.
+    eps : float, default 1e-8
+        Adam's eps.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64: ``1 / (sqrt(v_hat) + eps)``.
+    """
     return 1.0 / (np.sqrt(np.asarray(v_hat, np.float64)) + eps)
 
 
 def weighted_relerr(y: np.ndarray, ref: np.ndarray, w: np.ndarray) -> float:
-    """``‖w (y - ref)‖ / ‖w ref‖`` in float64 (0 when both are 0, inf when only ref is)."""
+    """The weighted relative error ``‖w (y - ref)‖ / ‖w ref‖`` in float64.
+
+    Parameters
+    ----------
+    y, ref : array_like
+        The result and the reference, of the same size.
+    w : array_like
+        The per-coordinate weights (:func:`adam_weights`).
+
+    Returns
+    -------
+    float
+        The ratio; 0 when both norms are 0, inf when only the reference's is.
+    """
     return _ratio(*weighted_sums(y, ref, w))
 
 
 def weighted_sums(y: np.ndarray, ref: np.ndarray, w: np.ndarray):
-    """(‖w (y - ref)‖², ‖w ref‖²) in float64: the parts a pooled figure adds up."""
+    """The two sums a pooled weighted error adds up, in float64.
+
+    Parameters
+    ----------
+    y, ref : array_like
+        The result and the reference, of the same size.
+    w : array_like
+        The per-coordinate weights.
+
+    Returns
+    -------
+    tuple of (float, float)
+        ``(‖w (y - ref)‖², ‖w ref‖²)``.
+    """
     ref = np.asarray(ref, np.float64).ravel()
     w = np.asarray(w, np.float64).ravel()
     d = w * (np.asarray(y, np.float64).ravel() - ref)
@@ -57,6 +96,20 @@ def weighted_sums(y: np.ndarray, ref: np.ndarray, w: np.ndarray):
 
 
 def check_betas(betas, eps: float) -> None:
+    """Checks Adam's hyperparameters.
+
+    Parameters
+    ----------
+    betas : tuple of (float, float)
+        Adam's β1 and β2, each in [0, 1).
+    eps : float
+        Adam's eps, > 0.
+
+    Raises
+    ------
+    InvalidArgument
+        A beta outside [0, 1), or eps not positive.
+    """
     b1, b2 = betas
     if not (0 <= b1 < 1 and 0 <= b2 < 1):
         raise InvalidArgument(f"Adam betas {betas}: each must be in [0, 1)")
@@ -67,12 +120,24 @@ def check_betas(betas, eps: float) -> None:
 class AdamPair:
     """Adam on the exact and on the compressed gradients of one tensor, side by side.
 
-    Args:
-      n: element count.
-      betas, eps: Adam's.
-      exp_avg, exp_avg_sq, step: the optimizer state before the first gradient (torch's
-        names: the raw, not bias-corrected, moments and the steps already taken); zeros and
-        0 when not given. Both runs start from it.
+    Parameters
+    ----------
+    n : int
+        The element count.
+    betas : tuple of (float, float), default (0.9, 0.999)
+        Adam's β1, β2.
+    eps : float, default 1e-8
+        Adam's eps.
+    exp_avg, exp_avg_sq : array_like, optional
+        The optimizer state before the first gradient (torch's names: the raw, not
+        bias-corrected, moments); zeros when not given. Both runs start from it.
+    step : int, default 0
+        The steps already taken.
+
+    Raises
+    ------
+    InvalidArgument
+        Bad betas or eps, a state of another size than ``n``, or a negative second moment.
     """
 
     def __init__(self, n: int, betas=BETAS, eps: float = EPS,
@@ -98,9 +163,21 @@ class AdamPair:
         return a
 
     def step(self, g: np.ndarray, g_hat: np.ndarray) -> Dict[str, float]:
-        """Feeds one step's exact ``g`` and compressed ``g_hat``; returns this step's
-        ``adam``, ``update``, ``update_cos`` and the sums behind them (``adam_e2``,
-        ``adam_r2``, ``update_e2``, ``update_r2``)."""
+        """Feeds one step's exact and compressed gradients to the two runs.
+
+        Parameters
+        ----------
+        g : array_like
+            The exact gradient (what the optimizer sees: the mean over the ranks).
+        g_hat : array_like
+            Its compressed counterpart.
+
+        Returns
+        -------
+        dict of str to float
+            This step's ``adam``, ``update``, ``update_cos`` and the sums behind them
+            (``adam_e2``, ``adam_r2``, ``update_e2``, ``update_r2``).
+        """
         g = np.asarray(g, np.float64).ravel()
         gh = np.asarray(g_hat, np.float64).ravel()
         b1, b2, t = self.b1, self.b2, self.t + 1

@@ -35,7 +35,27 @@ _CHUNKED = ("ring", "two_shot", "reduce_scatter")
 
 
 def quantizations(algo: str, nranks: int) -> int:
-    """Times each element is encoded by ``algo`` on its way to the result."""
+    """Times each element is encoded by ``algo`` on its way to the result.
+
+    Parameters
+    ----------
+    algo : str
+        The resolved schedule: ring, two_shot, tree, one_shot, or the collectives
+        reduce_scatter and allgather.
+    nranks : int
+        The number of ranks.
+
+    Returns
+    -------
+    int
+        1 at one rank, for one_shot, reduce_scatter and allgather; 2 for two_shot; ``nranks``
+        for ring; the tree's depth plus one for tree.
+
+    Raises
+    ------
+    ValueError
+        An unknown algo (``"auto"`` included: pass the schedule it resolved to).
+    """
     if nranks == 1 or algo in ("one_shot", "reduce_scatter", "allgather"):
         return 1
     if algo == "two_shot":
@@ -122,10 +142,37 @@ def _scaled_bound(x: np.ndarray, c: "_core.Codec", q: int) -> np.ndarray:
 
 def allreduce_error_bound(parts: Any, codec: Any, algo: str, op: str = "sum",
                           dtype: str = "float32") -> np.ndarray:
-    """Largest |result - exact| allowed per element for an all-reduce of ``parts``
-    (shape (nranks, n), any real dtype) with ``codec`` and the resolved ``algo``; the
-    output has dtype ``dtype``. Also valid for reduce_scatter (algo "reduce_scatter",
-    then index the result's chunk) and one-rank calls."""
+    """Largest |result - exact| allowed per element for an all-reduce of ``parts``.
+
+    Also valid for reduce_scatter (algo ``"reduce_scatter"``, then index the result's chunk)
+    and one-rank calls. The tests check every lossy result against it, computed in fp64.
+
+    Parameters
+    ----------
+    parts : array_like
+        Shape (nranks, n) (or (nranks, ...), flattened per rank), any real dtype: each rank's
+        input.
+    codec : str or Codec
+        The codec spec.
+    algo : str
+        The resolved schedule (see :func:`quantizations`).
+    op : {"sum", "avg"}, default "sum"
+        The reduction.
+    dtype : {"float32", "bfloat16", "float16"}, default "float32"
+        The dtype the collective ran in (the output's rounding is added).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, n elements: the bound of each element.
+
+    Raises
+    ------
+    InvalidArgument
+        An unknown codec spec.
+    ValueError
+        An unknown algo.
+    """
     x = np.asarray(parts, dtype=np.float64)
     if x.ndim != 2:
         x = x.reshape(x.shape[0], -1)
@@ -179,7 +226,39 @@ def hier_error_bound(parts: Any, codec: Any, inter_algo: str, ranks_per_node: in
     really received may be from them (each quantization's error grows with its group's
     largest coefficient, which that distance can raise by up to the group's rotation size
     to the half times the distance); and, when ``intra_codec`` is lossy, the all-gather's
-    quantization of the result, widened the same way."""
+    quantization of the result, widened the same way.
+
+    Parameters
+    ----------
+    parts : array_like
+        Shape (nranks, n): each rank's input.
+    codec : str or Codec
+        The codec between nodes.
+    inter_algo : str
+        The flat schedule between nodes.
+    ranks_per_node : int
+        Consecutive ranks per node.
+    intra_codec : str or Codec, default "none"
+        The codec inside a node.
+    op : {"sum", "avg"}, default "sum"
+        The reduction.
+    dtype : {"float32", "bfloat16", "float16"}, default "float32"
+        The dtype the collective ran in.
+    kind : {"allreduce", "reduce_scatter"}, default "allreduce"
+        The collective.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, n elements: the bound of each element.
+
+    Raises
+    ------
+    ValueError
+        The ranks do not form nodes of ``ranks_per_node``, or an unknown algo.
+    InvalidArgument
+        An unknown codec spec.
+    """
     x = np.asarray(parts, dtype=np.float64)
     if x.ndim != 2:
         x = x.reshape(x.shape[0], -1)

@@ -285,20 +285,38 @@ class Communicator:
 
     @property
     def bytes_sent(self) -> int:
-        """Bytes this rank has put on the wire through this communicator (headers included)."""
+        """Bytes this rank has put on the wire through this communicator.
+
+        Returns
+        -------
+        int
+            Payload and headers, since the communicator was made.
+        """
         return self._t.bytes_sent
 
     @property
     def slice_elems(self) -> int:
-        """Elements per pipelined slice of this communicator's calls (before rounding up to
-        a codec's scale group): the ``slice_elems`` it was made with, else its transport's
-        default (262144 over MPI, ``_core.DEFAULT_SLICE_ELEMS`` otherwise)."""
+        """Elements per pipelined slice of this communicator's calls (before rounding up to a
+        codec's scale group).
+
+        Returns
+        -------
+        int
+            The ``slice_elems`` it was made with, else its transport's default (262144 over MPI,
+            ``_core.DEFAULT_SLICE_ELEMS`` otherwise).
+        """
         return self._slice or self._t.default_slice_elems
 
     @property
     def usable(self) -> bool:
-        """False once a timeout, a transport error or a malformed message has made this
-        communicator refuse further calls (each raises, naming the first error)."""
+        """Whether this communicator still takes calls.
+
+        Returns
+        -------
+        bool
+            False once a timeout, a transport error or a malformed message has made it refuse
+            further calls (each raises, naming the first error), or once it is closed.
+        """
         return self._broken is None
 
     def barrier(self) -> None:

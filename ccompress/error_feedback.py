@@ -45,13 +45,22 @@ from ._internal.errors import InvalidArgument
 class ErrorFeedback:
     """Worker and server error-feedback residuals of one tensor on this rank.
 
-    Args:
-      worker: keep the worker residual (before the first quantization).
-      server: keep the server residual (at the chunk's owner, before the second).
+    The residuals are allocated (zero) on first use, for the tensor size, rank count and rank
+    of that call; a later call with another size raises :class:`~ccompress.InvalidArgument`
+    (use one ErrorFeedback per tensor). Pass it as ``error_feedback=`` to
+    :meth:`ccompress.Communicator.allreduce` or ``reduce_scatter``.
 
-    The residuals are allocated (zero) on first use, for the tensor size, rank count and
-    rank of that call; a later call with another size raises :class:`InvalidArgument`
-    (use one ErrorFeedback per tensor).
+    Parameters
+    ----------
+    worker : bool, default True
+        Keep the worker residual (before the first quantization).
+    server : bool, default True
+        Keep the server residual (at the chunk's owner, before the second).
+
+    Raises
+    ------
+    InvalidArgument
+        Neither residual is kept.
     """
 
     def __init__(self, worker: bool = True, server: bool = True):
@@ -69,14 +78,25 @@ class ErrorFeedback:
     # ---- state ----
     @property
     def worker_residual(self) -> Optional[np.ndarray]:
-        """This rank's worker residual (float32, n elements), or None before first use; a
-        host copy when it lives on a GPU."""
+        """This rank's worker residual.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            float32, n elements (a host copy when it lives on a GPU); None before first use.
+        """
         return self._host(self._worker, 0)
 
     @property
     def server_residual(self) -> Optional[np.ndarray]:
-        """This rank's server residual (float32, its chunk's elements), or None; a host copy
-        when it lives on a GPU."""
+        """This rank's server residual.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            float32, its chunk's elements (a host copy when it lives on a GPU); None before
+            first use or when it is not kept.
+        """
         return self._host(self._server, 1)
 
     def reset(self) -> None:
@@ -87,8 +107,14 @@ class ErrorFeedback:
         self.nonfinite = 0
 
     def state_dict(self) -> Dict[str, Any]:
-        """A copy of the state (host arrays): residuals, the (n, size, rank) they belong to,
-        counters."""
+        """A copy of the state, for checkpoints.
+
+        Returns
+        -------
+        dict
+            Host arrays and plain values: which residuals are kept, the residuals, the
+            (n, size, rank) they belong to, and the non-finite count.
+        """
         w, s = self._host(self._worker, 0), self._host(self._server, 1)
         return {
             "worker": bool(self.worker), "server": bool(self.server),
@@ -99,7 +125,18 @@ class ErrorFeedback:
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` output (checked: sizes, dtype, finiteness)."""
+        """Restores :meth:`state_dict` output, checked.
+
+        Parameters
+        ----------
+        state : dict
+            What :meth:`state_dict` returned (on this rank).
+
+        Raises
+        ------
+        InvalidArgument
+            A key is missing, a residual has the wrong size, or a residual holds NaN or Inf.
+        """
         try:
             worker, server = bool(state["worker"]), bool(state["server"])
             shape, wres, sres = state["shape"], state["worker_residual"], state["server_residual"]
@@ -142,10 +179,29 @@ class ErrorFeedback:
     # ---- used by Communicator ----
     def buffers(self, n: int, size: int, rank: int, device: Optional[int] = None
                 ) -> Tuple[int, int]:
-        """Addresses of the residuals for a collective of n elements on (size, rank),
-        allocating them on first use; 0 for a residual this state does not keep. With
-        ``device`` they are in the memory of that GPU (moved there from the host, or back,
-        when the previous call ran elsewhere)."""
+        """Addresses of the residuals for a collective, allocating them on first use (the
+        communicator calls this).
+
+        Parameters
+        ----------
+        n : int
+            The tensor's element count.
+        size, rank : int
+            The group's size and this rank.
+        device : int, optional
+            The GPU whose memory the residuals go to (moved there from the host, or back, when
+            the previous call ran elsewhere); None: host memory.
+
+        Returns
+        -------
+        tuple of (int, int)
+            The worker and server residuals' addresses; 0 for one this state does not keep.
+
+        Raises
+        ------
+        InvalidArgument
+            The state belongs to another (n, size, rank): use one ErrorFeedback per tensor.
+        """
         shape = (int(n), int(size), int(rank))
         if self._shape is None:
             lo, hi = _core.chunk_range(n, size, rank)

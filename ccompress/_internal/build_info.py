@@ -77,7 +77,16 @@ def _nccl_info(cuda: Dict[str, Any]) -> Dict[str, Any]:
 
 def build_info() -> Dict[str, Any]:
     """Versions and what this installation can do, with the reason for anything missing.
-    Never needs a GPU, CUDA driver, NCCL or MPI to run."""
+    Never needs a GPU, CUDA driver, NCCL or MPI to run.
+
+    Returns
+    -------
+    dict
+        ``version``, ``python``, ``cpu_backend``, ``cpu_isa``, ``transports`` (each
+        transport's availability), ``mpi``, ``cuda``, ``nccl`` (each with ``available`` and the
+        ``reason`` when not), and the installed versions of numpy, torch, cupy and jax (None
+        when absent). ``ccompress-info`` prints it as JSON.
+    """
     info: Dict[str, Any] = {
         "version": _core.__version__,
         "python": sys.version.split()[0],
