@@ -64,18 +64,23 @@ def is_auto(spec: Any) -> bool:
 class AutoCodec:
     """``auto8`` / ``auto4`` with state, for one tensor: pass it as ``codec=`` every step.
 
-    Args:
-      name: "auto8" or "auto4", optionally with ":adam" or ":l2" (the default metric is
-        ``metric``).
-      metric: "adam" (rank by the Adam-normalised error) or "l2".
-      beta2, eps: of the running second moment and the weights ``1 / (sqrt(v̂) + eps)``;
-        match the optimizer's.
-      exp_avg_sq, step: a second moment (raw, as torch keeps it) and its step count to
-        continue the running average from (e.g. the optimizer's, when resuming).
-
     Without :meth:`set_second_moment` it keeps ``v = beta2 v + (1 - beta2) y²`` of every
     call's all-reduced result y (the same bits on every rank, so every rank weighs alike),
     bias-corrected by the call count. The first call weighs by the rank's own input.
+
+    Parameters
+    ----------
+    name
+        "auto8" or "auto4", optionally with ":adam" or ":l2" (the default metric is
+        ``metric``).
+    metric
+        "adam" (rank by the Adam-normalised error) or "l2".
+    beta2, eps
+        of the running second moment and the weights ``1 / (sqrt(v̂) + eps)``;
+        match the optimizer's.
+    exp_avg_sq, step
+        a second moment (raw, as torch keeps it) and its step count to
+        continue the running average from (e.g. the optimizer's, when resuming).
     """
 
     def __init__(self, name: str = "auto8", metric: str = "adam", beta2: float = 0.999,

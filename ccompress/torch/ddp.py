@@ -325,29 +325,38 @@ def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: Union[bool, str]
                   gift: Any = None, small_codec: Optional[str] = None) -> CompressedAllreduceHook:
     """A hook for ``DistributedDataParallel.register_comm_hook(state=None, hook=...)``.
 
-    Args:
-      codec: ccompress codec spec of the gradients on the wire (``"none"`` is exact).
-      error_feedback: keep each bucket's compression error and add it to the next step's
+    Parameters
+    ----------
+    codec
+        ccompress codec spec of the gradients on the wire (``"none"`` is exact).
+    error_feedback
+        keep each bucket's compression error and add it to the next step's
         gradients (one ``ccompress.ErrorFeedback`` per bucket; ignored for ``"none"``):
         ``True`` (both residuals), ``"worker"`` (only the residual of each rank's own
         quantization), ``"server"`` (only that of the owner's re-quantization of the sum
         in two_shot) or ``False``.
-      comm: the ccompress communicator; by default derived from ``process_group`` on
+    comm
+        the ccompress communicator; by default derived from ``process_group`` on
         first use (torchrun: the group's gloo point-to-point; mpiexec: MPI; see
         ``ccompress.torch._common.communicator_for``). Its rank and size must match the
         group's, else :class:`MismatchError`.
-      process_group: the group DDP reduces over (default: the world group).
-      algo: ccompress schedule (``auto``, ``two_shot``, ``ring``, ...).
-      async_op: run host collectives on ccompress's worker thread, overlapping backward
+    process_group
+        the group DDP reduces over (default: the world group).
+    algo
+        ccompress schedule (``auto``, ``two_shot``, ``ring``, ...).
+    async_op
+        run host collectives on ccompress's worker thread, overlapping backward
         (default: when the transport allows it).
-      gift: a :class:`ccompress.torch.GIFT` of the model: each hooked weight's gradient
+    gift
+        a :class:`ccompress.torch.GIFT` of the model: each hooked weight's gradient
         is whitened inside its bucket before the codec and mapped back after it, with the
         error feedback in whitened coordinates (``ccompress/torch/gift.py``). A refresh
         step's buckets run in the calling thread; between refreshes the all-reduce and the
         map back overlap backward as ``async_op`` says (host buckets). The first bucket
         compares every rank's GIFT settings: where any differs, every rank raises
         :class:`MismatchError`.
-      small_codec: the codec of the gradients of parameters with fewer than 2 dimensions
+    small_codec
+        the codec of the gradients of parameters with fewer than 2 dimensions
         (biases, norm gains; ``"none"``: exact), sent in an all-reduce of their own next
         to the matrices' (``codec``), each with its residual; None (default): one codec for
         the whole bucket. Not with GIFT; the bucket runs in the calling thread.

@@ -83,24 +83,37 @@ def settings(gift: "GIFT", codec: str) -> Dict[str, Any]:
 class GIFT:
     """Geometry-informed compression of a model's weight gradients (module docstring).
 
-    Args:
-      model: the module whose ``nn.Linear`` layers are hooked (the module DDP wraps, or
+    Parameters
+    ----------
+    model
+        the module whose ``nn.Linear`` layers are hooked (the module DDP wraps, or
         the DDP wrapper itself: names are taken without its ``module.`` prefix).
-      rank: rank of the low-rank part of each input moment (and output moment).
-      refresh_every: steps between refreshes of the statistics and the selection (the
+    rank
+        rank of the low-rank part of each input moment (and output moment).
+    refresh_every
+        steps between refreshes of the statistics and the selection (the
         first step is one); a step is one DDP reduction (one call of the last bucket).
-      layers: which layers: None for every ``nn.Linear``, a list of module names, or a
+    layers
+        which layers: None for every ``nn.Linear``, a list of module names, or a
         predicate ``f(name, module) -> bool``.
-      sketch: 0 to all-reduce the dense moments (in x in per layer); k > 0 for a k-column
+    sketch
+        0 to all-reduce the dense moments (in x in per layer); k > 0 for a k-column
         Nystrom sketch plus the diagonal (in x (k + 1)), far fewer bytes for wide layers.
-      output_side: also whiten the output side (both K-FAC factors, backward hooks).
-      ema: EMA weight of the old moments per refresh (see :class:`ccompress.gift.GIFT`).
-      damping: floor of the input factor's residual diagonal, relative to its mean.
-      damping_out: the same for the output factor.
-      select: whiten a layer only where one measured round trip errs less (default);
+    output_side
+        also whiten the output side (both K-FAC factors, backward hooks).
+    ema
+        EMA weight of the old moments per refresh (see :class:`ccompress.gift.GIFT`).
+    damping
+        floor of the input factor's residual diagonal, relative to its mean.
+    damping_out
+        the same for the output factor.
+    select
+        whiten a layer only where one measured round trip errs less (default);
         False whitens every hooked layer once it has statistics.
-      min_gain: with ``select``, whiten where plain error > min_gain x whitened error.
-      seed: seed of the shared sketch matrices (the same on every rank).
+    min_gain
+        with ``select``, whiten where plain error > min_gain x whitened error.
+    seed
+        seed of the shared sketch matrices (the same on every rank).
     """
 
     def __init__(self, model: torch.nn.Module, rank: int = 32, refresh_every: int = 50,
