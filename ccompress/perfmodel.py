@@ -48,7 +48,17 @@ ALGOS = ("ring", "two_shot", "tree", "one_shot")
 
 @dataclass(frozen=True)
 class Link:
-    """One direction of a full-duplex link."""
+    """One direction of a full-duplex link.
+
+    Attributes
+    ----------
+    bandwidth : float
+        Bytes/s.
+    alpha : float
+        Seconds per dependent message round.
+    per_message : float, default 1e-6
+        Seconds of software overhead per message a rank posts.
+    """
 
     bandwidth: float  # bytes/s
     alpha: float      # s per dependent message round
@@ -57,7 +67,22 @@ class Link:
 
 @dataclass(frozen=True)
 class CodecCost:
-    """What a codec costs: wire bytes per element and kernel rates per rank."""
+    """What a codec costs: wire bytes per element and kernel rates per rank.
+
+    Attributes
+    ----------
+    name : str
+        The codec's canonical name.
+    wire_per_element : float
+        Bytes on the wire per element, scales and padding included.
+    encode, decode : float
+        Elements/s of the encode and of the decode-accumulate.
+    source : str, default "measured"
+        Where the figures come from (or "datasheet assumption: ...").
+    decode_out : float, optional
+        Elements/s of the plain decode into an output (an all-gather's last step); None:
+        ``decode``'s.
+    """
 
     name: str
     wire_per_element: float       # bytes, scales and padding included
@@ -69,7 +94,13 @@ class CodecCost:
 
     @property
     def out_rate(self) -> float:
-        """Elements/s of the plain decode into an output."""
+        """Elements/s of the plain decode into an output.
+
+        Returns
+        -------
+        float
+            ``decode_out``, else ``decode``.
+        """
         return self.decode_out or self.decode
 
 
@@ -77,7 +108,29 @@ class CodecCost:
 class HostTransport:
     """What a transport over the host's CPU costs (MPI over TCP sockets, shared memory
     between the ranks of a node). Only for CPU systems: NCCL over NVLink / InfiniBand moves
-    bytes with DMA engines and RDMA NICs, so GPU systems leave ``System.host`` at None."""
+    bytes with DMA engines and RDMA NICs, so GPU systems leave ``System.host`` at None.
+
+    Attributes
+    ----------
+    tcp_per_byte : float
+        Seconds of CPU per byte a rank sends over TCP: its send and the receiver's receive.
+    per_message : float
+        Seconds of CPU per message sent, both ends.
+    shm_per_byte : float
+        Seconds of CPU per byte sent through shared memory, both ends.
+    node_per_byte : float, default 0.0
+        Seconds of CPU per byte MPI_Allreduce moves into a node's leader and back out.
+    frame : float
+        Wire bytes per payload byte (Ethernet, IPv4 and TCP headers at MTU 1500).
+    shaper_per_byte : float, default 0.0
+        Seconds of CPU per TCP byte a rate limit adds (an emulated link's tbf).
+    overlap : float, default 1.0
+        Share of the shorter of a call's wire and CPU times that the executor hides.
+    baseline_overlap : float, default 0.0
+        The same share for MPI_Allreduce, whose steps block.
+    source : str
+        Where the figures come from.
+    """
 
     tcp_per_byte: float          # s of CPU per byte a rank sends over TCP: its send and the
                                  # receiver's receive (kernel copies, protocol, MPI library)
@@ -98,14 +151,51 @@ class HostTransport:
     source: str = ""
 
     def cpu(self, tcp_bytes: float, shm_bytes: float, messages: float) -> float:
-        """Seconds of CPU a rank spends moving these bytes and messages."""
+        """Seconds of CPU a rank spends moving these bytes and messages.
+
+        Parameters
+        ----------
+        tcp_bytes, shm_bytes : float
+            Bytes sent over TCP and through shared memory.
+        messages : float
+            Messages sent.
+
+        Returns
+        -------
+        float
+            Seconds of CPU.
+        """
         return tcp_bytes * (self.tcp_per_byte + self.shaper_per_byte) \
             + shm_bytes * self.shm_per_byte + messages * self.per_message
 
 
 @dataclass(frozen=True)
 class System:
-    """Ranks, their links and how much compute a rank gets."""
+    """Ranks, their links and how much compute a rank gets.
+
+    Attributes
+    ----------
+    name : str
+        A label.
+    ranks : int
+        The number of ranks.
+    link : Link
+        Between nodes (or between all ranks on one level).
+    ranks_per_node : int, default 1
+        Consecutive ranks per node.
+    intra : Link, optional
+        Between the ranks of a node.
+    cores_per_rank : float, default 1.0
+        CPU runs with more ranks than cores get less than one.
+    reduce_rate : float, default 2e9
+        Elements/s of the engine's own uncompressed reduction.
+    slice_elems : int, default 65536
+        The transport's slice (MPI_SLICE_ELEMS over MPI).
+    host : HostTransport, optional
+        CPU systems: what moving bytes costs the CPU.
+    notes : str
+        Where the figures come from.
+    """
 
     name: str
     ranks: int
@@ -119,24 +209,60 @@ class System:
     notes: str = ""
 
     def compute_share(self) -> float:
-        """Fraction of a (codec-rate) core each rank gets."""
+        """Fraction of a (codec-rate) core each rank gets.
+
+        Returns
+        -------
+        float
+            ``min(1, cores_per_rank)``.
+        """
         return min(1.0, self.cores_per_rank)
 
     def link_bandwidth(self) -> float:
-        """Payload bytes/s of the link between nodes (framing taken off on a host TCP link)."""
+        """Payload bytes/s of the link between nodes.
+
+        Returns
+        -------
+        float
+            The link's bandwidth, framing taken off on a host TCP link.
+        """
         return self.link.bandwidth / (self.host.frame if self.host else 1.0)
 
     def overlapped(self, wire: float, cpu: float, hidden: Optional[float] = None) -> float:
-        """Seconds of a call whose wire time and CPU time overlap: the longer of the two and
-        the share of the shorter that is not ``hidden`` (default: the executor's
-        ``host.overlap``; all of it hidden without a host transport)."""
+        """Seconds of a call whose wire time and CPU time overlap.
+
+        Parameters
+        ----------
+        wire, cpu : float
+            The call's wire and CPU seconds.
+        hidden : float, optional
+            The share of the shorter that overlaps (default: the executor's ``host.overlap``;
+            all of it without a host transport).
+
+        Returns
+        -------
+        float
+            The longer of the two plus the share of the shorter that is not hidden.
+        """
         if hidden is None:
             hidden = self.host.overlap if self.host else 1.0
         return max(wire, cpu) + (1.0 - hidden) * min(wire, cpu)
 
     def transport_time(self, tcp_bytes: float, shm_bytes: float, messages: float) -> float:
-        """Wall seconds a rank's share of the cores needs for the transport's CPU work (0 on
-        a system without a host transport)."""
+        """Wall seconds a rank's share of the cores needs for the transport's CPU work.
+
+        Parameters
+        ----------
+        tcp_bytes, shm_bytes : float
+            Bytes sent over TCP and through shared memory.
+        messages : float
+            Messages sent.
+
+        Returns
+        -------
+        float
+            Seconds; 0 on a system without a host transport.
+        """
         if self.host is None:
             return 0.0
         return self.host.cpu(tcp_bytes, shm_bytes, messages) / self.compute_share()
@@ -182,7 +308,31 @@ def _alpha(system: System) -> float:
 
 
 def collective_time(system: System, n: int, dtype_bytes: int, codec: CodecCost, algo: str) -> float:
-    """Predicted seconds of one all-reduce of ``n`` elements (``codec`` applied, ``algo``)."""
+    """Predicted seconds of one flat all-reduce.
+
+    Parameters
+    ----------
+    system : System
+        The ranks, links and compute.
+    n : int
+        Elements per rank.
+    dtype_bytes : int
+        Bytes per element of the user dtype.
+    codec : CodecCost
+        The codec's cost.
+    algo : {"ring", "two_shot", "tree", "one_shot"}
+        The schedule.
+
+    Returns
+    -------
+    float
+        Seconds.
+
+    Raises
+    ------
+    ValueError
+        An unknown algo.
+    """
     p = system.ranks
     w = codec.wire_per_element
     pattern = "ring" if algo in ("ring", "tree") else "all_to_all"
@@ -244,7 +394,33 @@ def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
     ``codec``). Time is the largest of the inter-node transfer, the intra-node transfer and
     the kernels, plus one slice of fill and the latency rounds. Other inter-node algos run
     three collectives one after the other: a reduce-scatter and an all-gather inside the
-    node (together a two_shot), and the codec's flat all-reduce of the 1/g shard between."""
+    node (together a two_shot), and the codec's flat all-reduce of the 1/g shard between.
+
+    Parameters
+    ----------
+    system : System
+        The ranks, links and compute.
+    n : int
+        Elements per rank.
+    dtype_bytes : int
+        Bytes per element of the user dtype.
+    codec : CodecCost
+        The codec between nodes.
+    inter_algo : str, default "two_shot"
+        The flat schedule between nodes.
+    intra : CodecCost, optional
+        The codec inside a node (default exact).
+
+    Returns
+    -------
+    float
+        Seconds.
+
+    Raises
+    ------
+    ValueError
+        A system without nodes of equal size > 1 and an intra-node link.
+    """
     g = system.ranks_per_node
     if g <= 1 or system.intra is None or system.ranks % g:
         raise ValueError(f"{system.name}: hier needs nodes of equal size > 1 and an intra link")
@@ -281,21 +457,23 @@ def hier_time(system: System, n: int, dtype_bytes: int, codec: CodecCost,
 
 
 def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
-    """The engine's uncompressed all-reduce, as NCCL picks it: the faster of a bandwidth-optimal
-    ring (2(p-1)/p of the data each way, 2(p-1) latency rounds) and a pipelined binary tree
-    (twice the data, 2 log2(p) rounds), with its reduction at ``reduce_rate``; on two levels
-    both are laid out node by node (one rank per node and direction on the node's link).
+    """The engine's uncompressed all-reduce, as NCCL picks it: the faster of a
+    bandwidth-optimal schedule and a latency-optimal one.
 
-    On a CPU system (``host``) it is MPI_Allreduce, whose steps block: a rank sends, waits
-    for its peer's data, reduces it, then starts the next step, so its transport CPU (the
-    2(p-1)/p of the data it sends) and its reduction add to the wire time, but for the share
-    ``host.baseline_overlap`` of the shorter of the two that the kernel's TCP work overlaps
-    with the wire while the rank waits. On two levels MPICH's is node-aware: a reduce to one
-    rank of each node over shared memory, the all-reduce of those ranks between the nodes, a
-    broadcast inside each node, one after the other; the node-level phases cost
-    ``host.node_per_byte`` of CPU per byte they move (fitted on unlimited-link runs: MPICH's
-    reduce and broadcast through its shared-memory cells cost more than a point-to-point
-    transfer of the same bytes)."""
+    Parameters
+    ----------
+    system : System
+        The ranks, links and compute.
+    n : int
+        Elements per rank.
+    dtype_bytes : int
+        Bytes per element of the user dtype.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
     p, g = system.ranks, system.ranks_per_node
     if p == 1:
         return 0.0
@@ -323,9 +501,34 @@ def baseline_time(system: System, n: int, dtype_bytes: int) -> float:
 def best(system: System, n: int, dtype_bytes: int, codecs: Iterable[CodecCost],
          errors: Optional[Dict[Tuple[str, str], float]] = None,
          budget: Optional[float] = None) -> Tuple[float, str, str]:
-    """(time, codec, algo) of the fastest combination whose error (``errors[(codec, algo)]``,
-    e.g. measured relative L2) is within ``budget``; combinations without an error figure are
-    skipped when a budget is given."""
+    """The fastest (codec, algorithm) whose error is within a budget.
+
+    Parameters
+    ----------
+    system : System
+        The ranks, links and compute.
+    n : int
+        Elements per rank.
+    dtype_bytes : int
+        Bytes per element of the user dtype.
+    codecs : iterable of CodecCost
+        The candidates.
+    errors : dict of (str, str) to float, optional
+        ``errors[(codec, algo)]``, e.g. measured relative L2.
+    budget : float, optional
+        The largest error allowed; combinations without an error figure are skipped when a
+        budget is given.
+
+    Returns
+    -------
+    tuple of (float, str, str)
+        (time, codec name, algo).
+
+    Raises
+    ------
+    ValueError
+        No combination meets the budget.
+    """
     options = []
     for c in codecs:
         for a in ALGOS:
@@ -340,7 +543,18 @@ def best(system: System, n: int, dtype_bytes: int, codecs: Iterable[CodecCost],
 
 
 def load_codec_costs(path: str) -> Dict[str, CodecCost]:
-    """Codec costs measured by ``perf/bench/codec_throughput.py --json PATH``, keyed by codec name."""
+    """Codec costs measured by ``perf/bench/codec_throughput.py --json PATH``.
+
+    Parameters
+    ----------
+    path : str
+        The JSON file.
+
+    Returns
+    -------
+    dict of str to CodecCost
+        Keyed by codec name.
+    """
     with open(path) as f:
         rows = json.load(f)
     return {r["codec"]: CodecCost(r["codec"], r["bits_per_element"] / 8,
@@ -351,8 +565,26 @@ def load_codec_costs(path: str) -> Dict[str, CodecCost]:
 
 def choose_algo(system: System, n: int, dtype_bytes: int, codec: CodecCost,
                 algos: Iterable[str] = ALGOS) -> str:
-    """The algorithm the model predicts fastest for this codec (ties: the earlier in
-    ``ALGOS``)."""
+    """The algorithm the model predicts fastest for this codec.
+
+    Parameters
+    ----------
+    system : System
+        The ranks, links and compute.
+    n : int
+        Elements per rank.
+    dtype_bytes : int
+        Bytes per element of the user dtype.
+    codec : CodecCost
+        The codec's cost.
+    algos : iterable of str, default ALGOS
+        The candidates (ties: the earlier).
+
+    Returns
+    -------
+    str
+        The algorithm.
+    """
     algos = list(algos)
     return min(algos, key=lambda a: (collective_time(system, n, dtype_bytes, codec, a),
                                      ALGOS.index(a)))
@@ -366,14 +598,37 @@ class AlgoModel:
     communicator's size. A codec without a cost falls back to the built-in size heuristic.
     Every rank must hold the same model, so that every rank picks the same algorithm (a
     rank that picks another one raises MismatchError on all ranks).
+
+    Parameters
+    ----------
+    system : System
+        The system the communicator runs on.
+    codecs : tuple of CodecCost
+        The cost of each codec the model knows.
     """
 
     system: System
     codecs: Tuple[CodecCost, ...] = ()
 
     def choose(self, n: int, dtype_bytes: int, codec_name: str, ranks: int) -> Optional[str]:
-        """The flat algorithm for ``n`` elements of ``codec_name`` on ``ranks`` ranks, or
-        None when the model has no cost for that codec."""
+        """The flat algorithm the model predicts fastest.
+
+        Parameters
+        ----------
+        n : int
+            Elements per rank.
+        dtype_bytes : int
+            Bytes per element.
+        codec_name : str
+            The codec's canonical name.
+        ranks : int
+            The communicator's size (replaces ``system.ranks``).
+
+        Returns
+        -------
+        str or None
+            The algorithm, or None when the model has no cost for that codec.
+        """
         for c in self.codecs:
             if c.name == codec_name:
                 return choose_algo(replace(self.system, ranks=ranks), n, dtype_bytes, c)
@@ -381,9 +636,22 @@ class AlgoModel:
 
     def choose_call(self, n: int, dtype_bytes: int, codec_name: str, ranks: int,
                     ranks_per_node: Optional[int] = None) -> Optional[Tuple[str, Optional[str]]]:
-        """(algo, inter-node algo or None): :meth:`choose`, or ``("hier", flat algo)`` when
-        the communicator has nodes of ``ranks_per_node`` > 1 ranks, the system an intra-node
-        link, and the model predicts the hierarchical schedule faster than every flat one."""
+        """The schedule of one all-reduce: :meth:`choose`, or ``("hier", flat algo)`` when the
+        communicator has nodes of ``ranks_per_node`` > 1 ranks, the system an intra-node link, and
+        the model predicts the hierarchical schedule faster than every flat one.
+
+        Parameters
+        ----------
+        n, dtype_bytes, codec_name, ranks
+            As for :meth:`choose`.
+        ranks_per_node : int, optional
+            The communicator's consecutive ranks per node.
+
+        Returns
+        -------
+        tuple of (str, str or None) or None
+            (algo, inter-node algo or None); None when the model has no cost for the codec.
+        """
         flat = self.choose(n, dtype_bytes, codec_name, ranks)
         g = ranks_per_node or 1
         if flat is None or g <= 1 or ranks % g or self.system.intra is None:
@@ -398,7 +666,18 @@ class AlgoModel:
 
 
 def gbit(x: float) -> float:
-    """Gbit/s -> bytes/s."""
+    """Gbit/s to bytes/s.
+
+    Parameters
+    ----------
+    x : float
+        Gbit/s.
+
+    Returns
+    -------
+    float
+        Bytes/s.
+    """
     return x * 1e9 / 8
 
 
@@ -425,7 +704,26 @@ SYSTEMS: Dict[str, System] = {
 def gpu_codec(name: str, wire_per_element: float, copy_gbs: float = 3350 * 0.8,
               efficiency: float = 0.7, in_bytes: int = 2) -> CodecCost:
     """Datasheet-based GPU codec rates: kernels at ``efficiency`` of copy bandwidth
-    (H100 HBM3 3.35 TB/s, ~80% reachable by a copy), counting bytes read plus written."""
+    (H100 HBM3 3.35 TB/s, ~80% reachable by a copy), counting bytes read plus written.
+
+    Parameters
+    ----------
+    name : str
+        The codec's name.
+    wire_per_element : float
+        Bytes on the wire per element.
+    copy_gbs : float
+        Reachable copy bandwidth, GB/s.
+    efficiency : float, default 0.7
+        The kernels' share of it.
+    in_bytes : int, default 2
+        Bytes per input element (bf16).
+
+    Returns
+    -------
+    CodecCost
+        The assumed cost, its ``source`` saying so.
+    """
     per_elem_enc = in_bytes + wire_per_element
     per_elem_dec = wire_per_element + 8  # fp32 accumulator read and written
     bw = copy_gbs * 1e9 * efficiency
@@ -470,9 +768,21 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 def validation_error(gbit_rate: float, worst: bool = False) -> Optional[float]:
-    """The model's measured median |error| (``worst``: max) at the validated link rate
-    nearest ``gbit_rate`` (within a factor of 2), or None when it was never validated near
-    that rate."""
+    """The model's measured error at the validated link rate nearest ``gbit_rate``.
+
+    Parameters
+    ----------
+    gbit_rate : float
+        The link rate, Gbit/s.
+    worst : bool, default False
+        The largest |error| instead of the median.
+
+    Returns
+    -------
+    float or None
+        The relative error, or None when it was never validated within a factor of 2 of
+        that rate.
+    """
     table = VALIDATION_ERROR_MAX if worst else VALIDATION_ERROR
     near = min(table, key=lambda r: abs(math.log(r / gbit_rate)))
     return table[near] if abs(math.log(near / gbit_rate)) <= math.log(2) else None
@@ -485,7 +795,28 @@ def emulated_system(ranks: int, gbit_rate: float, cores: int, ranks_per_node: in
     shared by its ranks, shared memory at ``intra_gbs`` GB/s inside a node, all ranks sharing
     ``cores`` cores, MPI's slice, the emulated host transport (EMULATED_HOST, its shaper's
     CPU included: every link of these runs is rate-limited), and MPI's
-    reduction at ``reduce_rate`` elements/s (e.g. the ``none`` codec's decode-accumulate)."""
+    reduction at ``reduce_rate`` elements/s (e.g. the ``none`` codec's decode-accumulate).
+
+    Parameters
+    ----------
+    ranks : int
+        MPI ranks.
+    gbit_rate : float
+        Each node's link, Gbit/s.
+    cores : int
+        The cores all ranks share.
+    ranks_per_node : int, default 1
+        Ranks per node.
+    intra_gbs : float, default 4.0
+        Shared memory inside a node, GB/s.
+    reduce_rate : float, default 2e9
+        MPI's reduction, elements/s.
+
+    Returns
+    -------
+    System
+        The system.
+    """
     intra = Link(intra_gbs * 1e9, 5e-6) if ranks_per_node > 1 else None
     return System(f"{ranks} ranks, {gbit_rate:g} Gbit/s", ranks,
                   Link(gbit(gbit_rate), EMULATED_ALPHA), ranks_per_node, intra,
@@ -494,9 +825,23 @@ def emulated_system(ranks: int, gbit_rate: float, cores: int, ranks_per_node: in
 
 
 def measure_codec_cost(spec: str, n: int = 1 << 22, reps: int = 3) -> CodecCost:
-    """Single-thread encode, decode-accumulate and plain decode rates of ``spec`` on this
-    machine, measured on ``n`` float32 Gaussian elements through the codec's kernels
-    (median of ``reps``)."""
+    """Single-thread encode, decode-accumulate and plain decode rates of a codec on this
+    machine, on float32 Gaussian elements through the codec's kernels.
+
+    Parameters
+    ----------
+    spec : str
+        The codec spec.
+    n : int, default 4194304
+        Elements per measurement.
+    reps : int, default 3
+        Repetitions (the median is kept).
+
+    Returns
+    -------
+    CodecCost
+        The measured cost.
+    """
     codec = Codec.parse(spec)
     x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
     buf = codec.encode(x)
