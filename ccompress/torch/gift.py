@@ -68,9 +68,22 @@ SETTINGS["codec"] = "GIFT codec (the one its selection measures)"
 
 
 def settings(gift: "GIFT", codec: str) -> Dict[str, Any]:
-    """``gift``'s settings on this rank, as JSON values over the keys of :data:`SETTINGS`:
-    the constructor's arguments as resolved (``layers``: the hooked layers' names) and the
-    codec its selection measures."""
+    """A GIFT's settings on this rank, as JSON values over the keys of :data:`SETTINGS`
+    (what the hook and ``use_gift`` compare across ranks).
+
+    Parameters
+    ----------
+    gift : GIFT
+        The GIFT.
+    codec : str
+        The codec its selection measures.
+
+    Returns
+    -------
+    dict
+        The constructor's arguments as resolved (``layers``: the hooked layers' names) and
+        the codec.
+    """
     core = gift.core
     return {"rank": int(core.rank), "refresh_every": gift.refresh_every,
             "layers": list(gift.layers), "sketch": int(core.sketch),
@@ -114,6 +127,12 @@ class GIFT:
         with ``select``, whiten where plain error > min_gain x whitened error.
     seed
         seed of the shared sketch matrices (the same on every rank).
+
+    Raises
+    ------
+    InvalidArgument
+        No nn.Linear layer to hook, layers that are not nn.Linear modules of the model, or
+        an invalid setting.
     """
 
     def __init__(self, model: torch.nn.Module, rank: int = 32, refresh_every: int = 50,
@@ -159,11 +178,23 @@ class GIFT:
     # ---- statistics ----
     @property
     def layers(self) -> List[str]:
-        """The hooked layers' names."""
+        """The hooked layers' names.
+
+        Returns
+        -------
+        list of str
+            Sorted.
+        """
         return sorted(self._layer_of.values())
 
     def collecting(self) -> bool:
-        """Whether this step's training forward gathers statistics (a refresh step)."""
+        """Whether this step's training forward gathers statistics (a refresh step).
+
+        Returns
+        -------
+        bool
+            True every ``refresh_every`` steps.
+        """
         return self.step % self.refresh_every == 0
 
     def _forward_hook(self, name: str):
@@ -191,7 +222,19 @@ class GIFT:
     # ---- called by the DDP hook ----
     def attach(self, codec: str) -> None:
         """Binds the codec whose round trip the selection measures (the hook's, or the
-        backend's reduce-scatter codec)."""
+        backend's reduce-scatter codec).
+
+        Parameters
+        ----------
+        codec : str
+            The codec spec.
+
+        Raises
+        ------
+        InvalidArgument
+            This GIFT serves another codec already (one GIFT per hook or group), or an unknown
+            spec.
+        """
         c = Codec.parse(codec)
         if self.codec is not None and self.codec.name != c.name:
             raise _errors.InvalidArgument(
@@ -200,15 +243,40 @@ class GIFT:
         self.codec = self.core.codec = c
 
     def layout(self, bucket: Any) -> tuple:
-        """(layer name, or "" for an unhooked tensor, shape) of each parameter of a DDP
-        bucket, in order: what a residual in this bucket's whitened coordinates belongs to."""
+        """What a residual in a bucket's whitened coordinates belongs to.
+
+        Parameters
+        ----------
+        bucket : torch.distributed.GradBucket
+            A DDP bucket.
+
+        Returns
+        -------
+        tuple of (str, tuple of int)
+            (layer name, or "" for an unhooked tensor, shape) of each parameter, in order.
+        """
         return tuple((self._layer_of.get(id(p), ""), tuple(p.shape))
                      for p in bucket.parameters())
 
     def places(self, bucket: Any) -> List["Place"]:
-        """Where the hooked weights' gradients lie in a DDP bucket's flat buffer. DDP lays
-        the bucket's parameters out back to back in ``bucket.parameters()`` order; a layout
-        that does not add up raises."""
+        """Where the hooked weights' gradients lie in a DDP bucket's flat buffer. DDP lays the
+        bucket's parameters out back to back in ``bucket.parameters()`` order.
+
+        Parameters
+        ----------
+        bucket : torch.distributed.GradBucket
+            A DDP bucket.
+
+        Returns
+        -------
+        list of Place
+            One per hooked weight in the bucket.
+
+        Raises
+        ------
+        InvalidArgument
+            A layout that does not add up to the buffer.
+        """
         out = []
         for p, at in bucket_offsets(bucket, "GIFT"):
             if id(p) in self._layer_of:
@@ -218,13 +286,35 @@ class GIFT:
         return out
 
     def to_wire(self, comm: Any, bucket: Any, feedback: Any = None) -> List["Place"]:
-        """Whitens the treated gradients of a DDP bucket in place (:meth:`whiten`);
-        returns what :meth:`from_wire` needs."""
+        """Whitens the treated gradients of a DDP bucket in place (:meth:`whiten`).
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The hook's communicator.
+        bucket : torch.distributed.GradBucket
+            A DDP bucket.
+        feedback : ccompress.ErrorFeedback, optional
+            The bucket's residuals (in whitened coordinates).
+
+        Returns
+        -------
+        list of Place
+            What :meth:`from_wire` needs.
+        """
         return self.whiten(comm, bucket.buffer(), self.places(bucket), feedback)
 
     def from_wire(self, bucket: Any, treated: List["Place"]) -> None:
-        """Maps a DDP bucket's averaged whitened gradients back (in place); ends the step
-        after the last bucket."""
+        """Maps a DDP bucket's averaged whitened gradients back (in place); ends the step after
+        the last bucket.
+
+        Parameters
+        ----------
+        bucket : torch.distributed.GradBucket
+            A DDP bucket.
+        treated : list of Place
+            What :meth:`to_wire` returned.
+        """
         self.unwhiten(bucket.buffer(), treated)
         if bucket.is_last():
             self.end_step()
@@ -232,12 +322,30 @@ class GIFT:
     # ---- on any flat gradient buffer (DDP bucket, FSDP2 reduce-scatter input) ----
     def whiten(self, comm: Any, flat: torch.Tensor, places: List["Place"],
                feedback: Any = None) -> List["Place"]:
-        """On a refresh step first refreshes the statistics, factors and selection of the
-        layers at ``places`` (collectives on ``comm``: every rank must call this for the
-        same places in the same order); then replaces each treated layer's rows G by
-        G L^-T in ``flat``. ``feedback``: the buffer's ErrorFeedback (in whitened
-        coordinates), remapped where a layer's transform changed. Returns the treated
-        places."""
+        """Whitens the treated layers' rows of a flat gradient buffer in place (a DDP bucket,
+        or FSDP2's reduce-scatter input).
+
+        On a refresh step it first refreshes the statistics, factors and selection of the layers
+        at ``places`` (collectives on ``comm``: every rank must call this for the same places in
+        the same order); then replaces each treated layer's rows G by G L^-T.
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The communicator of the buffer's collective.
+        flat : torch.Tensor
+            The buffer, contiguous 1-D.
+        places : list of Place
+            The hooked weights in it.
+        feedback : ccompress.ErrorFeedback, optional
+            The buffer's residuals (in whitened coordinates), remapped where a layer's
+            transform changed.
+
+        Returns
+        -------
+        list of Place
+            The treated places.
+        """
         if self.collecting():
             self._refresh(comm, flat, places, feedback)
         out = [p for p in places if self.treated.get(p.layer)]
@@ -246,7 +354,15 @@ class GIFT:
         return out
 
     def unwhiten(self, flat: torch.Tensor, places: List["Place"]) -> None:
-        """Maps the rows at ``places`` of a reduced buffer back: H -> H L^T (in place)."""
+        """Maps the rows at ``places`` of a reduced buffer back: H -> H L^T (in place).
+
+        Parameters
+        ----------
+        flat : torch.Tensor
+            The reduced buffer.
+        places : list of Place
+            What :meth:`whiten` returned.
+        """
         for p in places:
             self._transform(p.view(flat), self.core.factors[p.layer], forward=False)
 
@@ -345,15 +461,32 @@ class GIFT:
 
     # ---- state ----
     def state_dict(self) -> Dict[str, Any]:
-        """Step, EMA moments (the same on every rank; factors are rebuilt from them), which
-        layers are whitened, and the selection table. The hook's residuals are the hook's
-        state (:meth:`CompressedAllreduceHook.state_dict`)."""
+        """The state, for checkpoints (the hook's residuals are the hook's:
+        :meth:`CompressedAllreduceHook.state_dict`).
+
+        Returns
+        -------
+        dict
+            Step, EMA moments (the same on every rank; factors are rebuilt from them), which
+            layers are whitened, and the selection table.
+        """
         return {"step": self.step, "treated": dict(self.treated),
                 "selection": {k: dict(v) for k, v in self.selection.items()},
                 "core": self.core.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restores :meth:`state_dict` (the same layers must be hooked)."""
+        """Restores :meth:`state_dict` output (the same layers must be hooked).
+
+        Parameters
+        ----------
+        state : mapping
+            What :meth:`state_dict` returned.
+
+        Raises
+        ------
+        InvalidArgument
+            Not a GIFT state_dict, or one with layers this GIFT does not hook.
+        """
         try:
             core, step = state["core"], int(state["step"])
             treated, selection = dict(state["treated"]), dict(state["selection"])
@@ -368,8 +501,13 @@ class GIFT:
         self._moments.clear()
 
     def memory_bytes(self) -> int:
-        """Bytes held by the statistics and factors (host, and their float32 copies on the
-        gradients' devices), for overhead reports."""
+        """Bytes held by the statistics and factors, for overhead reports.
+
+        Returns
+        -------
+        int
+            Host arrays and their float32 copies on the gradients' devices.
+        """
         total = sum(m.nbytes for m in self.core.second_moment.values())
         total += sum(m.nbytes for m in self.core.output_moment.values())
         for f in self.core.factors.values():
@@ -411,6 +549,23 @@ class Place(NamedTuple):
     rows: int
 
     def view(self, flat: torch.Tensor) -> torch.Tensor:
+        """The weight's gradient rows in ``flat``.
+
+        Parameters
+        ----------
+        flat : torch.Tensor
+            The buffer, contiguous 1-D.
+
+        Returns
+        -------
+        torch.Tensor
+            ``flat.as_strided(size, stride, offset)``.
+
+        Raises
+        ------
+        InvalidArgument
+            ``flat`` is not a contiguous 1-D tensor.
+        """
         if flat.dim() != 1 or not flat.is_contiguous():
             raise _errors.InvalidArgument("GIFT places index a contiguous 1-D buffer")
         return flat.as_strided(self.size, self.stride, flat.storage_offset() + self.offset)
