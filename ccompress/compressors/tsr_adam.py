@@ -1,6 +1,7 @@
 """TSR-Adam in NumPy: Adam whose moments live in TSR's r x r core space.
 
-For a matrix parameter W (m x n) with averaged core C (from :class:`~ccompress.tsr.TSR`)::
+For a matrix parameter W (m x n) with averaged core C (from
+:class:`~ccompress.compressors.tsr.TSR`)::
 
     m = b1 m + (1 - b1) C;   v = b2 v + (1 - b2) C*C
     W <- W - lr (scale * U (m_hat / (sqrt(v_hat) + eps)) V^T + weight_decay W)

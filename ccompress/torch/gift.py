@@ -1,6 +1,7 @@
-"""GIFT for PyTorch models: the geometry-informed gradient transform of :mod:`ccompress.gift`
-(its module docstring has the method) fed by hooks on the model and applied inside the DDP
-communication hook, or on FSDP2's reduce-scatters through the ``ccompress`` backend.
+"""GIFT for PyTorch models: the geometry-informed gradient transform of
+:mod:`ccompress.compressors.gift` (its module docstring has the method) fed by hooks on
+the model and applied inside the DDP communication hook, or on FSDP2's reduce-scatters
+through the ``ccompress`` backend.
 
     gift = ccompress.torch.GIFT(model, rank=32, refresh_every=50, sketch=32)
     ddp.register_comm_hook(None, ccompress.torch.ddp_comm_hook(
@@ -21,11 +22,12 @@ for either.
 - **Refresh.** In the hook of a refresh step, for the layers whose weights are in the
   bucket, the moments are all-reduced exactly through the hook's communicator (dense, or
   a shared-seed Nystrom sketch with ``sketch=k``), folded into the EMA and factored
-  (:meth:`ccompress.gift.GIFT.observe`): every rank derives its factors from the same bits.
+  (:meth:`ccompress.compressors.gift.NumpyGIFT.observe`): every rank derives its factors
+  from the same bits.
 - **Selection** (``select=True``, the default): at each refresh every rank measures one
   codec round trip of its own gradient of each layer, in natural and in whitened
-  coordinates (:func:`ccompress.gift.roundtrip_errors`); the figures are averaged over the
-  ranks, and a layer is whitened only where its error falls (plain > ``min_gain`` x
+  coordinates (:func:`ccompress.compressors.gift.roundtrip_errors`); the figures are
+  averaged over the ranks, and a layer is whitened only where its error falls (plain > ``min_gain`` x
   whitened). A layer whose error would rise stays in natural coordinates, so GIFT never
   makes a layer's measured error worse. The table is :attr:`selection`.
 - **Transform.** Inside the bucket each treated weight's gradient G is replaced by
@@ -38,7 +40,7 @@ for either.
 Embeddings are not hooked: a tied embedding (a language model's input table reused as its
 output head) gets its gradient from two products with different K-FAC factors, and one
 factor per weight does not fit it. The factors are computed in float64 on the host (NumPy,
-:mod:`ccompress.gift`'s math) at each refresh; the per-step transforms run in float32 in
+:mod:`ccompress.compressors.gift`'s math) at each refresh; the per-step transforms run in float32 in
 place, on the gradients' own device (a float32 copy of each factor is kept there), so CUDA
 gradients stay on the GPU. float32 adds a relative error near 2^-24 x the matrices' widths,
 far below any lossy codec's (the bound is stated in tests/pytorch/test_torch_gift.py).
@@ -115,7 +117,8 @@ class GIFT:
     output_side
         also whiten the output side (both K-FAC factors, backward hooks).
     ema
-        EMA weight of the old moments per refresh (see :class:`ccompress.gift.GIFT`).
+        EMA weight of the old moments per refresh (see
+        :class:`ccompress.compressors.gift.NumpyGIFT`).
     damping
         floor of the input factor's residual diagonal, relative to its mean.
     damping_out
@@ -149,7 +152,7 @@ class GIFT:
         if min_gain < 1.0:
             raise _errors.InvalidArgument(f"GIFT min_gain {min_gain} must be >= 1 (below 1 a "
                                           "layer whose error rises would be whitened)")
-        # The math (moments' all-reduce and EMA, factors, sketches) is ccompress.gift's.
+        # The math (moments' all-reduce and EMA, factors, sketches) is ccompress.compressors.gift's.
         self.core = _gift.NumpyGIFT(codec="none", rank=int(rank), ema=ema, damping=damping,
                                error_feedback=False, sketch=sketch, seed=seed,
                                damping_out=damping_out)
@@ -577,10 +580,10 @@ def _host(g: torch.Tensor) -> np.ndarray:
 
 
 class _Side(NamedTuple):
-    """One :class:`ccompress.gift.Whitening` factor as float32 tensors on one device: the
-    rows of a matrix go G -> G L^-T = (G / d) M^-1 and back H -> H L^T = (H M) d, with
+    """One :class:`ccompress.compressors.gift.Whitening` factor as float32 tensors on one
+    device: the rows of a matrix go G -> G L^-T = (G / d) M^-1 and back H -> H L^T = (H M) d, with
     M^-1 = I + Q diag(fwd) Q^T and M = I + Q diag(back) Q^T (the module docstring of
-    :mod:`ccompress.gift`)."""
+    :mod:`ccompress.compressors.gift`)."""
 
     dsqrt: torch.Tensor
     q: torch.Tensor
