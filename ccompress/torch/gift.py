@@ -27,9 +27,9 @@ for either.
 - **Selection** (``select=True``, the default): at each refresh every rank measures one
   codec round trip of its own gradient of each layer, in natural and in whitened
   coordinates (:func:`ccompress.compressors.gift.roundtrip_errors`); the figures are
-  averaged over the ranks, and a layer is whitened only where its error falls (plain > ``min_gain`` x
-  whitened). A layer whose error would rise stays in natural coordinates, so GIFT never
-  makes a layer's measured error worse. The table is :attr:`selection`.
+  averaged over the ranks, and a layer is whitened only where its error falls (plain >
+  ``min_gain`` x whitened). A layer whose error would rise stays in natural coordinates,
+  so GIFT never makes a layer's measured error worse. The table is :attr:`selection`.
 - **Transform.** Inside the bucket each treated weight's gradient G is replaced by
   ``G L^-T`` (both sides: ``L_S^-1 G L_A^-T``) before the compressed all-reduce and mapped
   back after it; biases and untreated tensors travel as they are. The hook's error feedback
