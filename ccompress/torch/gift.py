@@ -546,8 +546,8 @@ class Place(NamedTuple):
     weight whole, FSDP2's reduce-scatter input holds it as ``size[0]`` row shards."""
 
     layer: str
-    size: Tuple[int, ...]
-    stride: Tuple[int, ...]
+    size: tuple  # of ints (a plain type: NamedTuple annotations are read outside this module)
+    stride: tuple  # of ints
     offset: int
     rows: int
 
