@@ -324,7 +324,11 @@ def from_torch(cls: Any, group: Any = None, *, store: Any = None, **kwargs: Any)
     refused). ``kwargs`` go to the Communicator (``timeout``, ``slice_elems``, ``seed``,
     ...). A group of one rank gives a 1-rank communicator.
     """
-    import torch.distributed as dist
+    try:
+        import torch.distributed as dist
+    except ImportError as e:
+        raise ImportError("Communicator.from_torch needs PyTorch: pip install torch "
+                          "(ccompress itself works without it)") from e
 
     if not dist.is_available() or not dist.is_initialized():
         if group is None or _group_ranks(group) is not None:
