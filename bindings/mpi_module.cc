@@ -31,6 +31,6 @@ PYBIND11_MODULE(_mpi, m) {
            }),
            py::arg("comm_handle"), py::call_guard<py::gil_scoped_release>());
   m.def("library_version", &ccompress::MpiTransport::library_version);
-  // The MPI transport's default slice, for the cost model (ccompress.tools.perfmodel).
+  // The MPI transport's default slice, for the cost model (ccompress.perfmodel).
   m.attr("SLICE_ELEMS") = ccompress::MpiTransport::kSliceElems;
 }

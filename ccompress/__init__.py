@@ -14,10 +14,10 @@ from ._internal.errors import (CCompressError, CollectiveTimeout, CudaError, Inv
 from . import _core
 from . import simulate
 from .codec import Codec
-from .compressors.error_feedback import ErrorFeedback
+from .error_feedback import ErrorFeedback
+from ._internal.build_info import build_info
 from ._internal.device import nccl_unique_id
 from .communicator import ALGOS, OPS, Communicator, Work, run_cuda_loopback, run_inproc
-from .tools.info import build_info
 
 __version__ = _core.__version__
 chunk_range = _core.chunk_range

@@ -9,7 +9,7 @@ bit budget (8.5 bits per element for auto8, 4.6 for auto4). The choice is report
 ``comm.last_stats``.
 
 For gradients that an Adam-type optimizer consumes, ``auto8:adam`` / ``auto4:adam`` rank the
-candidates by the Adam-normalised error instead (:mod:`ccompress.tools.adam_fidelity`): each
+candidates by the Adam-normalised error instead (:mod:`ccompress.adam_fidelity`): each
 element's error and value weighted by ``1 / (sqrt(v̂) + eps)``, Adam's per-coordinate scale.
 ``v̂`` comes from an :class:`AutoCodec` passed as the codec, which either holds the
 optimizer's second moment (:meth:`AutoCodec.set_second_moment`) or keeps its own running
@@ -20,12 +20,13 @@ Adam's first step), so the spec ranks by the mean squared relative error per ele
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .tools import adam_fidelity
+from . import adam_fidelity
+from ._internal import arrays as _arrays
 from ._internal.errors import CCompressError, InvalidArgument
 from .codec import Codec
 
@@ -41,9 +42,24 @@ SAMPLE_ELEMS = 1 << 15
 
 METRICS = ("l2", "adam")
 
+# The public names (the rest serve the communicator's call).
+__all__ = ["AutoCodec", "CANDIDATES", "Choice", "METRICS", "candidates", "choose", "is_auto",
+           "parse"]
+
 
 def parse(spec: Any) -> Optional[Tuple[str, str]]:
-    """("auto8" | "auto4", "l2" | "adam") of an auto spec or :class:`AutoCodec`, else None."""
+    """The base and metric of an auto codec.
+
+    Parameters
+    ----------
+    spec : str or AutoCodec or any
+        A codec argument.
+
+    Returns
+    -------
+    tuple of (str, str) or None
+        ("auto8" | "auto4", "l2" | "adam") of an auto spec or :class:`AutoCodec`, else None.
+    """
     if isinstance(spec, AutoCodec):
         return spec.base, spec.metric
     if not isinstance(spec, str):
@@ -55,26 +71,48 @@ def parse(spec: Any) -> Optional[Tuple[str, str]]:
 
 
 def is_auto(spec: Any) -> bool:
-    """Whether ``spec`` is auto8 / auto4 (with an optional ``:adam`` / ``:l2``) or an
-    :class:`AutoCodec`."""
+    """Whether a codec argument chooses per call.
+
+    Parameters
+    ----------
+    spec : str or AutoCodec or any
+        A codec argument.
+
+    Returns
+    -------
+    bool
+        True for auto8 / auto4 (with an optional ``:adam`` / ``:l2``) and an
+        :class:`AutoCodec`.
+    """
     return parse(spec) is not None
 
 
 class AutoCodec:
     """``auto8`` / ``auto4`` with state, for one tensor: pass it as ``codec=`` every step.
 
-    Args:
-      name: "auto8" or "auto4", optionally with ":adam" or ":l2" (the default metric is
-        ``metric``).
-      metric: "adam" (rank by the Adam-normalised error) or "l2".
-      beta2, eps: of the running second moment and the weights ``1 / (sqrt(v̂) + eps)``;
-        match the optimizer's.
-      exp_avg_sq, step: a second moment (raw, as torch keeps it) and its step count to
-        continue the running average from (e.g. the optimizer's, when resuming).
-
     Without :meth:`set_second_moment` it keeps ``v = beta2 v + (1 - beta2) y²`` of every
     call's all-reduced result y (the same bits on every rank, so every rank weighs alike),
     bias-corrected by the call count. The first call weighs by the rank's own input.
+
+    Parameters
+    ----------
+    name
+        "auto8" or "auto4", optionally with ":adam" or ":l2" (the default metric is
+        ``metric``).
+    metric
+        "adam" (rank by the Adam-normalised error) or "l2".
+    beta2, eps
+        of the running second moment and the weights ``1 / (sqrt(v̂) + eps)``;
+        match the optimizer's.
+    exp_avg_sq, step
+        a second moment (raw, as torch keeps it) and its step count to
+        continue the running average from (e.g. the optimizer's, when resuming).
+
+    Raises
+    ------
+    InvalidArgument
+        An unknown base or metric, bad beta2 or eps, or a starting exp_avg_sq without a step
+        of at least 1.
     """
 
     def __init__(self, name: str = "auto8", metric: str = "adam", beta2: float = 0.999,
@@ -100,11 +138,31 @@ class AutoCodec:
 
     @property
     def name(self) -> str:
+        """The spec this state stands for.
+
+        Returns
+        -------
+        str
+            ``"<base>:<metric>"``, e.g. ``"auto8:adam"``.
+        """
         return f"{self.base}:{self.metric}"
 
     def set_second_moment(self, exp_avg_sq: Any, step: Optional[int] = None) -> None:
-        """Weigh by the optimizer's own second moment from now on (e.g. torch's
-        ``exp_avg_sq``; bias-corrected with ``step`` when given, else taken as it is)."""
+        """Weigh by the optimizer's own second moment from now on.
+
+        Parameters
+        ----------
+        exp_avg_sq : array_like
+            E.g. torch's ``exp_avg_sq``, this tensor's size.
+        step : int, optional
+            The optimizer's step: bias-corrects with it when given, else takes the moment as it
+            is.
+
+        Raises
+        ------
+        InvalidArgument
+            A moment with NaN, Inf or negative entries.
+        """
         v = np.asarray(exp_avg_sq, np.float64)
         if np.any(~np.isfinite(v)) or np.any(v < 0):
             raise InvalidArgument("set_second_moment: exp_avg_sq must be finite and >= 0")
@@ -112,7 +170,23 @@ class AutoCodec:
         self.supplied = True
 
     def weights(self, x: np.ndarray) -> np.ndarray:
-        """The per-element weights of this call's ranking (shape of ``x``)."""
+        """The per-element weights of this call's ranking.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            This rank's input.
+
+        Returns
+        -------
+        numpy.ndarray
+            float64, the shape of ``x``: ``1 / (sqrt(v̂) + eps)``.
+
+        Raises
+        ------
+        InvalidArgument
+            The second moment has another size than ``x`` (one AutoCodec per tensor).
+        """
         if self.v is None:
             return adam_fidelity.adam_weights(np.square(x.astype(np.float64)), self.eps)
         if self.v.size != x.size:
@@ -122,7 +196,13 @@ class AutoCodec:
         return adam_fidelity.adam_weights(v.reshape(x.shape), self.eps)
 
     def observe(self, y: np.ndarray) -> None:
-        """Adds one call's all-reduced result to the running second moment."""
+        """Adds one call's all-reduced result to the running second moment.
+
+        Parameters
+        ----------
+        y : numpy.ndarray
+            The call's result (the same bits on every rank).
+        """
         self.calls += 1
         if self.supplied or self.metric != "adam":
             return
@@ -132,7 +212,18 @@ class AutoCodec:
 
 
 def candidates(name: str) -> List[Codec]:
-    """The registered candidates of ``auto8``/``auto4`` that fit its bit budget."""
+    """The registered candidates of ``auto8`` / ``auto4`` that fit its bit budget.
+
+    Parameters
+    ----------
+    name : {"auto8", "auto4"}
+        The auto codec.
+
+    Returns
+    -------
+    list of Codec
+        In order of preference on ties; those this build does not register are skipped.
+    """
     out = []
     for spec in CANDIDATES[name]:
         try:
@@ -190,15 +281,47 @@ def _sample(a: np.ndarray, layout: str) -> np.ndarray:
 
 @dataclass
 class Choice:
+    """What an auto codec chose for one call.
+
+    Attributes
+    ----------
+    codec : Codec
+        The chosen codec.
+    layout : {"rows", "cols"}
+        Reduce as stored, or column by column (through a rearranged copy).
+    table : list of tuple of (str, str, float)
+        (codec, layout, relative error) of every candidate.
+    """
     codec: Codec
     layout: str
     table: List[Tuple[str, str, float]]  # (codec, layout, relerr) for every candidate
 
 
 def choose(name: str, a: np.ndarray, exact_sum, weights: Optional[np.ndarray] = None) -> Choice:
-    """Picks a (codec, layout) for host array ``a``; ``exact_sum(v)`` must return the exact
-    float32 all-reduce of a small vector (the same on every rank). ``weights`` (shape of
-    ``a``) weigh each element's error and value (the Adam-normalised ranking)."""
+    """Picks a (codec, layout) for a host array from the ranks' pooled sample errors.
+
+    Parameters
+    ----------
+    name : {"auto8", "auto4"}
+        The auto codec.
+    a : numpy.ndarray
+        This rank's input.
+    exact_sum : callable
+        ``exact_sum(v)`` returns the exact float32 all-reduce of a small vector (the same on
+        every rank).
+    weights : numpy.ndarray, optional
+        Shape of ``a``: weigh each element's error and value (the Adam-normalised ranking).
+
+    Returns
+    -------
+    Choice
+        The codec and layout with the least pooled error (the first on ties), and the table.
+
+    Raises
+    ------
+    CCompressError
+        No candidate codec of ``name`` is registered in this build.
+    """
     cands = candidates(name)
     if not cands:
         raise CCompressError(f"{name}: no candidate codec is registered in this build")
@@ -231,10 +354,6 @@ def allreduce(comm: Any, call: Any, spec: Any) -> dict:
     ranks agree on the choice through one exact all-reduce of their sample errors, then
     reduce as stored ("rows") or column by column ("cols", through a rearranged copy). Host
     arrays only; the choice goes to ``last_stats``."""
-    from dataclasses import replace
-
-    from ._internal import arrays as _arrays
-
     name, metric = parse(spec)
     a = _arrays.as_numpy(call.x)
     weights = None

@@ -17,6 +17,17 @@ class Codec:
     ``encode(x)`` gives the exact bytes a collective sends for ``x``;
     ``decode(buf, n, dtype)`` reads them back; ``roundtrip(x)`` does both;
     ``wire_bytes(n, dtype)`` is the exact encoded size of n elements.
+
+    Parameters
+    ----------
+    spec : str or Codec
+        A codec spec (``"none"``, ``"bf16"``, ``"fp8_e4m3:g128"``, ``"nvfp4"``, ...; README's
+        codec table lists them), or a Codec.
+
+    Raises
+    ------
+    InvalidArgument
+        An unknown codec, option or value in ``spec``.
     """
 
     __slots__ = ("_c",)
@@ -29,7 +40,25 @@ class Codec:
 
     @staticmethod
     def parse(spec: Union[str, "Codec"]) -> "Codec":
-        """Parses a spec string ("none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g64", ...)."""
+        """Parses a codec spec.
+
+        Parameters
+        ----------
+        spec : str or Codec
+            A spec string ("none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g64", ...); a Codec
+            is returned as it is.
+
+        Returns
+        -------
+        Codec
+            The codec, its name canonical (``str(codec)``).
+
+        Raises
+        ------
+        InvalidArgument
+            ``spec`` is not a string or Codec, names an unknown codec or option, or is
+            ``"auto8"`` / ``"auto4"`` (chosen per call by a communicator, not a codec).
+        """
         if isinstance(spec, Codec):
             return spec
         if not isinstance(spec, str):
@@ -41,25 +70,85 @@ class Codec:
 
     @property
     def name(self) -> str:
+        """The canonical spec, e.g. ``"fp8_e4m3:g128"`` (what :meth:`parse` gives back).
+
+        Returns
+        -------
+        str
+            The name.
+        """
         return self._c.name
 
     @property
     def group(self) -> int:
-        """Elements per scale group (0 for unscaled codecs)."""
+        """Elements per scale group.
+
+        Returns
+        -------
+        int
+            The group size; 0 for unscaled codecs.
+        """
         return self._c.group
 
     def lossy(self, dtype: str = "float32") -> bool:
-        """Whether a round trip can change values of this dtype."""
+        """Whether a round trip can change values of this dtype.
+
+        Parameters
+        ----------
+        dtype : {"float32", "bfloat16", "float16"}, default "float32"
+            The element type.
+
+        Returns
+        -------
+        bool
+            False only where every value comes back bit for bit (e.g. ``"none"``, or ``"bf16"``
+            for bfloat16).
+        """
         return self._c.lossy(dtype)
 
     def wire_bytes(self, n: int, dtype: str = "float32") -> int:
-        """Exact encoded size of ``n`` elements of ``dtype`` (dtype matters only for "none")."""
+        """Exact encoded size of ``n`` elements of ``dtype``.
+
+        Parameters
+        ----------
+        n : int
+            The element count.
+        dtype : {"float32", "bfloat16", "float16"}, default "float32"
+            The element type (it matters only for "none", which sends the elements as they are).
+
+        Returns
+        -------
+        int
+            Bytes on the wire, scales and padding included (no message header).
+
+        Raises
+        ------
+        InvalidArgument
+            ``n`` is negative.
+        """
         if n < 0:
             raise InvalidArgument(f"element count {n} is negative")
         return self._c.bind(dtype).wire_bytes(int(n))
 
     def encode(self, x: Any) -> np.ndarray:
-        """The encoded bytes of ``x`` (flattened) as a uint8 array."""
+        """The encoded bytes of ``x`` (flattened), exactly what a collective sends.
+
+        Parameters
+        ----------
+        x : array
+            A host array (NumPy, or any DLPack producer in host memory) of float32, bfloat16 or
+            float16.
+
+        Returns
+        -------
+        numpy.ndarray
+            uint8, ``wire_bytes(x.size, dtype)`` bytes.
+
+        Raises
+        ------
+        InvalidArgument
+            An array of an unsupported dtype, layout or memory.
+        """
         v = _arrays.view(x)
         c = self._c.bind(v.dtype)
         buf = np.empty(c.wire_bytes(v.n), dtype=np.uint8)
@@ -67,8 +156,27 @@ class Codec:
         return buf
 
     def decode(self, buf: Any, n: int, dtype: str = "float32") -> np.ndarray:
-        """Decodes ``n`` elements from ``buf`` into a new array of ``dtype`` (for "none",
-        ``dtype`` is also the type on the wire)."""
+        """Decodes ``n`` elements from ``buf`` into a new array.
+
+        Parameters
+        ----------
+        buf : bytes-like
+            The encoded bytes (:meth:`encode`), exactly ``wire_bytes(n, dtype)`` of them.
+        n : int
+            The element count.
+        dtype : {"float32", "bfloat16", "float16"}, default "float32"
+            The output type (for "none", also the type on the wire).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``n`` elements of ``dtype``.
+
+        Raises
+        ------
+        InvalidArgument
+            An unsupported dtype, or ``buf`` of another size than the codec needs.
+        """
         if dtype not in _arrays.SUPPORTED:
             raise InvalidArgument(f"dtype {dtype}; {_arrays._HINT}")
         c = self._c.bind(dtype)
@@ -83,8 +191,26 @@ class Codec:
 
     def encode_message(self, x: Any, call: int = 0) -> np.ndarray:
         """``x`` framed as a collective sends it: the 16-byte message header (magic, version,
-        dtype, codec id, element count, call number; see
-        cuda/src/collectives/message_header.h) followed by ``encode(x)``."""
+        dtype, codec id, element count, call number; see cuda/src/collectives/message_header.h)
+        followed by ``encode(x)``.
+
+        Parameters
+        ----------
+        x : array
+            A host array of float32, bfloat16 or float16.
+        call : int, default 0
+            The call number the header carries.
+
+        Returns
+        -------
+        numpy.ndarray
+            uint8: the header, then the payload.
+
+        Raises
+        ------
+        InvalidArgument
+            An array of an unsupported dtype, layout or memory.
+        """
         v = _arrays.view(x)
         head = _core.message_header(self._c.bind(v.dtype), v.dtype, v.n, int(call))
         return np.concatenate([np.frombuffer(head, np.uint8), self.encode(x)])
@@ -93,10 +219,31 @@ class Codec:
                        call: Optional[int] = None) -> np.ndarray:
         """Checks and decodes a framed message (:meth:`encode_message`) from untrusted bytes.
 
-        The header must carry this codec, ``dtype``, ``n`` elements (when given; else the
-        header's count is used) and ``call`` (when given), and the payload must be exactly
-        ``wire_bytes(count)`` bytes; otherwise :class:`MessageError` names the field and both
-        values. Nothing is decoded or allocated before those checks pass.
+        Nothing is decoded or allocated before the header and size checks pass.
+
+        Parameters
+        ----------
+        buf : bytes-like
+            The message: header, then payload.
+        n : int, optional
+            The element count the header must carry (default: the header's count).
+        dtype : {"float32", "bfloat16", "float16"}, default "float32"
+            The type the header must carry, and the output's.
+        call : int, optional
+            The call number the header must carry (default: any).
+
+        Returns
+        -------
+        numpy.ndarray
+            The decoded elements.
+
+        Raises
+        ------
+        MessageError
+            The header does not carry this codec, ``dtype``, ``n`` or ``call`` (the message names
+            the field and both values), or the payload is not exactly ``wire_bytes(count)``.
+        InvalidArgument
+            An unsupported ``dtype``.
         """
         if dtype not in _arrays.SUPPORTED:
             raise InvalidArgument(f"dtype {dtype}; {_arrays._HINT}")
@@ -118,7 +265,23 @@ class Codec:
         return self.decode(raw[hb:], count, dtype)
 
     def roundtrip(self, x: Any) -> Any:
-        """decode(encode(x)) with the shape and array type of ``x``."""
+        """decode(encode(x)): what every receiver of ``x`` reads.
+
+        Parameters
+        ----------
+        x : array
+            A host array of float32, bfloat16 or float16.
+
+        Returns
+        -------
+        array
+            The round trip, with the shape and array type of ``x``.
+
+        Raises
+        ------
+        InvalidArgument
+            An array of an unsupported dtype, layout or memory.
+        """
         v = _arrays.view(x)
         c = self._c.bind(v.dtype)
         buf = np.empty(c.wire_bytes(v.n), dtype=np.uint8)

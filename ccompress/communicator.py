@@ -13,9 +13,10 @@ from . import _core, autocodec
 from ._internal.backends import Call, backend_for
 from ._internal.errors import CCompressError, InvalidArgument, MismatchError, Unsupported
 from ._internal.device import _cuda_module
+from ._internal import torch_p2p as _torch_p2p
 from ._internal.ranks import on_threads, run_ranks
-from ._internal.resolve import resolve
 from ._internal.work import IssueQueue, Work
+from ._resolve import resolve
 from .codec import Codec
 
 # The names the C++ side accepts (it validates them, once per call: _core.CallSpec).
@@ -31,31 +32,46 @@ class Communicator:
     :meth:`inproc` (ranks as threads of this process) or :meth:`cuda_loopback` (virtual
     ranks on one GPU). Every rank must make the same calls in the same order; a rank that
     passes a different count, dtype, codec, algo or op makes every rank raise
-    :class:`MismatchError` instead of hanging.
+    :class:`~ccompress.MismatchError` instead of hanging.
 
-    Args:
-      timeout: seconds a collective waits for a silent peer before raising
-        :class:`CollectiveTimeout`.
-      slice_elems: elements per pipelined slice (default: the transport's own, i.e. 262144
-        elements over MPI, 16 MiB of input on the CUDA loopback and 4 MiB over NCCL
+    Parameters
+    ----------
+    transport : ccompress._core.Transport
+        This rank's transport (the constructors above make it).
+    timeout : float, default 300.0
+        Seconds a collective waits for a silent peer before raising
+        :class:`~ccompress.CollectiveTimeout`.
+    slice_elems : int, optional
+        Elements per pipelined slice (default: the transport's own, i.e. 262144 elements over
+        MPI, 16 MiB of input on the CUDA loopback and 4 MiB over NCCL
         (``CCOMPRESS_DEVICE_SLICE_MB`` overrides these two), ``_core.DEFAULT_SLICE_ELEMS`` =
         65536 elements otherwise; rounded up to the codec's scale group). It changes how many
         messages carry a result, never its bits.
-      seed: seed of stochastic rounding (codecs with ``:sr``); the noise of an element is a
+    seed : int, default 0
+        Seed of stochastic rounding (codecs with ``:sr``); the noise of an element is a
         hash of (seed, step, rank, element index), where step counts this communicator's
         collectives unless a call passes its own ``step``.
-      model: a :class:`ccompress.perfmodel.AlgoModel` (the same on every rank) that resolves
-        ``algo="auto"`` of an all-reduce to the algorithm it predicts fastest for the call's
-        size and codec; without one (or for a codec it has no cost for) auto picks by
-        message size and rank count.
-      nonfinite: what a NaN or Inf does (default for every call; a call's ``nonfinite=``
-        overrides it). ``"propagate"``: it reaches exactly the outputs that the codec's
-        policy states (README, "Guarantees"). ``"raise"``: the same, then
-        :class:`NonFiniteError` on every rank when any output is non-finite. Either way
-        ``last_stats`` counts the non-finite elements of this rank's input
+    model : ccompress.perfmodel.AlgoModel, optional
+        The same on every rank: resolves ``algo="auto"`` of an all-reduce to the algorithm
+        it predicts fastest for the call's size and codec; without one (or for a codec it
+        has no cost for) auto picks by message size and rank count.
+    nonfinite : {"propagate", "raise"}, default "propagate"
+        What a NaN or Inf does (default for every call; a call's ``nonfinite=`` overrides
+        it). ``"propagate"``: it reaches exactly the outputs that the codec's policy states
+        (README, "Guarantees"). ``"raise"``: the same, then
+        :class:`~ccompress.NonFiniteError` on every rank when any output is non-finite.
+        Either way ``last_stats`` counts the non-finite elements of this rank's input
         (``nonfinite_in``) and output (``nonfinite_out``).
-      ranks_per_node: nodes of that many consecutive ranks, for ``algo="hier"`` (default:
-        from MPI's shared-memory groups, or torchrun's ``LOCAL_WORLD_SIZE``; else unknown).
+    ranks_per_node : int, optional
+        Nodes of that many consecutive ranks, for ``algo="hier"`` (default: from MPI's
+        shared-memory groups, or torchrun's ``LOCAL_WORLD_SIZE``; else unknown).
+
+    Raises
+    ------
+    InvalidArgument
+        A timeout or slice_elems that is not positive, an unknown ``nonfinite``, a
+        ``ranks_per_node`` that does not divide the group, or a ``model`` with no
+        ``choose``.
     """
 
     def __init__(self, transport: "_core.Transport", *, timeout: float = 300.0,
@@ -92,8 +108,32 @@ class Communicator:
     # ---- construction ----
     @classmethod
     def from_mpi(cls, comm: Any = None, **kwargs: Any) -> "Communicator":
-        """Wraps an mpi4py communicator (default ``MPI.COMM_WORLD``). Collective: every rank
-        of ``comm`` must call it. Host arrays travel over MPI."""
+        """Wraps an mpi4py communicator. Collective: every rank of ``comm`` must call it.
+
+        Host arrays travel over MPI; CUDA arrays over NCCL, through a device communicator
+        made at the first CUDA call (its unique id broadcast over ``comm``).
+
+        Parameters
+        ----------
+        comm : mpi4py.MPI.Comm, optional
+            The ranks (default ``MPI.COMM_WORLD``).
+        **kwargs
+            The :class:`Communicator` options (``timeout``, ``slice_elems``, ``seed``,
+            ``model``, ``nonfinite``, ``ranks_per_node``; the latter defaults to what MPI's
+            shared-memory groups say).
+
+        Returns
+        -------
+        Communicator
+            This rank's communicator.
+
+        Raises
+        ------
+        Unsupported
+            mpi4py, or the MPI transport module, is not available.
+        InvalidArgument
+            An option is invalid (see :class:`Communicator`).
+        """
         comm, transport = _transports.mpi_transport(comm)
         kwargs.setdefault("ranks_per_node", _topology.from_mpi(comm))
         self = cls(transport, _keepalive=comm, **kwargs)
@@ -102,13 +142,36 @@ class Communicator:
 
     @classmethod
     def from_torch(cls, group: Any = None, **kwargs: Any) -> "Communicator":
-        """A communicator over the ranks of a torch.distributed group (default: the world), no
-        MPI needed (torchrun, env://); collective over the group's ranks. Host arrays move
-        over gloo point-to-point (a private gloo group of the same processes), CUDA arrays
-        over NCCL, its id shared through the group's store (:mod:`ccompress.torch._p2p`)."""
-        from .torch import _p2p
+        """A communicator over the ranks of a torch.distributed group, no MPI needed
+        (torchrun, env://); collective over the group's ranks.
 
-        return _p2p.from_torch(cls, group, **kwargs)
+        Host arrays move over TCP between the ranks, found through the group's store
+        (``CCOMPRESS_TRANSPORT=gloo``: over gloo point-to-point on a private gloo group of
+        the same processes), CUDA arrays over NCCL, its id shared through the store.
+
+        Parameters
+        ----------
+        group : torch.distributed.ProcessGroup, optional
+            The ranks (default: the world group, which needs
+            ``torch.distributed.init_process_group`` first).
+        **kwargs
+            The :class:`Communicator` options, and ``store=``: the torch.distributed store
+            that the NCCL unique id of CUDA arrays travels through (default: the group's).
+
+        Returns
+        -------
+        Communicator
+            This rank's communicator (the same one for every call on the same group).
+
+        Raises
+        ------
+        InvalidArgument
+            torch.distributed is not initialised, ``group`` is not a process group, or this
+            rank is not one of its members.
+        Unsupported
+            This torch build has no gloo (``CCOMPRESS_TRANSPORT=gloo``).
+        """
+        return _torch_p2p.from_torch(cls, group, **kwargs)
 
     @classmethod
     def from_nccl(cls, comm: Any = None, *, unique_id: Optional[bytes] = None,
@@ -117,22 +180,67 @@ class Communicator:
         """A device communicator over NCCL (grouped ncclSend/ncclRecv on a comm stream, codec
         kernels on a codec stream). Collective: every rank calls it.
 
-        Either pass an mpi4py communicator ``comm`` (rank 0 makes the NCCL unique id and
-        broadcasts it over MPI; rank and size are the MPI ones), or ``unique_id`` (from
-        :func:`nccl_unique_id` on one rank, shared by your own means) with ``rank`` and
-        ``size``. ``device`` defaults to rank modulo the visible device count. libnccl is
-        found at run time (``NCCL_ROOT``, the nvidia-nccl wheel, the system); without it,
-        or without a GPU, this raises :class:`Unsupported` saying which is missing.
+        libnccl is found at run time (``NCCL_ROOT``, the nvidia-nccl wheel, the system).
+
+        Parameters
+        ----------
+        comm : mpi4py.MPI.Comm, optional
+            Rank 0 makes the NCCL unique id and broadcasts it over MPI; rank and size are
+            the MPI ones. Pass either this or ``unique_id``, ``rank`` and ``size``.
+        unique_id : bytes, optional
+            From :func:`~ccompress.nccl_unique_id` on one rank, shared by your own means.
+        rank, size : int, optional
+            This rank and the group's size, with ``unique_id``.
+        device : int, optional
+            The CUDA device (default: rank modulo the visible device count).
+        **kwargs
+            The :class:`Communicator` options.
+
+        Returns
+        -------
+        Communicator
+            This rank's device communicator.
+
+        Raises
+        ------
+        Unsupported
+            No CUDA module, GPU or libnccl (the message says which is missing).
+        InvalidArgument
+            Neither ``comm`` nor ``unique_id`` with ``rank`` and ``size``, or both.
         """
         comm, t = _transports.nccl_rank(comm, unique_id, rank, size, device)
         return cls(t, _keepalive=comm, **kwargs)
 
     @classmethod
     def cuda_loopback(cls, size: int, device: int = 0, **kwargs: Any) -> List["Communicator"]:
-        """``size`` communicators of virtual ranks on CUDA device ``device``, one per rank
-        (give each to its own thread, see :func:`run_cuda_loopback`). They reduce CUDA
-        arrays (CuPy, PyTorch, any DLPack producer) with the whole CUDA pipeline: codec
-        kernels on each rank's codec stream, device-to-device copies on its comm stream."""
+        """Virtual ranks on one GPU, one communicator per rank (give each to its own thread,
+        see :func:`run_cuda_loopback`).
+
+        They reduce CUDA arrays (CuPy, PyTorch, any DLPack producer) with the whole CUDA
+        pipeline: codec kernels on each rank's codec stream, device-to-device copies on its
+        comm stream.
+
+        Parameters
+        ----------
+        size : int
+            The number of ranks (at least 1).
+        device : int, default 0
+            The CUDA device.
+        **kwargs
+            The :class:`Communicator` options.
+
+        Returns
+        -------
+        list of Communicator
+            ``size`` communicators, in rank order.
+
+        Raises
+        ------
+        InvalidArgument
+            ``size`` is not a positive int.
+        Unsupported
+            This build has no CUDA module, or no GPU is visible.
+        """
         if not isinstance(size, int) or size < 1:
             raise InvalidArgument(f"a loopback group needs size >= 1, got {size!r}")
         cuda = _cuda_module()
@@ -141,7 +249,26 @@ class Communicator:
 
     @classmethod
     def inproc(cls, size: int, **kwargs: Any) -> List["Communicator"]:
-        """``size`` communicators of one in-process group: one per rank, each for a thread."""
+        """Ranks as threads of this process: one in-process group of ``size`` ranks.
+
+        Parameters
+        ----------
+        size : int
+            The number of ranks (at least 1).
+        **kwargs
+            The :class:`Communicator` options.
+
+        Returns
+        -------
+        list of Communicator
+            ``size`` communicators, in rank order, each for its own thread
+            (:func:`run_inproc` runs a function on each).
+
+        Raises
+        ------
+        InvalidArgument
+            ``size`` is not a positive int.
+        """
         if not isinstance(size, int) or size < 1:
             raise InvalidArgument(f"an in-process group needs size >= 1, got {size!r}")
         group = _core.InprocGroup(size)
@@ -159,17 +286,29 @@ class Communicator:
 
     @property
     def bytes_sent(self) -> int:
-        """Bytes this rank has put on the wire through this communicator (headers included)."""
+        """Bytes this rank has put on the wire through this communicator.
+
+        Returns
+        -------
+        int
+            Payload and headers, since the communicator was made.
+        """
         return self._t.bytes_sent
 
     @property
     def slice_elems(self) -> int:
-        """Elements per pipelined slice of this communicator's calls (before rounding up to
-        a codec's scale group): the ``slice_elems`` it was made with, else its transport's
-        default (262144 over MPI, ``_core.DEFAULT_SLICE_ELEMS`` otherwise). A device
-        transport chooses its slice in bytes (16 MiB on the CUDA loopback, 4 MiB over NCCL,
-        or ``CCOMPRESS_DEVICE_SLICE_MB``): this is then its count of float32 elements, and a
-        call in a 2-byte dtype has twice as many."""
+        """Elements per pipelined slice of this communicator's calls (before rounding up to a
+        codec's scale group).
+
+        Returns
+        -------
+        int
+            The ``slice_elems`` it was made with, else its transport's default (262144 over
+            MPI, ``_core.DEFAULT_SLICE_ELEMS`` otherwise). A device transport chooses its
+            slice in bytes (16 MiB on the CUDA loopback, 4 MiB over NCCL, or
+            ``CCOMPRESS_DEVICE_SLICE_MB``): this is then its count of float32 elements, and a
+            call in a 2-byte dtype has twice as many.
+        """
         if self._slice:
             return self._slice
         per_bytes = int(getattr(self._t, "default_slice_bytes", 0))
@@ -177,11 +316,26 @@ class Communicator:
 
     @property
     def usable(self) -> bool:
-        """False once a timeout, a transport error or a malformed message has made this
-        communicator refuse further calls (each raises, naming the first error)."""
+        """Whether this communicator still takes calls.
+
+        Returns
+        -------
+        bool
+            False once a timeout, a transport error or a malformed message has made it refuse
+            further calls (each raises, naming the first error), or once it is closed.
+        """
         return self._broken is None
 
     def barrier(self) -> None:
+        """Returns once every rank of the group has called it.
+
+        Raises
+        ------
+        CollectiveTimeout
+            A rank did not arrive within the communicator's timeout.
+        CCompressError
+            The transport failed.
+        """
         self._t.barrier()
 
     def _nccl_for(self, x: Any) -> Optional["Communicator"]:
@@ -202,23 +356,77 @@ class Communicator:
                   error_feedback: Any = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets bit-identical results.
 
-        ``codec`` is a spec string or :class:`Codec`, or ``"auto8"`` / ``"auto4"`` to let
-        the ranks pick a codec and scale-group layout per call from the data (``":adam"``
-        added, or an ``autocodec.AutoCodec``: by the Adam-normalised error, for gradients; see
-        :mod:`ccompress.autocodec`; the choice is in ``last_stats``); ``algo`` one of ring,
-        two_shot, tree, one_shot, hier, auto; ``op`` sum or avg. ``algo="hier"`` reduces
-        inside each node of ``ranks_per_node`` ranks with ``intra_codec`` (default none:
-        exact), between nodes with ``codec`` and the flat ``inter_algo`` (default auto).
-        Writes into ``out`` when given (``out=x`` for in place) and returns it, else returns
-        a new array like ``x``. With
-        ``async_op`` returns a :class:`Work` whose ``wait()`` gives the result.
-        ``error_feedback`` is this tensor's :class:`~ccompress.ErrorFeedback` (two_shot,
-        one_shot or auto): what the codec drops is carried into the next call.
-
         CUDA arrays (device communicators, or from_mpi's NCCL side) run on the device,
-        ordered with ``stream`` (default: the current stream of the array's library): the
-        collective starts after the work issued there before the call, and that stream
-        waits for the result.
+        ordered with ``stream``: the collective starts after the work issued there before
+        the call, and that stream waits for the result. Every rank must make the same call
+        (count, dtype, codec, algo, op), else every rank raises MismatchError.
+
+        Parameters
+        ----------
+        x : array
+            This rank's input: a NumPy array, or any DLPack producer (float32, bfloat16,
+            float16; C-contiguous). Host memory for a host communicator, this device's for a
+            device one.
+        codec : str or Codec, default "none"
+            A codec spec (``"fp8_e4m3:g128"``), a :class:`~ccompress.Codec`, or
+            ``"auto8"`` / ``"auto4"`` to let the ranks pick a codec and scale-group layout
+            per call from the data (``":adam"`` added, or a
+            :class:`~ccompress.autocodec.AutoCodec`: by the Adam-normalised error, for
+            gradients; the choice is in ``last_stats``).
+        algo : {"auto", "ring", "two_shot", "tree", "one_shot", "hier"}, default "auto"
+            The schedule; ``"hier"`` reduces inside each node of ``ranks_per_node`` ranks
+            with ``intra_codec``, between nodes with ``codec`` and the flat ``inter_algo``.
+        intra_codec : str or Codec, optional
+            The codec inside a node, ``algo="hier"`` only (default none: exact).
+        inter_algo : str, optional
+            The flat schedule between nodes, ``algo="hier"`` only (default auto).
+        op : {"sum", "avg"}, default "sum"
+            The reduction.
+        out : array, optional
+            Where the result goes (same size and dtype as ``x``; ``out=x`` for in place);
+            default a new array like ``x``.
+        async_op : bool, default False
+            Return a :class:`Work` at once; the collective runs on this communicator's
+            worker thread, in issue order.
+        stream : optional
+            CUDA arrays: the stream the call is ordered with (a CuPy or torch stream, or a
+            ``cudaStream_t`` as an int; default the current stream of the array's library).
+        step : int, optional
+            The step that seeds stochastic rounding (``:sr`` codecs) with the communicator's
+            ``seed``: the same on every rank; default this communicator's count of
+            collectives, which ranks that issue the same calls share.
+        nonfinite : {"propagate", "raise"}, optional
+            What a NaN or Inf does in this call (default the communicator's): propagate it
+            to the outputs the codec's policy states, or do that and raise NonFiniteError
+            on every rank when any output is non-finite. ``last_stats`` counts the
+            non-finite elements in and out either way.
+        error_feedback : ErrorFeedback, optional
+            This tensor's :class:`~ccompress.ErrorFeedback` (two_shot, one_shot or auto):
+            what the codec drops is carried into the next call.
+
+        Returns
+        -------
+        array or Work
+            ``out`` when given, else a new array like ``x``; with ``async_op`` a
+            :class:`Work` whose ``wait()`` returns it. ``last_stats`` holds the call's
+            statistics (algo, payload and header bytes, quantizations, non-finite counts).
+
+        Raises
+        ------
+        InvalidArgument
+            An unknown codec, algo or op, an array this communicator cannot take, an
+            ``out`` of the wrong size or dtype, or options that do not go together
+            (``intra_codec`` without ``algo="hier"``, error feedback with ring or tree).
+        MismatchError
+            The ranks made different calls (every rank raises).
+        NonFiniteError
+            ``nonfinite="raise"`` and an output element is NaN or Inf (every rank raises).
+        CollectiveTimeout
+            A peer was silent for the communicator's timeout; the communicator is unusable
+            after it.
+        CCompressError
+            The communicator was closed or made unusable by an earlier error, or the
+            transport failed.
         """
         return self._submit("allreduce", x, codec=codec, algo=algo, op=op, out=out,
                             async_op=async_op, stream=stream, step=step,
@@ -232,10 +440,35 @@ class Communicator:
                        error_feedback: Any = None) -> Any:
         """This rank's chunk of the reduction of ``x`` (flattened): elements
         ``chunk_range(x.size, size, rank)``, sizes differing by at most one between ranks.
-        ``error_feedback`` keeps its worker residual (one quantization; no server one).
-        ``algo="hier"`` sums inside each node of ``ranks_per_node`` ranks with
-        ``intra_codec`` (default none: exact), then between nodes with ``codec``; the
-        default (None) is the flat schedule."""
+
+        Parameters
+        ----------
+        x : array
+            This rank's input, as for :meth:`allreduce`.
+        codec : str or Codec, default "none"
+            The codec spec (no auto codecs).
+        algo : {None, "hier"}, optional
+            None: the flat schedule. ``"hier"``: sums inside each node of
+            ``ranks_per_node`` ranks with ``intra_codec``, then between nodes with ``codec``.
+        intra_codec : str or Codec, optional
+            The codec inside a node, ``algo="hier"`` only (default none: exact).
+        op : {"sum", "avg"}, default "sum"
+            The reduction.
+        out, async_op, stream, step, nonfinite
+            As for :meth:`allreduce`; ``out`` holds this rank's chunk.
+        error_feedback : ErrorFeedback, optional
+            Keeps its worker residual (one quantization; no server one).
+
+        Returns
+        -------
+        array or Work
+            This rank's chunk (1-D), or a :class:`Work` that gives it.
+
+        Raises
+        ------
+        InvalidArgument, MismatchError, NonFiniteError, CollectiveTimeout, CCompressError
+            As for :meth:`allreduce`.
+        """
         return self._submit("reduce_scatter", x, codec=codec, op=op, out=out,
                             async_op=async_op, stream=stream, step=step,
                             nonfinite=nonfinite, error_feedback=error_feedback,
@@ -244,10 +477,32 @@ class Communicator:
     def allgather(self, x: Any, *, codec: Any = "none", algo: Optional[str] = None,
                   out: Any = None, async_op: bool = False, stream: Any = None,
                   step: Optional[int] = None, nonfinite: Optional[str] = None) -> Any:
-        """Every rank's ``x`` stacked: shape ``(size, *x.shape)``. Each part is
-        decode(encode(x of that rank)), the caller's own part too. ``algo="hier"`` sends
-        each rank's encoding across the network once per node (the node forwards it); the
-        result is the same bits as the flat one (one encoding of each part)."""
+        """Every rank's ``x`` stacked: shape ``(size, *x.shape)``.
+
+        Each part is decode(encode(x of that rank)), the caller's own part too.
+
+        Parameters
+        ----------
+        x : array
+            This rank's part, as for :meth:`allreduce`.
+        codec : str or Codec, default "none"
+            The codec spec (no auto codecs).
+        algo : {None, "hier"}, optional
+            None: the flat schedule. ``"hier"``: each rank's encoding crosses the network
+            once per node (the node forwards it); the same bits as the flat one.
+        out, async_op, stream, step, nonfinite
+            As for :meth:`allreduce`; ``out`` holds ``size`` parts.
+
+        Returns
+        -------
+        array or Work
+            The parts stacked, or a :class:`Work` that gives them.
+
+        Raises
+        ------
+        InvalidArgument, MismatchError, NonFiniteError, CollectiveTimeout, CCompressError
+            As for :meth:`allreduce`.
+        """
         return self._submit("allgather", x, codec=codec, out=out, async_op=async_op,
                             stream=stream, step=step, nonfinite=nonfinite,
                             **_topology.schedule_args(algo, None))
@@ -382,6 +637,8 @@ class Communicator:
     def _spec(self, kind: str, algo: Optional[str], op: Optional[str],
               hier: Tuple[Any, Optional[str]] = (None, None)) -> Any:
         levels = _topology.levels(algo, self._ranks_per_node, *hier)
+        if levels.get("intra_codec") is not None:
+            levels["intra_codec"] = Codec.parse(levels["intra_codec"])._c
         return _core.CallSpec(kind, algo=algo, op=op, slice_elems=self._slice,
                               timeout=self._timeout, seed=self._seed, **levels)
 
@@ -424,7 +681,8 @@ class Communicator:
 
     def close(self) -> None:
         """Waits for pending async collectives and releases the worker thread and the
-        transport's threads; later collectives raise CCompressError."""
+        transport's threads; later collectives raise CCompressError. Closing twice is
+        harmless."""
         self._queue.close()
         with self._lock:
             self._broken = self._broken or "it was closed"
@@ -438,16 +696,60 @@ class Communicator:
 
 
 def run_inproc(size: int, fn: Callable[[Any], Any], **kwargs: Any) -> List[Any]:
-    """Runs ``fn(comm)`` on ``size`` in-process ranks, one thread each, and returns the
-    results in rank order. If any rank raises, the first error (lowest rank) is re-raised
-    after all ranks have finished."""
+    """Runs ``fn(comm)`` on ``size`` in-process ranks, one thread each.
+
+    Parameters
+    ----------
+    size : int
+        The number of ranks.
+    fn : callable
+        Called as ``fn(comm)`` on each rank's thread with that rank's communicator.
+    **kwargs
+        The :class:`Communicator` options.
+
+    Returns
+    -------
+    list
+        What ``fn`` returned on each rank, in rank order.
+
+    Raises
+    ------
+    Exception
+        The first error (lowest rank) that a rank raised, re-raised after all ranks have
+        finished.
+    InvalidArgument
+        ``size`` is not a positive int, or an option is invalid.
+    """
     return run_ranks(Communicator.inproc(size, **kwargs), fn)
 
 
 def run_cuda_loopback(size: int, fn: Callable[[Any], Any], device: int = 0,
                       **kwargs: Any) -> List[Any]:
-    """:func:`run_inproc` for ``size`` virtual ranks on CUDA device ``device``
-    (:meth:`Communicator.cuda_loopback`)."""
+    """:func:`run_inproc` for virtual ranks on one GPU (:meth:`Communicator.cuda_loopback`).
+
+    Parameters
+    ----------
+    size : int
+        The number of ranks.
+    fn : callable
+        Called as ``fn(comm)`` on each rank's thread with that rank's communicator.
+    device : int, default 0
+        The CUDA device.
+    **kwargs
+        The :class:`Communicator` options.
+
+    Returns
+    -------
+    list
+        What ``fn`` returned on each rank, in rank order.
+
+    Raises
+    ------
+    Exception
+        The first error (lowest rank) that a rank raised, after all ranks finished.
+    Unsupported
+        This build has no CUDA module, or no GPU is visible.
+    """
     return run_ranks(Communicator.cuda_loopback(size, device, **kwargs), fn)
 
 

@@ -1,7 +1,7 @@
-"""The documented import path of the NumPy GIFT (README, "Stateful compressors"): the code is
-:mod:`ccompress.compressors.gift`, where the class is ``NumpyGIFT`` (``GIFT`` here, as
-documented; the PyTorch front-end is :class:`ccompress.torch.GIFT`)."""
-from .compressors.gift import Kronecker, NumpyGIFT, Whitening, nystrom, roundtrip_errors
-from .compressors.gift import NumpyGIFT as GIFT
+"""Deprecated import path: the NumPy GIFT is :mod:`ccompress.compressors.gift`.
+Importing this module warns (DeprecationWarning); it hands every name on to that module,
+and will be removed."""
+from .compressors import gift as _new
+from ._internal.deprecated import moved
 
-__all__ = ["GIFT", "Kronecker", "NumpyGIFT", "Whitening", "nystrom", "roundtrip_errors"]
+__getattr__, __dir__ = moved(__name__, _new, aliases={"GIFT": "NumpyGIFT"})

@@ -1,5 +1,7 @@
-"""The documented import path of PowerSGD (README, "Stateful compressors"); the code is
-:mod:`ccompress.compressors.powersgd`."""
-from .compressors.powersgd import PowerSGD
+"""Deprecated import path: PowerSGD is :mod:`ccompress.compressors.powersgd`.
+Importing this module warns (DeprecationWarning); it hands every name on to that module,
+and will be removed."""
+from .compressors import powersgd as _new
+from ._internal.deprecated import moved
 
-__all__ = ["PowerSGD"]
+__getattr__, __dir__ = moved(__name__, _new)

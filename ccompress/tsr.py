@@ -1,5 +1,7 @@
-"""The documented import path of TSR (README, "Stateful compressors"); the code is
-:mod:`ccompress.compressors.tsr`."""
-from .compressors.tsr import TSR, TSRStep
+"""Deprecated import path: TSR is :mod:`ccompress.compressors.tsr`.
+Importing this module warns (DeprecationWarning); it hands every name on to that module,
+and will be removed."""
+from .compressors import tsr as _new
+from ._internal.deprecated import moved
 
-__all__ = ["TSR", "TSRStep"]
+__getattr__, __dir__ = moved(__name__, _new)

@@ -1,7 +1,7 @@
-"""The documented import path of the NumPy TSR-Adam (README, "Stateful compressors"): the code
-is :mod:`ccompress.compressors.tsr_adam`, where the class is ``NumpyTSRAdam`` (``TSRAdam``
-here, as documented; the PyTorch optimizer is :class:`ccompress.torch.TSRAdam`)."""
-from .compressors.tsr_adam import REFRESH_MODES, NumpyTSRAdam
-from .compressors.tsr_adam import NumpyTSRAdam as TSRAdam
+"""Deprecated import path: the NumPy TSR-Adam is :mod:`ccompress.compressors.tsr_adam`.
+Importing this module warns (DeprecationWarning); it hands every name on to that module,
+and will be removed."""
+from .compressors import tsr_adam as _new
+from ._internal.deprecated import moved
 
-__all__ = ["NumpyTSRAdam", "REFRESH_MODES", "TSRAdam"]
+__getattr__, __dir__ = moved(__name__, _new, aliases={"TSRAdam": "NumpyTSRAdam"})

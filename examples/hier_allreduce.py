@@ -18,7 +18,7 @@ import hashlib
 import numpy as np
 
 import ccompress as cc
-from ccompress.tools.bounds import hier_error_bound
+from ccompress.bounds import hier_error_bound
 
 
 def main() -> int:

@@ -10,6 +10,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+import ml_dtypes
 import numpy as np
 
 from .errors import InvalidArgument
@@ -83,8 +84,6 @@ def dtype_name(dt: Any) -> str:
 def numpy_dtype(name: str) -> np.dtype:
     """The NumPy dtype for one of SUPPORTED (bfloat16 through ml_dtypes)."""
     if name == "bfloat16":
-        import ml_dtypes
-
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(name)
 

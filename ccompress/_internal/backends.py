@@ -14,6 +14,7 @@ import numpy as np
 from . import arrays as _arrays
 from .. import _core
 from .arrays import ArrayView
+from .device import DeviceBuffer, _cuda_module, cuda_stream_handle
 from .errors import InvalidArgument, Unsupported
 
 
@@ -110,8 +111,6 @@ class DeviceBackend(HostBackend):
         event recorded on that stream now: the worker thread starts the collective later,
         and the event makes it wait for the work issued before the call, not for what the
         caller issues after it (which is meant to overlap)."""
-        from .device import _cuda_module, cuda_stream_handle
-
         handle = cuda_stream_handle(stream, x)
         if not async_op:
             return handle, None
@@ -122,8 +121,6 @@ class DeviceBackend(HostBackend):
     def copy_input(self, x: Any, xv: ArrayView, stream: Any) -> ArrayView:
         """A private device copy of ``xv``, enqueued on the caller's stream (the collective
         starts after it, as after everything issued there before the call)."""
-        from .device import DeviceBuffer, _cuda_module, cuda_stream_handle
-
         nbytes = xv.n * _arrays.numpy_dtype(xv.dtype).itemsize
         buf = DeviceBuffer(nbytes, self.device)
         _cuda_module().copy_async(buf.ptr, xv.ptr, nbytes, cuda_stream_handle(stream, x))
@@ -134,8 +131,6 @@ class DeviceBackend(HostBackend):
         return stats["nonfinite_out"], None
 
     def scratch(self, v: np.ndarray) -> Tuple[ArrayView, ArrayView, Callable[[], np.ndarray]]:
-        from .device import DeviceBuffer
-
         src, dst = DeviceBuffer.of(v, self.device), DeviceBuffer(v.nbytes, self.device)
         name = _arrays.dtype_name(v.dtype)
         views = [_arrays.ArrayView(b.ptr, v.size, name, v.shape, False, b, self.device)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgument, Unsupported
+from .nccl import find_nccl
 
 
 def _cuda_module():
@@ -19,8 +20,6 @@ def _cuda_module():
 
 
 def _nccl_path() -> str:
-    from .nccl import find_nccl
-
     found = find_nccl()
     if found["path"] is None:
         raise Unsupported(found["reason"])
@@ -28,8 +27,19 @@ def _nccl_path() -> str:
 
 
 def nccl_unique_id() -> bytes:
-    """A fresh NCCL unique id for :meth:`Communicator.from_nccl` (make it on one rank and
-    share it with the others)."""
+    """A fresh NCCL unique id for :meth:`ccompress.Communicator.from_nccl` (make it on one
+    rank and share it with the others).
+
+    Returns
+    -------
+    bytes
+        The id.
+
+    Raises
+    ------
+    Unsupported
+        This build has no CUDA module, or libnccl is not found.
+    """
     return _cuda_module().nccl_unique_id(_nccl_path())
 
 

@@ -94,11 +94,9 @@ def levels(algo: Optional[str], ranks_per_node: Optional[int], intra_codec: Any,
             "algo='hier' needs the node topology: pass ranks_per_node= when making the "
             "communicator (from_mpi finds it when each node holds consecutive ranks; "
             "under torchrun, LOCAL_WORLD_SIZE gives it)")
-    from ..codec import Codec
-
     out = {"ranks_per_node": ranks_per_node, "inter_algo": inter_algo}
     if intra_codec is not None:
-        out["intra_codec"] = Codec.parse(intra_codec)._c
+        out["intra_codec"] = intra_codec  # a spec: the communicator parses it (codec layer)
     return out
 
 

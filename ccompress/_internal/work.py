@@ -6,15 +6,42 @@ from typing import Any, Callable, Optional
 
 
 class Work:
-    """Handle of an asynchronous collective (``async_op=True``)."""
+    """Handle of an asynchronous collective (``async_op=True``).
+
+    Parameters
+    ----------
+    future : concurrent.futures.Future
+        The collective's future on its communicator's worker thread (the communicator makes
+        Work objects; user code does not).
+    on_done : callable, optional
+        Device calls: orders the caller's stream after the result, once.
+    """
 
     def __init__(self, future: cf.Future, on_done: Optional[Callable[[], Any]] = None):
         self._future = future
         self._on_done = on_done  # device calls: order the caller's stream after the result
 
     def wait(self, timeout: Optional[float] = None) -> Any:
-        """Blocks until done and returns the result (re-raising the collective's error). On
-        a device communicator the caller's stream waits for the result from here on."""
+        """Blocks until the collective is done and returns its result. On a device communicator
+        the caller's stream waits for the result from here on.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait (default: until done).
+
+        Returns
+        -------
+        array
+            The collective's result.
+
+        Raises
+        ------
+        concurrent.futures.TimeoutError
+            ``timeout`` passed first.
+        CCompressError
+            The collective's own error, re-raised.
+        """
         try:
             return self._future.result(timeout)
         finally:
@@ -23,11 +50,24 @@ class Work:
                 on_done()
 
     def is_completed(self) -> bool:
+        """Whether the collective has finished.
+
+        Returns
+        -------
+        bool
+            True once it has (``wait()`` then returns at once).
+        """
         return self._future.done()
 
     def add_done_callback(self, fn: Callable[["Work"], Any]) -> None:
         """Calls ``fn(self)`` once the collective has finished (at once if it has), on the
-        thread that finished it; ``fn`` reads the outcome with ``wait()``."""
+        thread that finished it; ``fn`` reads the outcome with ``wait()``.
+
+        Parameters
+        ----------
+        fn : callable
+            Called with this Work.
+        """
         self._future.add_done_callback(lambda _: fn(self))
 
     result = wait

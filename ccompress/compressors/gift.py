@@ -40,11 +40,21 @@ import numpy as np
 from .._internal.errors import InvalidArgument
 from .._internal.flat import allreduce_many, as_matrix, shared_gaussian
 from ..codec import Codec
-from .error_feedback import ErrorFeedback
+from ..error_feedback import ErrorFeedback
 
 
 class Whitening:
-    """The factor L of one layer (see the module docstring); float64."""
+    """The factor L of one layer (see the module docstring); float64.
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+        The layer's input second moment A (d x d, symmetric PSD).
+    rank : int
+        The rank of the low-rank part.
+    damping : float
+        The floor of the residual diagonal, relative to mean(diag(A)).
+    """
 
     def __init__(self, a: np.ndarray, rank: int, damping: float):
         a = np.asarray(a, np.float64)
@@ -63,16 +73,44 @@ class Whitening:
         self.back = root - 1.0       # M    = I + Q diag(back) Q^T
 
     def to_wire(self, g: np.ndarray) -> np.ndarray:
-        """G L^-T."""
+        """G L^-T: a gradient into the whitened coordinates it travels in.
+
+        Parameters
+        ----------
+        g : numpy.ndarray
+            The gradient, (rows, d).
+
+        Returns
+        -------
+        numpy.ndarray
+            The whitened gradient, same shape.
+        """
         h = g / self.dsqrt
         return h + ((h @ self.q) * self.fwd) @ self.q.T
 
     def from_wire(self, h: np.ndarray) -> np.ndarray:
-        """H L^T."""
+        """H L^T: a whitened gradient back into the layer's coordinates.
+
+        Parameters
+        ----------
+        h : numpy.ndarray
+            The whitened gradient, (rows, d).
+
+        Returns
+        -------
+        numpy.ndarray
+            The gradient, same shape.
+        """
         return (h + ((h @ self.q) * self.back) @ self.q.T) * self.dsqrt
 
     def dense(self) -> np.ndarray:
-        """L itself (d x d), for tests."""
+        """L itself, for tests.
+
+        Returns
+        -------
+        numpy.ndarray
+            d x d, float64.
+        """
         m = np.eye(self.q.shape[0]) + (self.q * self.back) @ self.q.T
         return self.dsqrt[:, None] * m
 
@@ -81,7 +119,17 @@ class Kronecker:
     """Both K-FAC factors of a layer, A ~ L_A L_A^T (input side) and S ~ L_S L_S^T (output
     side, S = E[delta delta^T] of the loss gradient of the layer's output): the gradient
     goes on the wire as L_S^-1 G L_A^-T and comes back as L_S G~ L_A^T (each factor a
-    :class:`Whitening`)."""
+    :class:`Whitening`).
+
+    Parameters
+    ----------
+    a, s : numpy.ndarray
+        The input (in x in) and output (out x out) second moments.
+    rank : int
+        The rank of each factor's low-rank part.
+    damping, damping_out : float
+        The diagonal floors of the input and output factors.
+    """
 
     def __init__(self, a: np.ndarray, s: np.ndarray, rank: int, damping: float,
                  damping_out: float):
@@ -89,17 +137,55 @@ class Kronecker:
         self.left = Whitening(s, rank, damping_out)
 
     def to_wire(self, g: np.ndarray) -> np.ndarray:
-        """L_S^-1 G L_A^-T."""
+        """L_S^-1 G L_A^-T.
+
+        Parameters
+        ----------
+        g : numpy.ndarray
+            The gradient, (out, in).
+
+        Returns
+        -------
+        numpy.ndarray
+            What travels, same shape.
+        """
         return np.ascontiguousarray(self.left.to_wire(self.right.to_wire(g).T).T)
 
     def from_wire(self, h: np.ndarray) -> np.ndarray:
-        """L_S H L_A^T."""
+        """L_S H L_A^T.
+
+        Parameters
+        ----------
+        h : numpy.ndarray
+            What travelled, (out, in).
+
+        Returns
+        -------
+        numpy.ndarray
+            The gradient, same shape.
+        """
         return self.right.from_wire(np.ascontiguousarray(self.left.from_wire(h.T).T))
 
 
 def nystrom(y: np.ndarray, omega: np.ndarray, diag: np.ndarray) -> np.ndarray:
-    """Y (Omega^T Y)^+ Y^T (Y = A Omega, A symmetric PSD), plus the part of diag(A) it
-    misses (A minus a Nystrom approximation is PSD, so that part is >= 0 up to rounding)."""
+    """The Nystrom approximation of a symmetric PSD A from its sketch, with the diagonal
+    it misses added back.
+
+    Parameters
+    ----------
+    y : numpy.ndarray
+        The sketch A Omega, (d, k).
+    omega : numpy.ndarray
+        The sketch matrix Omega, (d, k).
+    diag : numpy.ndarray
+        diag(A), d elements.
+
+    Returns
+    -------
+    numpy.ndarray
+        Y (Omega^T Y)^+ Y^T plus the part of diag(A) it misses (A minus a Nystrom
+        approximation is PSD, so that part is >= 0 up to rounding); d x d.
+    """
     core = omega.T @ y
     s, v = np.linalg.eigh((core + core.T) / 2)
     keep = s > max(float(s.max()), 0.0) * 1e-10
@@ -110,10 +196,22 @@ def nystrom(y: np.ndarray, omega: np.ndarray, diag: np.ndarray) -> np.ndarray:
 
 
 def roundtrip_errors(codec: Codec, factor, g: Any) -> "tuple[float, float]":
-    """One codec round trip's relative L2 error of gradient ``g`` (as a matrix) in its own
-    coordinates and through ``factor`` (a :class:`Whitening` or :class:`Kronecker`):
-    ``(||rt(G) - G||, ||rt(G L^-T) L^T - G||) / ||G||``, G in float64, the codec fed
-    float32."""
+    """One codec round trip's relative L2 error of a gradient, plain and through a factor.
+
+    Parameters
+    ----------
+    codec : Codec
+        The codec (fed float32).
+    factor : Whitening or Kronecker
+        The layer's factor.
+    g : array_like
+        The gradient (as a matrix; float64 inside).
+
+    Returns
+    -------
+    tuple of (float, float)
+        ``(||rt(G) - G||, ||rt(G L^-T) L^T - G||) / ||G||``.
+    """
     g = as_matrix(np.asarray(g, np.float64))
     plain = codec.roundtrip(g.astype(np.float32)).reshape(g.shape)
     back = factor.from_wire(codec.roundtrip(factor.to_wire(g).astype(np.float32))
@@ -125,24 +223,39 @@ def roundtrip_errors(codec: Codec, factor, g: Any) -> "tuple[float, float]":
 class NumpyGIFT:
     """Geometry-informed compressed all-reduce of weight gradients.
 
-    Args:
-      codec: wire codec (any spec: fp8_e4m3:g128, hint8:g32, nvfp4, ...).
-      rank: rank of the low-rank part of A.
-      ema: EMA weight of the old A per :meth:`observe` call. The source's 0.95 with a
+    Parameters
+    ----------
+    codec
+        wire codec (any spec: fp8_e4m3:g128, hint8:g32, nvfp4, ...).
+    rank
+        rank of the low-rank part of A.
+    ema
+        EMA weight of the old A per :meth:`observe` call. The source's 0.95 with a
         collection every 50 steps keeps 77% of the weight on the first statistics after
         250 steps; on this repository's language model 0.5 halved the gap to fresh
         statistics (a study in the git history of perf/RESULTS.md), so 0.5 is the default.
-      damping: floor of the residual diagonal, relative to mean(diag(A)). The source's
+    damping
+        floor of the residual diagonal, relative to mean(diag(A)). The source's
         1e-3 whitens the weak directions fully; on this repository's language-model
         gradients 0.3 lowered fp8's one-step error 2.5-3.2x where 1e-3 gave 1.3-2.8x
         (a study in the git history of perf/RESULTS.md), so 0.3 is the default.
-      error_feedback: keep worker and server residuals (transformed coordinates).
-      algo: schedule of the gradient all-reduce.
-      sketch: 0 to all-reduce the dense moments; k > 0 to all-reduce a k-column Nystrom
+    error_feedback
+        keep worker and server residuals (transformed coordinates).
+    algo
+        schedule of the gradient all-reduce.
+    sketch
+        0 to all-reduce the dense moments; k > 0 to all-reduce a k-column Nystrom
         sketch and the diagonal instead (layers with in <= k + 1 still go dense).
-      seed: seed of the shared sketch matrices (the same on every rank).
-      damping_out: damping of the output-side factor (relative to its mean diagonal),
+    seed
+        seed of the shared sketch matrices (the same on every rank).
+    damping_out
+        damping of the output-side factor (relative to its mean diagonal),
         used for the layers whose output moments :meth:`observe` was given.
+
+    Raises
+    ------
+    InvalidArgument
+        ``ema`` outside [0, 1), a negative ``sketch``, or an unknown codec.
     """
 
     def __init__(self, codec: str = "fp8_e4m3:g128", rank: int = 32, ema: float = 0.5,
@@ -166,11 +279,25 @@ class NumpyGIFT:
     # ---- geometry ----
     def observe(self, comm, moments: Mapping[str, Any],
                 output_moments: Optional[Mapping[str, Any]] = None) -> None:
-        """Folds this rank's input second moments (name -> x^T x / tokens, in x in) into
-        the EMA after an exact float32 all-reduce, and refreshes those layers' factors.
-        With ``output_moments`` (name -> delta^T delta / tokens, out x out, delta the loss
-        gradient of the layer's output) those layers get both K-FAC factors
-        (:class:`Kronecker`); the output moments travel in the same all-reduce."""
+        """Folds this rank's second moments into the EMA after an exact float32 all-reduce,
+        and refreshes those layers' factors.
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The communicator (every rank calls this alike).
+        moments : mapping of str to array
+            name -> x^T x / tokens (in x in), the layer's input second moment on this rank.
+        output_moments : mapping of str to array, optional
+            name -> delta^T delta / tokens (out x out, delta the loss gradient of the layer's
+            output): those layers get both K-FAC factors (:class:`Kronecker`); they travel in
+            the same all-reduce.
+
+        Raises
+        ------
+        InvalidArgument
+            Output moments of a layer without input moments.
+        """
         names = sorted(moments)
         outs = sorted(output_moments or {})
         if not set(outs) <= set(names):
@@ -219,7 +346,25 @@ class NumpyGIFT:
 
     def select(self, comm, grads: Mapping[str, Any], candidates: Iterable[str],
                min_gain: float = 1.5) -> List[str]:
-        """Chooses the layers to treat from the measured one-step round-trip error."""
+        """Chooses the layers to treat from the measured one-step round-trip error (the table
+        goes to ``selection``).
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The communicator (the errors are averaged over the ranks, so all choose alike).
+        grads : mapping of str to array
+            name -> this rank's gradient.
+        candidates : iterable of str
+            The layers to consider (those with a factor).
+        min_gain : float, default 1.5
+            The least plain / whitened error ratio for a layer to be treated.
+
+        Returns
+        -------
+        list of str
+            The treated layers (also ``layers``).
+        """
         cands = [k for k in sorted(candidates) if k in self.factors]
         errs = np.array([roundtrip_errors(self.codec, self.factors[k], grads[k])
                          for k in cands], np.float32).reshape(-1, 2)
@@ -233,8 +378,21 @@ class NumpyGIFT:
 
     # ---- the all-reduce ----
     def allreduce(self, comm, grads: Mapping[str, Any]) -> Dict[str, np.ndarray]:
-        """The averaged gradients (float32, shapes kept): treated layers through the
-        transform, the rest as they are, all in one compressed all-reduce."""
+        """The averaged gradients: treated layers through the transform, the rest as they are,
+        all in one compressed all-reduce.
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The communicator (every rank passes the same names and shapes).
+        grads : mapping of str to array
+            name -> this rank's gradient.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            name -> the averaged gradient (float32, shape kept).
+        """
         names = list(grads)
         layout = [(k, as_matrix(np.asarray(grads[k])).shape) for k in names]
         if self._layout and self._layout != layout and self.ef is not None:
@@ -274,8 +432,14 @@ class NumpyGIFT:
             ef.server_residual[:] = 0
 
     def state_dict(self) -> Dict[str, Any]:
-        """EMA moments (identical on every rank: factors are rebuilt from them), the treated
-        layers and selection table, and the error-feedback state (per rank)."""
+        """The state, for checkpoints.
+
+        Returns
+        -------
+        dict
+            EMA moments (identical on every rank: factors are rebuilt from them), the treated
+            layers and selection table, and the error-feedback state (per rank).
+        """
         return {"second_moment": {k: v.copy() for k, v in self.second_moment.items()},
                 "output_moment": {k: v.copy() for k, v in self.output_moment.items()},
                 "layers": list(self.layers), "selection": list(self.selection),
@@ -284,6 +448,18 @@ class NumpyGIFT:
                 "error_feedback": None if self.ef is None else self.ef.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` output.
+
+        Parameters
+        ----------
+        state : mapping
+            What :meth:`state_dict` returned (on this rank).
+
+        Raises
+        ------
+        InvalidArgument
+            ``state`` is not a GIFT state_dict (a key missing or of the wrong type).
+        """
         try:
             self.second_moment = {k: np.array(v, np.float64)
                                   for k, v in state["second_moment"].items()}

@@ -29,13 +29,24 @@ from .._internal.flat import (allreduce_many, as_matrix, matrix_sides, name_tag,
 class PowerSGD:
     """Rank-``rank`` PowerSGD over a Communicator.
 
-    Args:
-      rank: columns of P and Q.
-      error_feedback: keep the per-rank residual e_i.
-      warm_start: start each step's power iteration from last step's Q (else a fresh
+    Parameters
+    ----------
+    rank
+        columns of P and Q.
+    error_feedback
+        keep the per-rank residual e_i.
+    warm_start
+        start each step's power iteration from last step's Q (else a fresh
         shared Gaussian).
-      codec: wire codec of the factor all-reduces ("none": exact float32).
-      seed: seed of the shared initial Q.
+    codec
+        wire codec of the factor all-reduces ("none": exact float32).
+    seed
+        seed of the shared initial Q.
+
+    Raises
+    ------
+    InvalidArgument
+        ``rank`` below 1.
     """
 
     def __init__(self, rank: int = 4, error_feedback: bool = True, warm_start: bool = True,
@@ -49,13 +60,36 @@ class PowerSGD:
         self.step = 0
 
     def compressible(self, shape) -> bool:
-        """Whether a tensor of this shape goes through the rank-r path."""
+        """Whether a tensor of this shape goes through the rank-r path.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            The tensor's shape.
+
+        Returns
+        -------
+        bool
+            True when it is a matrix whose two factors are smaller than it.
+        """
         m, n = matrix_sides(shape)
         return m > 1 and self.rank * (m + n) < m * n
 
     def allreduce(self, comm, grads: Mapping[str, Any]) -> Dict[str, np.ndarray]:
-        """The averaged gradients (float32, shapes kept): exact for vectors and small
-        tensors, rank-r for the rest. Every rank must pass the same names and shapes."""
+        """The averaged gradients: exact for vectors and small tensors, rank-r for the rest.
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The communicator (every rank passes the same names and shapes).
+        grads : mapping of str to array
+            name -> this rank's gradient.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            name -> the averaged gradient (float32, shape kept).
+        """
         low = [k for k, g in grads.items() if self.compressible(np.shape(g))]
         dense = [k for k in grads if k not in low]
         m = {}
@@ -83,11 +117,29 @@ class PowerSGD:
         return {k: out[k] for k in grads}
 
     def state_dict(self) -> Dict[str, Any]:
-        """Q factors (identical on every rank), residuals (per rank), step."""
+        """The state, for checkpoints.
+
+        Returns
+        -------
+        dict
+            Q factors (identical on every rank), residuals (per rank), step.
+        """
         return {"step": self.step, "q": {k: v.copy() for k, v in self.q.items()},
                 "error": {k: v.copy() for k, v in self.error.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` output.
+
+        Parameters
+        ----------
+        state : mapping
+            What :meth:`state_dict` returned (on this rank).
+
+        Raises
+        ------
+        InvalidArgument
+            ``state`` is not a PowerSGD state_dict (a key missing or of the wrong type).
+        """
         try:
             self.step = int(state["step"])
             self.q = {k: np.array(v, np.float32) for k, v in state["q"].items()}

@@ -43,7 +43,17 @@ from .._internal.flat import (allreduce_many, as_matrix, matrix_sides, name_tag,
 
 @dataclass
 class TSRStep:
-    """What one TSR all-reduce produced."""
+    """What one TSR all-reduce produced.
+
+    Attributes
+    ----------
+    cores : dict of str to numpy.ndarray
+        name -> the averaged r x r core (float32).
+    dense : dict of str to numpy.ndarray
+        name -> the exactly averaged gradient (shape kept).
+    rotations : dict of str to tuple of numpy.ndarray
+        name -> (R_U, R_V), the rotations of the bases at a refresh (empty otherwise).
+    """
     cores: Dict[str, np.ndarray]   # name -> averaged r x r core (float32)
     dense: Dict[str, np.ndarray]   # name -> exactly averaged gradient (shape kept)
     rotations: Dict[str, Tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -52,23 +62,40 @@ class TSRStep:
 class TSR:
     """Two-sided rank-``rank`` projection with shared-seed randomized refresh.
 
-    Args:
-      rank: r (cores are r x r; capped by the matrix sides).
-      refresh_every: steps between basis refreshes (K).
-      oversample: extra sketch columns p.
-      power_iters: power iterations of the range finder (each: two more all-reduces).
-      codec: wire codec of the core all-reduce.
-      dense_codec: wire codec of the tensors that travel whole (vectors, small matrices);
+    Parameters
+    ----------
+    rank
+        r (cores are r x r; capped by the matrix sides).
+    refresh_every
+        steps between basis refreshes (K).
+    oversample
+        extra sketch columns p.
+    power_iters
+        power iterations of the range finder (each: two more all-reduces).
+    codec
+        wire codec of the core all-reduce.
+    dense_codec
+        wire codec of the tensors that travel whole (vectors, small matrices);
         "none" (default): exact. Set to ``codec`` to send them in the cores' collective: one
         collective per step instead of two, which is what a step costs where collectives
         are latency-bound (small models, CPU transports).
-      sketch_codec: wire codec of the refresh sketches ("none": exact). The sketches only
+    sketch_codec
+        wire codec of the refresh sketches ("none": exact). The sketches only
         choose a subspace, so a coarse codec (bf16) costs little accuracy and halves the
         refresh traffic, which buys more frequent refreshes or more rank at the same bytes.
-      error_feedback: keep e_i, the part of M_i outside the bases.
-      basis_ema: beta of the running average of M_i whose range gives the bases (0: the
+    error_feedback
+        keep e_i, the part of M_i outside the bases.
+    basis_ema
+        beta of the running average of M_i whose range gives the bases (0: the
         refresh step's M_i alone).
-      seed: seed of the shared sketches.
+    seed
+        seed of the shared sketches.
+
+    Raises
+    ------
+    InvalidArgument
+        rank or refresh_every below 1, a negative oversample or power_iters, or basis_ema
+        outside [0, 1).
     """
 
     def __init__(self, rank: int = 32, refresh_every: int = 100, oversample: int = 5,
@@ -92,17 +119,55 @@ class TSR:
         self.step = 0
 
     def compressible(self, shape) -> bool:
-        """Whether a tensor of this shape travels as an r x r core."""
+        """Whether a tensor of this shape travels as an r x r core.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            The tensor's shape.
+
+        Returns
+        -------
+        bool
+            True when it is a matrix (as :func:`as_matrix` sees it) whose core is smaller.
+        """
         m, n = matrix_sides(shape)
         r = min(self.rank, m, n)
         return m > 1 and r * r < m * n
 
     def expand(self, name: str, core: np.ndarray) -> np.ndarray:
-        """U core V^T (m x n, float32)."""
+        """U core V^T: a core back into the gradient's space.
+
+        Parameters
+        ----------
+        name : str
+            The tensor's name.
+        core : numpy.ndarray
+            Its r x r core.
+
+        Returns
+        -------
+        numpy.ndarray
+            m x n, float32.
+        """
         return (self.u[name] @ core @ self.v[name].T).astype(np.float32)
 
     def allreduce(self, comm, grads: Mapping[str, Any]) -> TSRStep:
-        """Cores of the compressible gradients and exact means of the rest."""
+        """Cores of the compressible gradients and exact means of the rest (refreshing the
+        bases every ``refresh_every`` steps).
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The communicator (every rank passes the same names and shapes).
+        grads : mapping of str to array
+            name -> this rank's gradient.
+
+        Returns
+        -------
+        TSRStep
+            The averaged cores, the dense means and, at a refresh, the rotations.
+        """
         low = [k for k, g in grads.items() if self.compressible(np.shape(g))]
         dense = [k for k in grads if k not in low]
         m = {}
@@ -167,13 +232,31 @@ class TSR:
         return rotations
 
     def state_dict(self) -> Dict[str, Any]:
-        """Bases (identical on every rank), residuals and running averages (per rank), step."""
+        """The state, for checkpoints.
+
+        Returns
+        -------
+        dict
+            Bases (identical on every rank), residuals and running averages (per rank), step.
+        """
         return {"step": self.step, "u": {k: a.copy() for k, a in self.u.items()},
                 "v": {k: a.copy() for k, a in self.v.items()},
                 "error": {k: a.copy() for k, a in self.error.items()},
                 "average": {k: a.copy() for k, a in self.average.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` output.
+
+        Parameters
+        ----------
+        state : mapping
+            What :meth:`state_dict` returned (on this rank).
+
+        Raises
+        ------
+        InvalidArgument
+            ``state`` is not a TSR state_dict (a key missing or of the wrong type).
+        """
         try:
             self.step = int(state["step"])
             self.u = {k: np.array(a, np.float32) for k, a in state["u"].items()}

@@ -1,6 +1,7 @@
 """TSR-Adam in NumPy: Adam whose moments live in TSR's r x r core space.
 
-For a matrix parameter W (m x n) with averaged core C (from :class:`~ccompress.tsr.TSR`)::
+For a matrix parameter W (m x n) with averaged core C (from
+:class:`~ccompress.compressors.tsr.TSR`)::
 
     m = b1 m + (1 - b1) C;   v = b2 v + (1 - b2) C*C
     W <- W - lr (scale * U (m_hat / (sqrt(v_hat) + eps)) V^T + weight_decay W)
@@ -30,14 +31,27 @@ REFRESH_MODES = ("rotate", "reset")
 class NumpyTSRAdam:
     """AdamW with TSR-compressed, core-space moments for matrices.
 
-    Args:
-      params: name -> float32 NumPy array (updated in place).
-      tsr: the :class:`TSR` that communicates the gradients.
-      lr, betas, eps: as AdamW.
-      weight_decay: decoupled weight decay, one rate for every parameter or a mapping
+    Parameters
+    ----------
+    params
+        name -> float32 NumPy array (updated in place).
+    tsr
+        the :class:`TSR` that communicates the gradients.
+    lr, betas, eps
+        as AdamW.
+    weight_decay
+        decoupled weight decay, one rate for every parameter or a mapping
         name -> rate (absent names: 0), as AdamW's parameter groups.
-      scale: multiplier of the core-space update (low rank moves fewer directions).
-      on_refresh: "rotate" or "reset" the core moments when the bases change.
+    scale
+        multiplier of the core-space update (low rank moves fewer directions).
+    on_refresh
+        "rotate" or "reset" the core moments when the bases change.
+
+    Raises
+    ------
+    InvalidArgument
+        An unknown ``on_refresh``, a parameter that is not a float32 NumPy array, or a
+        weight_decay mapping that names unknown parameters.
     """
 
     def __init__(self, params: Mapping[str, np.ndarray], tsr: TSR, lr: float = 1e-3,
@@ -62,7 +76,18 @@ class NumpyTSRAdam:
         self.state: Dict[str, Dict[str, Any]] = {}
 
     def step(self, comm, grads: Mapping[str, Any], lr: float = None) -> None:
-        """One optimizer step from this rank's gradients (every rank calls it alike)."""
+        """One optimizer step from this rank's gradients (every rank calls it alike): updates
+        ``params`` in place.
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The communicator.
+        grads : mapping of str to array
+            name -> this rank's gradient, for every parameter.
+        lr : float, optional
+            This step's learning rate (default the one given at construction).
+        """
         lr = self.lr if lr is None else lr
         out = self.tsr.allreduce(comm, {k: grads[k] for k in self.params})
         for k, (ru, rv) in out.rotations.items():
@@ -106,12 +131,31 @@ class NumpyTSRAdam:
         st["v"] = ((ru * ru) @ st["v"] @ (rv * rv).T).astype(np.float32)
 
     def state_dict(self) -> Dict[str, Any]:
-        """Moments (identical on every rank: they see the same averaged cores) and TSR's."""
+        """The state, for checkpoints.
+
+        Returns
+        -------
+        dict
+            The moments (identical on every rank: they see the same averaged cores) and TSR's
+            state.
+        """
         return {"tsr": self.tsr.state_dict(),
                 "moments": {k: {"t": s["t"], "m": s["m"].copy(), "v": s["v"].copy()}
                             for k, s in self.state.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` output.
+
+        Parameters
+        ----------
+        state : mapping
+            What :meth:`state_dict` returned (on this rank).
+
+        Raises
+        ------
+        InvalidArgument
+            ``state`` is not a TSRAdam state_dict (a key missing or of the wrong type).
+        """
         try:
             self.tsr.load_state_dict(state["tsr"])
             self.state = {k: {"t": int(s["t"]), "m": np.array(s["m"], np.float32),

@@ -1,1 +1,5 @@
-"""Tools around the library: the ccompress-perf sweep (perf), the cost model (perfmodel), the ccompress-fidelity measurements (fidelity, adam_fidelity), per-element error bounds (bounds), build information and ccompress-info (info)."""
+"""Command-line tools over the library, which nothing in the library imports: the
+ccompress-perf sweep (perf), the ccompress-fidelity measurements (fidelity), build
+information as ccompress-info (info), and the CCOMPRESS_TRACE summary (trace). The error
+bounds, the cost model and the Adam error measures moved to :mod:`ccompress.bounds`,
+:mod:`ccompress.perfmodel` and :mod:`ccompress.adam_fidelity`; their old paths here warn."""

@@ -55,7 +55,7 @@ import numpy as np
 
 import ccompress as cc
 from .._internal import arrays as _arrays
-from . import adam_fidelity
+from .. import adam_fidelity
 from .. import autocodec
 
 DEFAULT_CODECS = ("none", "bf16", "fp8_e4m3:g128", "fp8_e5m2:g128")

@@ -29,8 +29,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 import ccompress as cc
+from .. import perfmodel as pm
 from .._internal import arrays as _arrays
-from .bounds import allreduce_error_bound, hier_error_bound
+from ..bounds import allreduce_error_bound, hier_error_bound
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 BASELINE = {"allreduce": "MPI_Allreduce", "reduce_scatter": "MPI_Reduce_scatter",
@@ -393,8 +394,6 @@ def model_table(rows: List[Dict[str, Any]], rates: List[float], P: int, esize: i
     validation (perfmodel.emulated_system: MPI over TCP, nodes of ``ranks_per_node`` ranks,
     the host transport's CPU), and the error the model had there at the validated rate
     nearest each one (perfmodel.validation_error). Model, not measurement."""
-    from . import perfmodel as pm
-
     S = max(r["size"] for r in rows)
     count = S // esize
     cores = os.cpu_count() or 1

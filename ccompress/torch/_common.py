@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from .._internal import topology
 from .._internal.errors import InvalidArgument, MismatchError, Unsupported
 from ..communicator import Communicator
 
@@ -76,10 +77,19 @@ def _one_rank() -> Communicator:
 
 def world_communicator() -> Communicator:
     """The ccompress communicator over every process of this launch, created once per
-    process (every rank must reach its first use, as for any collective): the world group's
-    (:func:`communicator_for`) once torch.distributed is initialised; else, under mpiexec,
-    ``MPI.COMM_WORLD``'s; else, for a single process, a 1-rank one. A multi-process launch
-    by torchrun without torch.distributed initialised raises InvalidArgument."""
+    process (every rank must reach its first use, as for any collective).
+
+    Returns
+    -------
+    ccompress.Communicator
+        The world group's once torch.distributed is initialised; else, under mpiexec,
+        ``MPI.COMM_WORLD``'s; else, for a single process, a 1-rank one.
+
+    Raises
+    ------
+    InvalidArgument
+        A multi-process launch by torchrun without torch.distributed initialised.
+    """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -242,10 +252,17 @@ def init_process_group_from_mpi(backend: str = "gloo", **kwargs: Any) -> None:
     ``LOCAL_WORLD_SIZE`` where every node holds the same number of consecutive ranks (it is
     removed otherwise): code that reads them, and the ``ccompress`` backend's
     ``algo="hier"`` and ``CCOMPRESS_TRACE`` file names, see the same launch as under
-    torchrun."""
-    import torch.distributed as dist
+    torchrun.
 
-    from .._internal import topology
+    Parameters
+    ----------
+    backend : str, default "gloo"
+        The torch.distributed backend (``"ccompress"``, ``"nccl"``, ...).
+    **kwargs
+        Passed on to ``torch.distributed.init_process_group`` (not ``rank``, ``world_size``
+        or ``init_method``, which this sets).
+    """
+    import torch.distributed as dist
 
     world = _mpi().COMM_WORLD
     local_rank, per_node = topology.mpi_node(world)

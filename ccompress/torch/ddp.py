@@ -20,7 +20,7 @@ from .._internal import errors as _errors
 from .. import autocodec
 from ..codec import Codec
 from ..communicator import ALGOS, Communicator
-from ..compressors.error_feedback import ErrorFeedback
+from ..error_feedback import ErrorFeedback
 from . import _common, _engagement, _trace
 from . import gift as _gift
 
@@ -31,6 +31,19 @@ class CompressedAllreduceHook:
     It carries its own state (the ccompress communicator, one error-feedback residual per
     bucket index) and ignores DDP's ``state`` argument; :meth:`state_dict` /
     :meth:`load_state_dict` checkpoint the residuals.
+
+    Parameters
+    ----------
+    codec, error_feedback, comm, process_group, algo, async_op, gift, small_codec
+        As for :func:`ddp_comm_hook`.
+
+    Raises
+    ------
+    InvalidArgument
+        An unknown codec spec, algo or error_feedback value.
+    Unsupported
+        GIFT or small_codec with an auto codec, or error feedback with an auto codec or the
+        ring or tree schedule.
     """
 
     def __init__(self, codec: Any = "fp8_e4m3:g128", error_feedback: Union[bool, str] = True,
@@ -231,11 +244,17 @@ class CompressedAllreduceHook:
         return self._run_now(buf, body, record)
 
     def stats(self) -> dict:
-        """What the hook did on this rank: ``calls`` (buckets all-reduced, every one through
-        ccompress with the hook's codec), ``bytes_sent`` (ccompress's bytes, headers
-        included) and ``exact_bytes`` (what an exact ring all-reduce of the same buckets
-        sends: 2(P-1)/P of each bucket), as :meth:`CompressedProcessGroup.stats` reports
-        its all-reduces."""
+        """What the hook did on this rank, as :meth:`CompressedProcessGroup.stats` reports its
+        all-reduces.
+
+        Returns
+        -------
+        dict
+            ``calls`` (buckets all-reduced, every one through ccompress with the hook's codec),
+            ``compressed``, ``bytes_sent`` (ccompress's bytes, headers included) and
+            ``exact_bytes`` (what an exact ring all-reduce of the same buckets sends: 2(P-1)/P of
+            each bucket).
+        """
         sent = self._comm.bytes_sent if self._comm is not None else 0
         return {"calls": self._calls, "compressed": self._calls if self.codec != "none" else 0,
                 "bytes_sent": sent, "exact_bytes": self._exact_bytes}
@@ -243,7 +262,13 @@ class CompressedAllreduceHook:
     # ---- state ----
     @property
     def comm(self) -> "Communicator":
-        """The ccompress communicator (derived from the process group on first use)."""
+        """The ccompress communicator (derived from the process group on first use).
+
+        Returns
+        -------
+        ccompress.Communicator
+            The communicator.
+        """
         if self._comm is None:
             self._comm = _common.communicator_for(self._group, self._given)
         return self._comm
@@ -281,8 +306,15 @@ class CompressedAllreduceHook:
         return bool(self._async)
 
     def state_dict(self) -> dict:
-        """Codec, algo and every bucket's error-feedback residual (per bucket index), the
-        residuals as CPU tensors (``torch.load`` with ``weights_only=True`` reads them)."""
+        """The state, for checkpoints.
+
+        Returns
+        -------
+        dict
+            Codec, algo and every bucket's error-feedback residual (per bucket index), the
+            residuals as CPU tensors (``torch.load`` with ``weights_only=True`` reads them); the
+            GIFT's state when there is one.
+        """
         ef = {i: {"numel": self._ef_numel[i],
                   "state": {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
                             for k, v in e.state_dict().items()}}
@@ -298,8 +330,20 @@ class CompressedAllreduceHook:
         return out
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores residuals saved by :meth:`state_dict` (applied per bucket on its next
-        use, when its size matches)."""
+        """Restores residuals saved by :meth:`state_dict` (applied per bucket on its next use,
+        when its size matches).
+
+        Parameters
+        ----------
+        state : dict
+            What :meth:`state_dict` returned (on this rank).
+
+        Raises
+        ------
+        InvalidArgument
+            The state was saved with another codec or small_codec, or by a hook without GIFT
+            where this one has one.
+        """
         if state.get("codec") != self.codec:
             raise _errors.InvalidArgument(
                 f"this state was saved with codec {state.get('codec')!r}, but the hook uses "
@@ -325,32 +369,51 @@ def ddp_comm_hook(codec: Any = "fp8_e4m3:g128", error_feedback: Union[bool, str]
                   gift: Any = None, small_codec: Optional[str] = None) -> CompressedAllreduceHook:
     """A hook for ``DistributedDataParallel.register_comm_hook(state=None, hook=...)``.
 
-    Args:
-      codec: ccompress codec spec of the gradients on the wire (``"none"`` is exact).
-      error_feedback: keep each bucket's compression error and add it to the next step's
+    Parameters
+    ----------
+    codec
+        ccompress codec spec of the gradients on the wire (``"none"`` is exact).
+    error_feedback
+        keep each bucket's compression error and add it to the next step's
         gradients (one ``ccompress.ErrorFeedback`` per bucket; ignored for ``"none"``):
         ``True`` (both residuals), ``"worker"`` (only the residual of each rank's own
         quantization), ``"server"`` (only that of the owner's re-quantization of the sum
         in two_shot) or ``False``.
-      comm: the ccompress communicator; by default derived from ``process_group`` on
+    comm
+        the ccompress communicator; by default derived from ``process_group`` on
         first use (torchrun: the group's gloo point-to-point; mpiexec: MPI; see
         ``ccompress.torch._common.communicator_for``). Its rank and size must match the
         group's, else :class:`MismatchError`.
-      process_group: the group DDP reduces over (default: the world group).
-      algo: ccompress schedule (``auto``, ``two_shot``, ``ring``, ...).
-      async_op: run host collectives on ccompress's worker thread, overlapping backward
+    process_group
+        the group DDP reduces over (default: the world group).
+    algo
+        ccompress schedule (``auto``, ``two_shot``, ``ring``, ...).
+    async_op
+        run host collectives on ccompress's worker thread, overlapping backward
         (default: when the transport allows it).
-      gift: a :class:`ccompress.torch.GIFT` of the model: each hooked weight's gradient
+    gift
+        a :class:`ccompress.torch.GIFT` of the model: each hooked weight's gradient
         is whitened inside its bucket before the codec and mapped back after it, with the
         error feedback in whitened coordinates (``ccompress/torch/gift.py``). A refresh
         step's buckets run in the calling thread; between refreshes the all-reduce and the
         map back overlap backward as ``async_op`` says (host buckets). The first bucket
         compares every rank's GIFT settings: where any differs, every rank raises
         :class:`MismatchError`.
-      small_codec: the codec of the gradients of parameters with fewer than 2 dimensions
+    small_codec
+        the codec of the gradients of parameters with fewer than 2 dimensions
         (biases, norm gains; ``"none"``: exact), sent in an all-reduce of their own next
         to the matrices' (``codec``), each with its residual; None (default): one codec for
         the whole bucket. Not with GIFT; the bucket runs in the calling thread.
+
+    Returns
+    -------
+    CompressedAllreduceHook
+        The hook, with its own state (communicator, residuals).
+
+    Raises
+    ------
+    InvalidArgument, Unsupported
+        As :class:`CompressedAllreduceHook` does.
     """
     return CompressedAllreduceHook(codec, error_feedback, comm, process_group, algo, async_op,
                                    gift, small_codec)

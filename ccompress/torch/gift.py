@@ -1,6 +1,7 @@
-"""GIFT for PyTorch models: the geometry-informed gradient transform of :mod:`ccompress.gift`
-(its module docstring has the method) fed by hooks on the model and applied inside the DDP
-communication hook, or on FSDP2's reduce-scatters through the ``ccompress`` backend.
+"""GIFT for PyTorch models: the geometry-informed gradient transform of
+:mod:`ccompress.compressors.gift` (its module docstring has the method) fed by hooks on
+the model and applied inside the DDP communication hook, or on FSDP2's reduce-scatters
+through the ``ccompress`` backend.
 
     gift = ccompress.torch.GIFT(model, rank=32, refresh_every=50, sketch=32)
     ddp.register_comm_hook(None, ccompress.torch.ddp_comm_hook(
@@ -21,13 +22,14 @@ for either.
 - **Refresh.** In the hook of a refresh step, for the layers whose weights are in the
   bucket, the moments are all-reduced exactly through the hook's communicator (dense, or
   a shared-seed Nystrom sketch with ``sketch=k``), folded into the EMA and factored
-  (:meth:`ccompress.gift.GIFT.observe`): every rank derives its factors from the same bits.
+  (:meth:`ccompress.compressors.gift.NumpyGIFT.observe`): every rank derives its factors
+  from the same bits.
 - **Selection** (``select=True``, the default): at each refresh every rank measures one
   codec round trip of its own gradient of each layer, in natural and in whitened
-  coordinates (:func:`ccompress.gift.roundtrip_errors`); the figures are averaged over the
-  ranks, and a layer is whitened only where its error falls (plain > ``min_gain`` x
-  whitened). A layer whose error would rise stays in natural coordinates, so GIFT never
-  makes a layer's measured error worse. The table is :attr:`selection`.
+  coordinates (:func:`ccompress.compressors.gift.roundtrip_errors`); the figures are
+  averaged over the ranks, and a layer is whitened only where its error falls (plain >
+  ``min_gain`` x whitened). A layer whose error would rise stays in natural coordinates,
+  so GIFT never makes a layer's measured error worse. The table is :attr:`selection`.
 - **Transform.** Inside the bucket each treated weight's gradient G is replaced by
   ``G L^-T`` (both sides: ``L_S^-1 G L_A^-T``) before the compressed all-reduce and mapped
   back after it; biases and untreated tensors travel as they are. The hook's error feedback
@@ -38,7 +40,7 @@ for either.
 Embeddings are not hooked: a tied embedding (a language model's input table reused as its
 output head) gets its gradient from two products with different K-FAC factors, and one
 factor per weight does not fit it. The factors are computed in float64 on the host (NumPy,
-:mod:`ccompress.gift`'s math) at each refresh; the per-step transforms run in float32 in
+:mod:`ccompress.compressors.gift`'s math) at each refresh; the per-step transforms run in float32 in
 place, on the gradients' own device (a float32 copy of each factor is kept there), so CUDA
 gradients stay on the GPU. float32 adds a relative error near 2^-24 x the matrices' widths,
 far below any lossy codec's (the bound is stated in tests/pytorch/test_torch_gift.py).
@@ -68,9 +70,22 @@ SETTINGS["codec"] = "GIFT codec (the one its selection measures)"
 
 
 def settings(gift: "GIFT", codec: str) -> Dict[str, Any]:
-    """``gift``'s settings on this rank, as JSON values over the keys of :data:`SETTINGS`:
-    the constructor's arguments as resolved (``layers``: the hooked layers' names) and the
-    codec its selection measures."""
+    """A GIFT's settings on this rank, as JSON values over the keys of :data:`SETTINGS`
+    (what the hook and ``use_gift`` compare across ranks).
+
+    Parameters
+    ----------
+    gift : GIFT
+        The GIFT.
+    codec : str
+        The codec its selection measures.
+
+    Returns
+    -------
+    dict
+        The constructor's arguments as resolved (``layers``: the hooked layers' names) and
+        the codec.
+    """
     core = gift.core
     return {"rank": int(core.rank), "refresh_every": gift.refresh_every,
             "layers": list(gift.layers), "sketch": int(core.sketch),
@@ -83,24 +98,44 @@ def settings(gift: "GIFT", codec: str) -> Dict[str, Any]:
 class GIFT:
     """Geometry-informed compression of a model's weight gradients (module docstring).
 
-    Args:
-      model: the module whose ``nn.Linear`` layers are hooked (the module DDP wraps, or
+    Parameters
+    ----------
+    model
+        the module whose ``nn.Linear`` layers are hooked (the module DDP wraps, or
         the DDP wrapper itself: names are taken without its ``module.`` prefix).
-      rank: rank of the low-rank part of each input moment (and output moment).
-      refresh_every: steps between refreshes of the statistics and the selection (the
+    rank
+        rank of the low-rank part of each input moment (and output moment).
+    refresh_every
+        steps between refreshes of the statistics and the selection (the
         first step is one); a step is one DDP reduction (one call of the last bucket).
-      layers: which layers: None for every ``nn.Linear``, a list of module names, or a
+    layers
+        which layers: None for every ``nn.Linear``, a list of module names, or a
         predicate ``f(name, module) -> bool``.
-      sketch: 0 to all-reduce the dense moments (in x in per layer); k > 0 for a k-column
+    sketch
+        0 to all-reduce the dense moments (in x in per layer); k > 0 for a k-column
         Nystrom sketch plus the diagonal (in x (k + 1)), far fewer bytes for wide layers.
-      output_side: also whiten the output side (both K-FAC factors, backward hooks).
-      ema: EMA weight of the old moments per refresh (see :class:`ccompress.gift.GIFT`).
-      damping: floor of the input factor's residual diagonal, relative to its mean.
-      damping_out: the same for the output factor.
-      select: whiten a layer only where one measured round trip errs less (default);
+    output_side
+        also whiten the output side (both K-FAC factors, backward hooks).
+    ema
+        EMA weight of the old moments per refresh (see
+        :class:`ccompress.compressors.gift.NumpyGIFT`).
+    damping
+        floor of the input factor's residual diagonal, relative to its mean.
+    damping_out
+        the same for the output factor.
+    select
+        whiten a layer only where one measured round trip errs less (default);
         False whitens every hooked layer once it has statistics.
-      min_gain: with ``select``, whiten where plain error > min_gain x whitened error.
-      seed: seed of the shared sketch matrices (the same on every rank).
+    min_gain
+        with ``select``, whiten where plain error > min_gain x whitened error.
+    seed
+        seed of the shared sketch matrices (the same on every rank).
+
+    Raises
+    ------
+    InvalidArgument
+        No nn.Linear layer to hook, layers that are not nn.Linear modules of the model, or
+        an invalid setting.
     """
 
     def __init__(self, model: torch.nn.Module, rank: int = 32, refresh_every: int = 50,
@@ -117,7 +152,7 @@ class GIFT:
         if min_gain < 1.0:
             raise _errors.InvalidArgument(f"GIFT min_gain {min_gain} must be >= 1 (below 1 a "
                                           "layer whose error rises would be whitened)")
-        # The math (moments' all-reduce and EMA, factors, sketches) is ccompress.gift's.
+        # The math (moments' all-reduce and EMA, factors, sketches) is ccompress.compressors.gift's.
         self.core = _gift.NumpyGIFT(codec="none", rank=int(rank), ema=ema, damping=damping,
                                error_feedback=False, sketch=sketch, seed=seed,
                                damping_out=damping_out)
@@ -146,11 +181,23 @@ class GIFT:
     # ---- statistics ----
     @property
     def layers(self) -> List[str]:
-        """The hooked layers' names."""
+        """The hooked layers' names.
+
+        Returns
+        -------
+        list of str
+            Sorted.
+        """
         return sorted(self._layer_of.values())
 
     def collecting(self) -> bool:
-        """Whether this step's training forward gathers statistics (a refresh step)."""
+        """Whether this step's training forward gathers statistics (a refresh step).
+
+        Returns
+        -------
+        bool
+            True every ``refresh_every`` steps.
+        """
         return self.step % self.refresh_every == 0
 
     def _forward_hook(self, name: str):
@@ -178,7 +225,19 @@ class GIFT:
     # ---- called by the DDP hook ----
     def attach(self, codec: str) -> None:
         """Binds the codec whose round trip the selection measures (the hook's, or the
-        backend's reduce-scatter codec)."""
+        backend's reduce-scatter codec).
+
+        Parameters
+        ----------
+        codec : str
+            The codec spec.
+
+        Raises
+        ------
+        InvalidArgument
+            This GIFT serves another codec already (one GIFT per hook or group), or an unknown
+            spec.
+        """
         c = Codec.parse(codec)
         if self.codec is not None and self.codec.name != c.name:
             raise _errors.InvalidArgument(
@@ -187,15 +246,40 @@ class GIFT:
         self.codec = self.core.codec = c
 
     def layout(self, bucket: Any) -> tuple:
-        """(layer name, or "" for an unhooked tensor, shape) of each parameter of a DDP
-        bucket, in order: what a residual in this bucket's whitened coordinates belongs to."""
+        """What a residual in a bucket's whitened coordinates belongs to.
+
+        Parameters
+        ----------
+        bucket : torch.distributed.GradBucket
+            A DDP bucket.
+
+        Returns
+        -------
+        tuple of (str, tuple of int)
+            (layer name, or "" for an unhooked tensor, shape) of each parameter, in order.
+        """
         return tuple((self._layer_of.get(id(p), ""), tuple(p.shape))
                      for p in bucket.parameters())
 
     def places(self, bucket: Any) -> List["Place"]:
-        """Where the hooked weights' gradients lie in a DDP bucket's flat buffer. DDP lays
-        the bucket's parameters out back to back in ``bucket.parameters()`` order; a layout
-        that does not add up raises."""
+        """Where the hooked weights' gradients lie in a DDP bucket's flat buffer. DDP lays the
+        bucket's parameters out back to back in ``bucket.parameters()`` order.
+
+        Parameters
+        ----------
+        bucket : torch.distributed.GradBucket
+            A DDP bucket.
+
+        Returns
+        -------
+        list of Place
+            One per hooked weight in the bucket.
+
+        Raises
+        ------
+        InvalidArgument
+            A layout that does not add up to the buffer.
+        """
         out = []
         for p, at in bucket_offsets(bucket, "GIFT"):
             if id(p) in self._layer_of:
@@ -205,13 +289,35 @@ class GIFT:
         return out
 
     def to_wire(self, comm: Any, bucket: Any, feedback: Any = None) -> List["Place"]:
-        """Whitens the treated gradients of a DDP bucket in place (:meth:`whiten`);
-        returns what :meth:`from_wire` needs."""
+        """Whitens the treated gradients of a DDP bucket in place (:meth:`whiten`).
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The hook's communicator.
+        bucket : torch.distributed.GradBucket
+            A DDP bucket.
+        feedback : ccompress.ErrorFeedback, optional
+            The bucket's residuals (in whitened coordinates).
+
+        Returns
+        -------
+        list of Place
+            What :meth:`from_wire` needs.
+        """
         return self.whiten(comm, bucket.buffer(), self.places(bucket), feedback)
 
     def from_wire(self, bucket: Any, treated: List["Place"]) -> None:
-        """Maps a DDP bucket's averaged whitened gradients back (in place); ends the step
-        after the last bucket."""
+        """Maps a DDP bucket's averaged whitened gradients back (in place); ends the step after
+        the last bucket.
+
+        Parameters
+        ----------
+        bucket : torch.distributed.GradBucket
+            A DDP bucket.
+        treated : list of Place
+            What :meth:`to_wire` returned.
+        """
         self.unwhiten(bucket.buffer(), treated)
         if bucket.is_last():
             self.end_step()
@@ -219,12 +325,30 @@ class GIFT:
     # ---- on any flat gradient buffer (DDP bucket, FSDP2 reduce-scatter input) ----
     def whiten(self, comm: Any, flat: torch.Tensor, places: List["Place"],
                feedback: Any = None) -> List["Place"]:
-        """On a refresh step first refreshes the statistics, factors and selection of the
-        layers at ``places`` (collectives on ``comm``: every rank must call this for the
-        same places in the same order); then replaces each treated layer's rows G by
-        G L^-T in ``flat``. ``feedback``: the buffer's ErrorFeedback (in whitened
-        coordinates), remapped where a layer's transform changed. Returns the treated
-        places."""
+        """Whitens the treated layers' rows of a flat gradient buffer in place (a DDP bucket,
+        or FSDP2's reduce-scatter input).
+
+        On a refresh step it first refreshes the statistics, factors and selection of the layers
+        at ``places`` (collectives on ``comm``: every rank must call this for the same places in
+        the same order); then replaces each treated layer's rows G by G L^-T.
+
+        Parameters
+        ----------
+        comm : ccompress.Communicator
+            The communicator of the buffer's collective.
+        flat : torch.Tensor
+            The buffer, contiguous 1-D.
+        places : list of Place
+            The hooked weights in it.
+        feedback : ccompress.ErrorFeedback, optional
+            The buffer's residuals (in whitened coordinates), remapped where a layer's
+            transform changed.
+
+        Returns
+        -------
+        list of Place
+            The treated places.
+        """
         if self.collecting():
             self._refresh(comm, flat, places, feedback)
         out = [p for p in places if self.treated.get(p.layer)]
@@ -233,7 +357,15 @@ class GIFT:
         return out
 
     def unwhiten(self, flat: torch.Tensor, places: List["Place"]) -> None:
-        """Maps the rows at ``places`` of a reduced buffer back: H -> H L^T (in place)."""
+        """Maps the rows at ``places`` of a reduced buffer back: H -> H L^T (in place).
+
+        Parameters
+        ----------
+        flat : torch.Tensor
+            The reduced buffer.
+        places : list of Place
+            What :meth:`whiten` returned.
+        """
         for p in places:
             self._transform(p.view(flat), self.core.factors[p.layer], forward=False)
 
@@ -332,15 +464,32 @@ class GIFT:
 
     # ---- state ----
     def state_dict(self) -> Dict[str, Any]:
-        """Step, EMA moments (the same on every rank; factors are rebuilt from them), which
-        layers are whitened, and the selection table. The hook's residuals are the hook's
-        state (:meth:`CompressedAllreduceHook.state_dict`)."""
+        """The state, for checkpoints (the hook's residuals are the hook's:
+        :meth:`CompressedAllreduceHook.state_dict`).
+
+        Returns
+        -------
+        dict
+            Step, EMA moments (the same on every rank; factors are rebuilt from them), which
+            layers are whitened, and the selection table.
+        """
         return {"step": self.step, "treated": dict(self.treated),
                 "selection": {k: dict(v) for k, v in self.selection.items()},
                 "core": self.core.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restores :meth:`state_dict` (the same layers must be hooked)."""
+        """Restores :meth:`state_dict` output (the same layers must be hooked).
+
+        Parameters
+        ----------
+        state : mapping
+            What :meth:`state_dict` returned.
+
+        Raises
+        ------
+        InvalidArgument
+            Not a GIFT state_dict, or one with layers this GIFT does not hook.
+        """
         try:
             core, step = state["core"], int(state["step"])
             treated, selection = dict(state["treated"]), dict(state["selection"])
@@ -355,8 +504,13 @@ class GIFT:
         self._moments.clear()
 
     def memory_bytes(self) -> int:
-        """Bytes held by the statistics and factors (host, and their float32 copies on the
-        gradients' devices), for overhead reports."""
+        """Bytes held by the statistics and factors, for overhead reports.
+
+        Returns
+        -------
+        int
+            Host arrays and their float32 copies on the gradients' devices.
+        """
         total = sum(m.nbytes for m in self.core.second_moment.values())
         total += sum(m.nbytes for m in self.core.output_moment.values())
         for f in self.core.factors.values():
@@ -392,12 +546,29 @@ class Place(NamedTuple):
     weight whole, FSDP2's reduce-scatter input holds it as ``size[0]`` row shards."""
 
     layer: str
-    size: Tuple[int, ...]
-    stride: Tuple[int, ...]
+    size: tuple  # of ints (a plain type: NamedTuple annotations are read outside this module)
+    stride: tuple  # of ints
     offset: int
     rows: int
 
     def view(self, flat: torch.Tensor) -> torch.Tensor:
+        """The weight's gradient rows in ``flat``.
+
+        Parameters
+        ----------
+        flat : torch.Tensor
+            The buffer, contiguous 1-D.
+
+        Returns
+        -------
+        torch.Tensor
+            ``flat.as_strided(size, stride, offset)``.
+
+        Raises
+        ------
+        InvalidArgument
+            ``flat`` is not a contiguous 1-D tensor.
+        """
         if flat.dim() != 1 or not flat.is_contiguous():
             raise _errors.InvalidArgument("GIFT places index a contiguous 1-D buffer")
         return flat.as_strided(self.size, self.stride, flat.storage_offset() + self.offset)
@@ -409,10 +580,10 @@ def _host(g: torch.Tensor) -> np.ndarray:
 
 
 class _Side(NamedTuple):
-    """One :class:`ccompress.gift.Whitening` factor as float32 tensors on one device: the
-    rows of a matrix go G -> G L^-T = (G / d) M^-1 and back H -> H L^T = (H M) d, with
+    """One :class:`ccompress.compressors.gift.Whitening` factor as float32 tensors on one
+    device: the rows of a matrix go G -> G L^-T = (G / d) M^-1 and back H -> H L^T = (H M) d, with
     M^-1 = I + Q diag(fwd) Q^T and M = I + Q diag(back) Q^T (the module docstring of
-    :mod:`ccompress.gift`)."""
+    :mod:`ccompress.compressors.gift`)."""
 
     dsqrt: torch.Tensor
     q: torch.Tensor

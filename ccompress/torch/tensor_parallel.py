@@ -62,11 +62,26 @@ class _SumBackward(torch.autograd.Function):
 def tp_all_reduce(x: torch.Tensor, codec: Any = "none", group: Any = None,
                   algo: str = "auto") -> torch.Tensor:
     """Sum of ``x`` over the tensor-parallel group, compressed with ``codec``; the gradient
-    passes through unchanged (Megatron's reduce-from-model-parallel-region).
+    passes through unchanged (Megatron's reduce-from-model-parallel-region). Every rank gets
+    the same bits.
 
-    ``group``: a ccompress Communicator, a torch.distributed process group, or None for
-    every process of the launch (torch.distributed's world once initialised, under torchrun
-    or mpiexec; a single process alone). Every rank gets the same bits.
+    Parameters
+    ----------
+    x : torch.Tensor
+        This rank's partial result (float32, bfloat16 or float16).
+    codec : str or ccompress.Codec, default "none"
+        The codec of the sum.
+    group : ccompress.Communicator or torch.distributed.ProcessGroup, optional
+        The tensor-parallel group: a ccompress Communicator, a torch.distributed process
+        group, or None for every process of the launch (torch.distributed's world once
+        initialised, under torchrun or mpiexec; a single process alone).
+    algo : str, default "auto"
+        The ccompress schedule.
+
+    Returns
+    -------
+    torch.Tensor
+        The sum, like ``x``.
     """
     _common.check_tensor(x, "x")
     return _SumForward.apply(x, _resolve(group), codec, algo)
@@ -75,7 +90,26 @@ def tp_all_reduce(x: torch.Tensor, codec: Any = "none", group: Any = None,
 def tp_copy(x: torch.Tensor, codec: Any = "none", group: Any = None,
             algo: str = "auto") -> torch.Tensor:
     """``x`` unchanged in forward; in backward the sum of its gradient over the group,
-    compressed with ``codec`` (Megatron's copy-to-model-parallel-region)."""
+    compressed with ``codec`` (Megatron's copy-to-model-parallel-region).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        The replicated input.
+    codec : str or ccompress.Codec, default "none"
+        The codec of the sum.
+    group : ccompress.Communicator or torch.distributed.ProcessGroup, optional
+        The tensor-parallel group: a ccompress Communicator, a torch.distributed process
+        group, or None for every process of the launch (torch.distributed's world once
+        initialised, under torchrun or mpiexec; a single process alone).
+    algo : str, default "auto"
+        The ccompress schedule.
+
+    Returns
+    -------
+    torch.Tensor
+        ``x`` (a new autograd node).
+    """
     _common.check_tensor(x, "x")
     return _SumBackward.apply(x, _resolve(group), codec, algo)
 
@@ -97,6 +131,24 @@ class ColumnParallelLinear(nn.Module):
 
     The full layer is initialised like ``nn.Linear`` and then sliced, so every rank must
     draw from the same torch random state (same seed); or use :meth:`from_linear`.
+
+    Parameters
+    ----------
+    in_features, out_features : int
+        The full layer's sizes.
+    bias : bool, default True
+        Whether it has a bias.
+    group, codec, algo
+        As for :func:`tp_all_reduce` (the codec of the input gradient's sum).
+    parts : int, default 1
+        Equal blocks of the output features, each sliced.
+    device, dtype : optional
+        As for ``nn.Linear``.
+
+    Raises
+    ------
+    InvalidArgument
+        out_features not divisible by parts times the group's size.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
@@ -118,16 +170,55 @@ class ColumnParallelLinear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear, *, group: Any = None, codec: Any = "none",
                     algo: str = "auto", parts: int = 1) -> "ColumnParallelLinear":
-        """This rank's slice of an existing ``nn.Linear`` (the same on every rank)."""
+        """This rank's slice of an existing ``nn.Linear`` (the same on every rank).
+
+        Parameters
+        ----------
+        linear : torch.nn.Linear
+            The full layer.
+        group, codec, algo
+            As for :func:`tp_all_reduce`.
+        parts : int, default 1
+            Equal blocks of the output features, each sliced (fused QKV).
+
+        Returns
+        -------
+        ColumnParallelLinear
+            The layer with this rank's rows.
+
+        Raises
+        ------
+        InvalidArgument
+            out_features not divisible by parts times the group's size.
+        """
         self = cls.__new__(cls)
         nn.Module.__init__(self)
         self._init(linear, _resolve(group), codec, algo, parts)
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        """The layer applied to a replicated input.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, the same on every rank.
+
+        Returns
+        -------
+        torch.Tensor
+            This rank's output features.
+        """
         return F.linear(tp_copy(x, self.codec, self.comm, self.algo), self.weight, self.bias)
 
     def extra_repr(self) -> str:
+        """The sizes, this rank's share, the group and the codec, for ``repr``.
+
+        Returns
+        -------
+        str
+            The description.
+        """
         return (f"in_features={self.in_features}, out_features={self.out_features} "
                 f"(this rank {self.weight.shape[0]}), rank={self.comm.rank}/{self.comm.size}, "
                 f"codec={self.codec}, parts={self.parts}")
@@ -140,6 +231,22 @@ class RowParallelLinear(nn.Module):
     bias, replicated on every rank, is added once.
 
     Initialised like :class:`ColumnParallelLinear` (same random state on every rank).
+
+    Parameters
+    ----------
+    in_features, out_features : int
+        The full layer's sizes.
+    bias : bool, default True
+        Whether it has a bias.
+    group, codec, algo
+        As for :func:`tp_all_reduce` (the codec of the partial products' sum).
+    device, dtype : optional
+        As for ``nn.Linear``.
+
+    Raises
+    ------
+    InvalidArgument
+        in_features not divisible by the group's size.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
@@ -161,17 +268,54 @@ class RowParallelLinear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear, *, group: Any = None, codec: Any = "none",
                     algo: str = "auto") -> "RowParallelLinear":
-        """This rank's columns of an existing ``nn.Linear`` (the same on every rank)."""
+        """This rank's columns of an existing ``nn.Linear`` (the same on every rank).
+
+        Parameters
+        ----------
+        linear : torch.nn.Linear
+            The full layer.
+        group, codec, algo
+            As for :func:`tp_all_reduce`.
+
+        Returns
+        -------
+        RowParallelLinear
+            The layer with this rank's columns.
+
+        Raises
+        ------
+        InvalidArgument
+            in_features not divisible by the group's size.
+        """
         self = cls.__new__(cls)
         nn.Module.__init__(self)
         self._init(linear, _resolve(group), codec, algo)
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        """The layer applied to this rank's input features.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            This rank's slice of the input features.
+
+        Returns
+        -------
+        torch.Tensor
+            The full output, the same bits on every rank.
+        """
         y = tp_all_reduce(F.linear(x, self.weight), self.codec, self.comm, self.algo)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
+        """The sizes, this rank's share, the group and the codec, for ``repr``.
+
+        Returns
+        -------
+        str
+            The description.
+        """
         return (f"in_features={self.in_features} (this rank {self.weight.shape[1]}), "
                 f"out_features={self.out_features}, rank={self.comm.rank}/{self.comm.size}, "
                 f"codec={self.codec}")

@@ -24,7 +24,28 @@ from . import _common, _engagement, _trace
 
 
 class TSRAdam(torch.optim.Optimizer):
-    """AdamW with TSR-compressed gradients and core-space moments (see the NumPy class)."""
+    """AdamW with TSR-compressed gradients and core-space moments (see
+    :class:`ccompress.compressors.tsr_adam.NumpyTSRAdam`, which it runs on the parameters'
+    memory).
+
+    Parameters
+    ----------
+    named_params : iterable of (str, torch.nn.Parameter)
+        ``model.named_parameters()``; those that require grad are optimized.
+    comm : ccompress.Communicator or torch.distributed.ProcessGroup or None
+        The data-parallel group (as :func:`ccompress.torch.tp_all_reduce`'s ``group``).
+    tsr : ccompress.compressors.tsr.TSR, optional
+        The compressor (default ``TSR()``).
+    lr, betas, eps, weight_decay, scale, on_refresh
+        As for NumpyTSRAdam.
+
+    Raises
+    ------
+    Unsupported
+        A parameter that is not a contiguous float32 CPU tensor.
+    InvalidArgument
+        No parameter requires grad, or an invalid setting.
+    """
 
     def __init__(self, named_params: Iterable[Tuple[str, torch.nn.Parameter]], comm,
                  tsr: TSR = None, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
@@ -46,6 +67,18 @@ class TSRAdam(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One optimizer step from this rank's gradients (every rank calls it alike).
+
+        Parameters
+        ----------
+        closure : callable, optional
+            Re-evaluates the model and returns the loss.
+
+        Returns
+        -------
+        torch.Tensor or None
+            The closure's loss.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -70,11 +103,29 @@ class TSRAdam(torch.optim.Optimizer):
         return loss
 
     def state_dict(self) -> Dict[str, Any]:
-        """Moments, bases, residuals and step as CPU tensors (copies), so that
-        ``torch.save`` / ``torch.load(weights_only=True)`` round-trip it bit for bit."""
+        """The state, for checkpoints.
+
+        Returns
+        -------
+        dict
+            Moments, bases, residuals and step as CPU tensors (copies), so that ``torch.save`` /
+            ``torch.load(weights_only=True)`` round-trip it bit for bit; and the learning rate.
+        """
         return {"tsr_adam": _tensors(self.impl.state_dict()), "lr": self.param_groups[0]["lr"]}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restores :meth:`state_dict` output.
+
+        Parameters
+        ----------
+        state : dict
+            What :meth:`state_dict` returned (on this rank).
+
+        Raises
+        ------
+        InvalidArgument
+            Not a TSRAdam state_dict.
+        """
         try:
             self.impl.load_state_dict(_arrays(state["tsr_adam"]))
             self.param_groups[0]["lr"] = float(state["lr"])

@@ -281,7 +281,7 @@ class Row:
                                               process_group=group)
                 self.net.register_comm_hook(state=None, hook=self.hook)
         if self.mode == "tsr":  # TSR-Adam all-reduces its r x r cores; weight decay on matrices
-            from ccompress.tsr import TSR
+            from ccompress.compressors.tsr import TSR
 
             tsr = TSR(rank=extra["tsr_rank"], refresh_every=25, codec="fp8_e4m3:g128",
                       error_feedback=True)

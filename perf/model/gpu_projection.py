@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ccompress import Codec
-from ccompress.tools import perfmodel as pm
+from ccompress import perfmodel as pm
 
 CODECS = [("bf16", "none"), ("fp8_e4m3:g128", "fp8_e4m3:g128"), ("hint8", "hint8"),
           ("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("mxfp4", "mxfp4")]

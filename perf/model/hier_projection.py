@@ -24,7 +24,7 @@ import sys
 from dataclasses import replace
 
 from ccompress import Codec
-from ccompress.tools import perfmodel as pm
+from ccompress import perfmodel as pm
 
 from perf.model import model_report  # noqa: E402  (perf/model/model_report.py: the validation)
 

@@ -46,7 +46,7 @@ from dataclasses import replace
 from typing import Dict, List, Optional
 
 from ccompress import Codec
-from ccompress.tools import perfmodel as pm
+from ccompress import perfmodel as pm
 
 UNLIMITED_GBIT = 1e6  # "unlimited" links: the veths run at CPU speed, which the model's CPU term is
 

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 import ccompress as cc
-from ccompress.tools.bounds import _wht
+from ccompress.bounds import _wht
 
 BLOCKS = (0, 16, 32, 64, 128)
 

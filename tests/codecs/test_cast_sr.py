@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 from helpers.common import same_bits
 
 NP = {"bf16:sr": ml_dtypes.bfloat16, "fp16:sr": np.float16}

@@ -173,7 +173,7 @@ ALGOS = ["ring", "two_shot", "tree", "one_shot"]
 @pytest.mark.parametrize("spec", ["hint4:g16", "hint4:g32:s16"])
 @pytest.mark.parametrize("algo", ALGOS)
 def test_allreduce_every_algo(rng, spec, algo):
-    from ccompress.tools.bounds import quantizations
+    from ccompress.bounds import quantizations
     g = cc.Codec.parse(spec).group
     sb = cc.Codec.parse(spec)._c.scale_bits
     u, cmax = U[sb, False], 7 * (448 if sb == 8 else 32768)

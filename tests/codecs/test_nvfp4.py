@@ -187,7 +187,7 @@ def allreduce_bound(parts, spec, algo, slice_elems, h):
     quantization) a quantization errs by <= u * M + s / 128 with M the group amax, and every
     quantized partial sum has group amax <= (sum over ranks of M) * (1 + u)^q; back in element
     space a block of p coefficients maps by p^-1/2 * sum. Plus fp32 sums and rotations."""
-    from ccompress.tools.bounds import quantizations
+    from ccompress.bounds import quantizations
     nranks, n = parts.shape
     q = quantizations(algo, nranks)
     u = U[spec]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 from helpers.common import gaussian_parts, rel_l2, same_bits
 
 ALGOS = ["ring", "two_shot", "tree", "one_shot"]

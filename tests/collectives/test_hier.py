@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.tools.bounds import hier_error_bound
+from ccompress.bounds import hier_error_bound
 
 
 def _parts(P, n, dtype, seed=0):
@@ -126,7 +126,7 @@ def test_ranks_disagreeing_on_the_topology_raise_on_every_rank():
 
 
 def test_auto_picks_hier_where_the_cost_model_says_it_pays():
-    from ccompress.tools import perfmodel as pm
+    from ccompress import perfmodel as pm
 
     fp8 = pm.CodecCost("fp8_e4m3:g128", 1.03, 1e10, 1e10)
     slow_network = pm.System("2 nodes", 8, pm.Link(pm.gbit(1), 5e-6), ranks_per_node=4,

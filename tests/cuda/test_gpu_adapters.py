@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 from helpers.common import gaussian_parts, same_bits, same_bits_or_nan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ import numpy as np
 
 import ccompress as cc
 from ccompress._internal.arrays import numpy_dtype
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 
 CODECS = ["none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g32", "fp8_e4m3:g64:sr",
           "taco:g128", "hint8", "hint8:g32:h256:s16", "nvfp4", "hnvfp4:g16", "hint4", "bf16:sr"]

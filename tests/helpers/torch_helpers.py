@@ -3,7 +3,7 @@ fp64 reference check of a collective's result against its stated bound."""
 import numpy as np
 import torch
 
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 from helpers.common import same_bits as _same_bits
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}

@@ -11,7 +11,7 @@ import pytest
 
 import ccompress as cc
 from ccompress._internal.arrays import numpy_dtype
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 
 
 @pytest.fixture(scope="module")

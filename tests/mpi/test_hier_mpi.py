@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.tools.bounds import hier_error_bound
+from ccompress.bounds import hier_error_bound
 
 
 def test_one_host_is_one_node(world):

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (the ccomp
                                             "tests need it; ccompress itself does not)")
 
 import ccompress as cc  # noqa: E402
-from ccompress.tools.bounds import allreduce_error_bound  # noqa: E402
+from ccompress.bounds import allreduce_error_bound  # noqa: E402
 from ccompress.torch import GIFT, ddp_comm_hook  # noqa: E402
 from helpers.torch_helpers import same_bits  # noqa: E402
 

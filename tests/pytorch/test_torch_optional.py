@@ -15,6 +15,12 @@ outs = cc.simulate.allreduce([np.full(300, r + 1.0, np.float32) for r in range(3
 assert all(np.array_equal(o, outs[0]) for o in outs)
 assert np.allclose(outs[0], 6.0, rtol=1e-2), outs[0][:4]
 try:
+    cc.Communicator.from_torch()
+except ImportError as e:
+    assert "pip install torch" in str(e), e
+else:
+    raise AssertionError("Communicator.from_torch ran without torch")
+try:
     import ccompress.torch
 except ImportError as e:
     assert "pip install torch" in str(e), e

@@ -272,7 +272,7 @@ def test_from_store_numbers_each_store_object_once():
     was freed must not inherit its number through a reused id (ranks where the id was
     reused would wait on other keys than the rest: the backend's second group hung so)."""
     from ccompress.communicator import Communicator
-    from ccompress.torch import _p2p
+    from ccompress._internal import torch_p2p as _p2p
 
     base = dist.HashStore()
     numbers = []

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import ccompress as cc
-from ccompress.tools import adam_fidelity, fidelity
+from ccompress import adam_fidelity
+from ccompress.tools import fidelity
 from ccompress import autocodec
 
 B1, B2, EPS = 0.9, 0.95, 1e-8

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 import ccompress as cc
-from ccompress.tools import perf, perfmodel as pm
+from ccompress import perfmodel as pm
+from ccompress.tools import perf
 from ccompress.tools.info import build_info
 
 
@@ -130,7 +131,7 @@ def test_info_reports_installed_torch_without_importing_it():
 
 
 def test_info_reports_a_missing_library_as_none():
-    from ccompress.tools.info import _installed_version
+    from ccompress._internal.build_info import _installed_version
     assert _installed_version("ccompress_no_such_module") is None
     assert _installed_version("numpy") == build_info()["numpy"]
 

@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from ccompress.tools import perfmodel as pm
+from ccompress import perfmodel as pm
 
 
 def system(ranks=4, gbit=1.0, alpha=0.0):

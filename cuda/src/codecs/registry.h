@@ -63,7 +63,7 @@ struct DeviceOps {
 };
 
 /// What one quantization of the family may err by, for the per-element error bounds
-/// (ccompress/tools/bounds.py). Each family states these constants in its format header.
+/// (ccompress/bounds.py). Each family states these constants in its format header.
 struct ErrorModel {
   /// Per coefficient (the element, or its Walsh-Hadamard coefficient for rotated codecs), at
   /// most u * M + v * R + floor, M the largest |coefficient| of its scale group and R that

@@ -30,7 +30,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
 import ccompress as cc
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 from ccompress.torch import GIFT, BackendOptions, compressed_group
 from helpers.torch_backend.common import gather, ok, same_on_all_ranks, start
 

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from helpers.torch_backend.common import gather, ok, rank_input, same_on_all_ranks, start
 import ccompress as cc
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 from ccompress.torch import BackendOptions, compressed_group
 from helpers.torch_helpers import check_reduced, to_numpy
 

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import ccompress as cc
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.set_num_threads(1)
@@ -124,7 +124,7 @@ inner.shutdown()
 del inner
 
 # 4. The NCCL id's way through the store: the same bytes on every rank, twice in a row.
-from ccompress.torch._p2p import StoreBroadcast  # noqa: E402
+from ccompress._internal.torch_p2p import StoreBroadcast  # noqa: E402
 
 b = comm._mpi_comm
 assert isinstance(b, StoreBroadcast) and (b.Get_rank(), b.Get_size()) == (rank, size)

@@ -79,7 +79,7 @@ for call in range(2):  # twice: each call's id under its own store key
     first = ids[0]
 
 # A root that never publishes the id: the others raise CollectiveTimeout, not wait forever.
-from ccompress.torch._p2p import StoreBroadcast  # noqa: E402
+from ccompress._internal.torch_p2p import StoreBroadcast  # noqa: E402
 
 if rank != 0:
     silent = StoreBroadcast(comm._mpi_comm.store, rank, size, "ccompress-test/silent", 2.0)

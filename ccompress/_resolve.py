@@ -10,12 +10,12 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from . import arrays as _arrays
-from .. import _core, autocodec
-from .backends import Call
-from .errors import InvalidArgument, Unsupported
-from ..codec import Codec
-from ..compressors.error_feedback import ErrorFeedback
+from . import _core, autocodec
+from ._internal import arrays as _arrays
+from ._internal.backends import Call
+from ._internal.errors import InvalidArgument, Unsupported
+from .codec import Codec
+from .error_feedback import ErrorFeedback
 
 
 def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: bool, stream: Any,
