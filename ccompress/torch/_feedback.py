@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .._internal.errors import InvalidArgument
-from ..compressors.error_feedback import ErrorFeedback
+from ..error_feedback import ErrorFeedback
 
 Key = Tuple[str, int, int, str]  # (collective, place in the backward pass, numel, dtype)
 

@@ -11,15 +11,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "ccompress"
 # Optional: not in pyproject's [project] dependencies (numpy and ml_dtypes are), and the
 # compiled modules that a build may leave out (_core is always built).
 OPTIONAL = {"torch", "cupy", "jax", "jaxlib", "mpi4py", "safetensors", "matplotlib"}
-OPTIONAL_COMPILED = {"_cuda", "_mpi", "_build_config"}
+OPTIONAL_COMPILED = {"_cuda", "_mpi", "_jax_ffi", "_build_config"}
 
-# Function-level imports of the torch backend's files, which another change splits and
-# fixes; each entry is (file, imported module).
-ALLOWED = {
-    ("ccompress/torch/backend.py", "ccompress.torch._gift_fsdp"),
-    ("ccompress/torch/_backend_state.py", "ccompress.torch._engagement"),
-    ("ccompress/torch/_engagement.py", "ccompress._internal.errors"),
-}
+# Function-level imports allowed beyond the optional dependencies: (file, imported module).
+ALLOWED: set = set()
 
 
 def _absolute(node: ast.ImportFrom, module: str) -> list:

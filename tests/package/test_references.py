@@ -17,9 +17,8 @@ OLD = ("ccompress.gift", "ccompress.tsr", "ccompress.tsr_adam", "ccompress.power
        "ccompress.tools.bounds", "ccompress.tools.perfmodel", "ccompress.tools.adam_fidelity",
        "ccompress.compressors.error_feedback")
 OLD_FILES = {"ccompress/" + m[len("ccompress."):].replace(".", "/") + ".py" for m in OLD}
-# ccompress.torch's modules need torch; the backend's own files still name the old
-# ErrorFeedback path until they are split (see tests/package/test_import_paths.py).
-OLD_ALLOWED = {("ccompress/torch/_backend_state.py", "ccompress.compressors.error_feedback")}
+# Files outside OLD_FILES that may still name an old path: (file, old module).
+OLD_ALLOWED: set = set()
 
 
 def _resolves(name: str) -> bool:
