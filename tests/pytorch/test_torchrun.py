@@ -157,6 +157,13 @@ def test_nccl_id_through_store_without_gpu():
     assert_ok(torchrun("nccl_store_checks.py", 2), 2)
 
 
+def test_moe_model_under_torchrun():
+    """examples/moelm.py over 4 ranks: its experts sharded and reached by all-to-all compute
+    what one process holding them all computes; DDP over its dense weights keeps them
+    bit-identical (tests/helpers/torchrun/moe_checks.py)."""
+    assert_ok(torchrun("moe_checks.py", 4), 4)
+
+
 @pytest.mark.parametrize("example", ["train_dp.py", "train_tp.py"])
 def test_training_examples_under_torchrun(example, tmp_path):
     """examples/train_dp.py and train_tp.py run under torchrun (2 processes, 3 steps, this
