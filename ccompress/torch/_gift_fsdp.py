@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .._internal import errors as _errors
-from ._backend_state import auto_candidate
+from ._policy import agree
 from .gift import GIFT, SETTINGS, Place, settings as _settings
 
 
@@ -30,12 +30,30 @@ def settings(pg: Any, gift: GIFT) -> Dict[str, Any]:
     if not isinstance(gift, GIFT):
         raise _errors.InvalidArgument(f"use_gift needs a ccompress.torch.GIFT, got "
                                       f"{type(gift).__name__}")
-    if auto_candidate(pg.options.reduce_scatter) is not None:
+    if pg._policy.config.codecs["reduce_scatter"].candidate is not None:
         raise _errors.Unsupported(
             f"use_gift needs a fixed reduce_scatter codec, the one GIFT's selection measures; "
             f"this group's is {pg.options.reduce_scatter!r} (chosen at the first call). Name "
             "the codec (CCOMPRESS_CODEC or BackendOptions(reduce_scatter=...))")
     return _settings(gift, pg.options.reduce_scatter)
+
+
+def use(pg: Any, gift: GIFT) -> None:
+    """``pg.use_gift(gift)`` (``CompressedProcessGroup.use_gift`` says what it does): every
+    rank's :func:`settings` compared through the group's store, then :func:`install`."""
+    if pg.gift is not None:
+        raise _errors.InvalidArgument("this group uses a GIFT already (one per group)")
+    pg._gift_calls += 1  # every call compares under keys of its own
+    try:
+        mine: Any = settings(pg, gift)
+    except _errors.CCompressError as e:
+        mine = e
+    agree(pg._store, f"{pg._prefix}ccompress/gift/{pg._gift_calls}", pg.rank(), pg.size(),
+          pg._timeout, mine, SETTINGS, what="GIFT settings", absent="did not call use_gift",
+          needed="every rank of the group must call use_gift, with the same GIFT",
+          fix="Build the same GIFT(...) on every rank")
+    install(pg, gift)
+    pg.gift = gift
 
 
 def install(pg: Any, gift: GIFT) -> int:
