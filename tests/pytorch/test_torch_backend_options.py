@@ -159,3 +159,35 @@ def test_feedback_state_dict_roundtrip():
     fb2.load_state_dict(state)
     (ef2,) = _backward_lookups(fb2, [("reduce_scatter", torch.zeros(8))])
     assert ef2.worker_residual.tolist() == [0.25] * 8
+
+
+def test_torch_modules_import_one_way():
+    """No import cycle among ccompress/torch/'s modules (imports inside functions included):
+    the backend's surface imports its policy and runner, never the reverse."""
+    import ast
+    from pathlib import Path
+
+    root = Path(cc.__file__).resolve().parent / "torch"
+    mods = {p.stem for p in root.glob("*.py")}
+    graph = {m: set() for m in mods}
+    for m in mods:
+        for node in ast.walk(ast.parse((root / f"{m}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                graph[m].update(n.split(".")[0] for n in names if n.split(".")[0] in mods)
+    graph["__init__"] = set()  # the package imports its modules; they never import it
+    assert {"_options", "_policy", "_runner"} <= graph["backend"]
+    assert graph["_options"] <= {"_p2p"} and "backend" not in graph["_runner"] | graph["_policy"]
+    done, path = set(), []
+
+    def visit(m):
+        assert m not in path, " -> ".join(path[path.index(m):] + [m])
+        if m not in done:
+            path.append(m)
+            for n in sorted(graph[m]):
+                visit(n)
+            path.pop()
+            done.add(m)
+
+    for m in sorted(mods):
+        visit(m)
