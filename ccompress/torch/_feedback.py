@@ -41,7 +41,20 @@ class BackwardFeedback:
     _used: Set[Key] = field(default_factory=set)
 
     def lookup(self, kind: str, x: torch.Tensor) -> Optional[ErrorFeedback]:
-        """The residual of this collective, or None outside a backward pass."""
+        """The residual of this collective.
+
+        Parameters
+        ----------
+        kind : str
+            The op (``"all_reduce"``, ``"reduce_scatter"``).
+        x : torch.Tensor
+            Its input.
+
+        Returns
+        -------
+        ErrorFeedback or None
+            None outside a backward pass.
+        """
         task = torch._C._current_graph_task_id()
         if task < 0:
             return None
@@ -63,15 +76,40 @@ class BackwardFeedback:
         self._used.add(key)
         return slot.ef
 
+    def add_to(self, kw: dict, kind: str, x: torch.Tensor, on: bool) -> Optional[ErrorFeedback]:
+        """With ``on`` (the group's error_feedback option), :meth:`lookup` of this call, set
+        as ``kw["error_feedback"]`` where there is one (inside a backward pass).
+
+        Returns
+        -------
+        ErrorFeedback or None
+        """
+        ef = self.lookup(kind, x) if on else None
+        if ef is not None:
+            kw["error_feedback"] = ef
+        return ef
+
     def state_dict(self) -> Dict[str, Any]:
-        """Every residual (CPU tensors) under ``"kind/place/numel/dtype"``."""
+        """Every residual.
+
+        Returns
+        -------
+        dict
+            ``"kind/place/numel/dtype"`` -> the residual's state (CPU tensors).
+        """
         return {"/".join(map(str, k)): {n: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
                                         for n, v in s.ef.state_dict().items()}
                 for k, s in self.slots.items()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restores :meth:`state_dict`; each residual is applied at its next use (same
-        place, size and dtype)."""
+        """Restores :meth:`state_dict` output; each residual is applied at its next use
+        (same place, size and dtype).
+
+        Parameters
+        ----------
+        state : dict
+            What :meth:`state_dict` returned.
+        """
         self.slots.clear()
         self.pending.clear()
         for name, ef in state.items():

@@ -161,6 +161,28 @@ def parse_codec(value: Optional[str], what: str, auto: bool) -> OpCodec:
     return OpCodec(codec.name, codec=None if codec.name == "none" else codec)
 
 
+def auto_candidate(spec: str) -> Optional[str]:
+    """The codec an ``auto`` spec weighs against exact, as named.
+
+    Parameters
+    ----------
+    spec : str
+        A backend codec spec.
+
+    Returns
+    -------
+    str or None
+        ``"hint8"`` for ``"auto"``, CODEC's name for ``"auto:CODEC"``, None for a fixed spec.
+
+    Raises
+    ------
+    InvalidArgument, Unsupported
+        As :func:`parse_codec`.
+    """
+    codec = parse_codec(spec, "", auto=True)
+    return codec.candidate_label if codec.candidate is not None else None
+
+
 def _codec(spec: str, subject: str) -> Codec:
     try:
         return Codec.parse(spec)

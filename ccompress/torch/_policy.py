@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
+from .. import _core
 from .._internal.errors import CCompressError, MismatchError
 from ..codec import Codec
 from . import _common, _engagement
@@ -46,6 +47,14 @@ def reduce_op(opts: Any) -> Optional[str]:
         if red == k:
             return v
     return None
+
+
+def even_split(input: torch.Tensor, output: torch.Tensor, size: int, rank: int) -> bool:
+    """Whether a reduce-scatter of ``input`` into ``output`` gives each rank an equal
+    chunk of the same dtype, where ccompress's chunking puts it (else ``"shape"``)."""
+    n = input.numel()
+    return (n == size * output.numel() and output.dtype == input.dtype
+            and _core.chunk_range(n, size, rank) == (rank * n // size, (rank + 1) * n // size))
 
 
 def why_exact(t: torch.Tensor, codec: OpCodec, op: Optional[str], writes: torch.Tensor,

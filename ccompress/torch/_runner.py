@@ -21,77 +21,15 @@ from .._internal import topology as _topology
 from .._internal.errors import CCompressError
 from ..communicator import Communicator
 from . import _engagement, _p2p, _trace
-
-
-class Outcome:
-    """A collective's result for torch: :attr:`future` completes with the value given to
-    :meth:`set_result`, or fails with the error given to :meth:`set_exception`, as C++
-    readers see it too; :meth:`wait` re-raises the error itself (its own type).
-
-    ``torch.futures.Future.set_exception`` stores the exception as the future's *value* and
-    raises it only where Python reads it. DDP's reducer reads the future of a process
-    group's Work in C++ and took that exception object for the reduced gradient (a
-    segmentation fault in ``parseCppCommHookResult``). A future made by ``then`` from a
-    callback that raises is failed for C++ and Python alike, so the error reaches
-    ``loss.backward()`` as a RuntimeError carrying its message. (A DDP comm hook's future
-    goes through DDP's Python hook wrapper, which re-raises a stored exception: the DDP
-    hook keeps ``set_exception`` and its typed errors.)"""
-
-    def __init__(self) -> None:
-        self._source = torch.futures.Future()
-        self.future = self._source.then(Outcome._unwrap)
-
-    def set_result(self, value: Any) -> None:
-        self._source.set_result((value, None))
-
-    def set_exception(self, error: BaseException) -> None:
-        self._source.set_result((None, error))
-
-    def wait(self) -> Any:
-        value, error = self._source.wait()
-        if error is not None:
-            raise error
-        return value
-
-    @staticmethod
-    def _unwrap(fut: torch.futures.Future) -> Any:
-        value, error = fut.value()
-        if error is not None:
-            raise error
-        return value
-
-
-class Work(dist._Work):
-    """A compressed collective in flight: ``wait()`` re-raises its error, ``get_future()``
-    is completed with the output tensors, or failed with the error (:class:`Outcome`)."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        super().__init__()
-        self._outcome = outcome
-
-    def wait(self, timeout: Any = None) -> bool:
-        self._outcome.wait()
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self._outcome.future
-
-
-class _Async:
-    """A communicator whose collectives are asynchronous (``async_op=True``)."""
-
-    def __init__(self, comm: Communicator) -> None:
-        self._c = comm
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        fn = getattr(self._c, name)
-        return lambda *a, **kw: fn(*a, async_op=True, **kw)
+from ._work import Async, Outcome, Work
 
 
 def inner_group(store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
-                cuda: bool = True) -> dist.ProcessGroup:
+                cuda: bool = True, serve: Optional[dist.ProcessGroup] = None
+                ) -> dist.ProcessGroup:
     """A plain ProcessGroup with gloo for CPU tensors and, with ``cuda`` where CUDA and NCCL
-    are there, NCCL for CUDA tensors, over ``store`` under ``prefix``.
+    are there, NCCL for CUDA tensors, over ``store`` under ``prefix``; its backends are
+    registered on ``serve`` too, where given (the ops ``serve`` does not override).
 
     Returns
     -------
@@ -108,6 +46,12 @@ def inner_group(store: Any, rank: int, size: int, timeout: timedelta, prefix: st
         nccl = dist.ProcessGroupNCCL(dist.PrefixStore(prefix + "/nccl/", store), rank, size,
                                      opts)
         pg._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL, nccl)
+    if serve is not None:
+        serve._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
+        if cuda and torch.cuda.is_available() and dist.is_nccl_available():
+            serve._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL,
+                                    nccl)
+        serve._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
     return pg
 
 
@@ -126,14 +70,15 @@ class Runner:
         The group's key prefix.
     inner : torch.distributed.ProcessGroup
         The inner gloo/NCCL group that runs delegated calls.
-    announce : callable
-        Called before every call: logs what each op does, once.
+    plan_line : callable
+        What each op does, in one line: rank 0 logs it at the group's first call.
     """
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
-                 inner: dist.ProcessGroup, announce: Callable[[], None]) -> None:
+                 inner: dist.ProcessGroup, plan_line: Callable[[], str]) -> None:
         self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
-        self._prefix, self.inner, self.announce = prefix, inner, announce
+        self._prefix, self.inner, self._plan_line = prefix, inner, plan_line
+        self._announced = False
         self.stats = _engagement.OpStats()
         self.trace = _trace.GroupTrace(rank, size, _trace.global_rank(rank))  # CCOMPRESS_TRACE
         self.comm: Optional[Communicator] = None
@@ -170,6 +115,12 @@ class Runner:
                                                  cuda=False)
                 self.comm = Communicator.from_torch(pg, store=store, timeout=timeout)
         return self.comm
+
+    def announce(self) -> None:
+        """Logs the plan line at the group's first call (rank 0)."""
+        if not self._announced:
+            self._announced = True
+            _engagement.log_info(self._rank, self._plan_line())
 
     def exact_bytes(self, kind: str, tensors: List[torch.Tensor]) -> int:
         """What an exact ring of ``kind`` sends from this rank for ``tensors``."""
@@ -211,7 +162,7 @@ class Runner:
         start = _trace.now_us() if self.trace.on else 0.0
         out = Outcome()
         try:
-            work = call(_Async(self.communicator()))
+            work = call(Async(self.communicator()))
         except Exception as e:  # bad arguments, or a communicator that cannot run: raise
             if self.comm is None or not self.comm.usable:
                 self.fail(e)

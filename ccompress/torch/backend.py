@@ -6,19 +6,14 @@ gradients through ccompress's compressed collectives.
     dist.init_process_group("ccompress", pg_options=ccompress.torch.BackendOptions(
         all_reduce="fp8_e4m3:g128", error_feedback=True))
 
-The group holds an inner gloo group (and NCCL for CUDA tensors where available) over the
-same store and ranks. all_reduce (sum/avg), reduce_scatter_tensor and
-all_gather_into_tensor of float32/bfloat16/float16 tensors of at least ``min_numel``
-elements go through a ccompress communicator made from a second inner group when their
-codec is not ``"none"``; every other call, and those with codec ``"none"``, is the inner
-group's own (exact, bit for bit what a gloo/NCCL group computes). After a compressed or
-delegated collective failed (a peer stopped, a timeout) the group refuses further calls.
-``compressed_group().use_gift(ccompress.torch.GIFT(model))`` whitens FSDP2's gradient
-reduce-scatters (:meth:`CompressedProcessGroup.use_gift`).
+all_reduce (sum/avg), reduce_scatter_tensor and all_gather_into_tensor of float tensors of
+at least ``min_numel`` elements go through a ccompress communicator when their codec is not
+``"none"``; every other call is an inner gloo (NCCL for CUDA) group's own, exact. After a
+collective failed (a peer stopped, a timeout) the group refuses further calls.
 
-This module is the process-group surface; the options and their agreement across ranks are
-in ``_options``, the choice between exact and compressed (and ``auto``) in ``_policy``,
-running, delegating and reaping in ``_runner``.
+This module is the process-group surface; the options are in ``_options``, their agreement
+across ranks and the choice between exact and compressed (and ``auto``) in ``_policy``,
+running, delegating and reaping in ``_runner``. docs/torch.md has the whole story.
 """
 from __future__ import annotations
 
@@ -28,17 +23,16 @@ from typing import Any, Callable, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from .. import _core
 from .._internal.errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
 from . import _engagement, _feedback, _gift_fsdp, _options, _policy
 from ._feedback import BackwardFeedback
-from ._options import BackendOptions
-from ._policy import Policy, reduce_op
+from ._options import BackendOptions, auto_candidate
+from ._policy import Policy, even_split, reduce_op
 from ._runner import LIVE, Runner, inner_group, with_stream, writable_flat
 
 __all__ = ["NAME", "BackendOptions", "BackwardFeedback", "CompressedProcessGroup",
-           "compressed_group", "register"]
+           "auto_candidate", "compressed_group", "register"]
 NAME = "ccompress"
 
 
@@ -84,18 +78,10 @@ class CompressedProcessGroup(dist.ProcessGroup):
         config = _policy.agreed(store, rank, size, timeout, options, self._prefix)
         self._policy = Policy(config, rank)
         self.options = config.options
-        self._given = options
-        self._announced = False
-        self._inner = inner_group(store, rank, size, timeout, self._prefix + "inner")
-        for dev, kind in ((torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO),
-                          (torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL)):
-            try:  # ops this class does not override go straight to these backends
-                self._register_backend(dev, kind, self._inner._get_backend(dev))
-            except RuntimeError:
-                pass  # no NCCL backend (no CUDA)
-        self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        self._inner = inner_group(store, rank, size, timeout, self._prefix + "inner",
+                                  serve=self)  # ops not overridden here go straight to it
         self._runner = Runner(store, rank, size, timeout, self._prefix, self._inner,
-                              self._announce)
+                              lambda: _engagement.plan_line(config, options))
         LIVE.add(self)
         self.feedback = BackwardFeedback()
         self.gift: Any = None  # use_gift
@@ -117,18 +103,12 @@ class CompressedProcessGroup(dist.ProcessGroup):
         Returns
         -------
         dict
-            Per op (``"all_reduce"``, ``"reduce_scatter"``, ``"all_gather"``): ``calls``;
-            ``compressed`` (ran through ccompress with the op's codec); ``delegated``, the
-            calls the inner gloo/NCCL group ran exactly, by reason (``"codec none"``;
-            ``"auto"``: auto found exact cheaper; ``"op"``: a reduction other than sum/avg;
-            ``"dtype"``; ``"layout"``: sparse, or a non-contiguous CUDA tensor; ``"small"``:
-            fewer than min_numel elements; ``"shape"``: not an even split of the group, or a
-            list of tensors; ``"device"``: neither CPU nor CUDA); ``bytes_sent`` by
-            ccompress for the compressed calls (headers included) against ``exact_bytes``,
-            what an exact ring sends for them (all-reduce 2(P-1)/P of the tensor,
-            reduce-scatter (P-1)/P of the input, all-gather P-1 inputs), and
-            ``delegated_exact_bytes``, the exact ring's bytes of the delegated calls. Plus
-            ``"total"``: the sums over the ops.
+            Per op (``"all_reduce"``, ``"reduce_scatter"``, ``"all_gather"``) and their sums
+            under ``"total"``: ``calls``, ``compressed``, ``delegated`` (exactly, by reason:
+            ``"codec none"``, ``"auto"``, ``"op"``, ``"dtype"``, ``"layout"``, ``"small"``,
+            ``"shape"``, ``"device"``), ``bytes_sent`` (ccompress's), ``exact_bytes`` (an
+            exact ring's for the compressed calls), ``delegated_exact_bytes``
+            (``_engagement.OpStats`` says what each counts).
         """
         return self._runner.stats.snapshot(total=True)
 
@@ -160,10 +140,7 @@ class CompressedProcessGroup(dist.ProcessGroup):
 
     def use_gift(self, gift: Any) -> None:
         """Whitens FSDP2's gradient reduce-scatters with a GIFT of a model sharded with
-        ``fully_shard`` over this group; call it after fully_shard, on every rank::
-
-            gift = ccompress.torch.GIFT(model, rank=32, refresh_every=50, sketch=32)
-            ccompress.torch.compressed_group().use_gift(gift)
+        ``fully_shard`` over this group (call it after fully_shard, on every rank).
 
         Each ``fully_shard`` module whose param group holds a hooked weight gets a
         reduce-scatter that whitens every row of the rank's gradient of that weight, runs
@@ -181,17 +158,13 @@ class CompressedProcessGroup(dist.ProcessGroup):
         Raises
         ------
         InvalidArgument
-            Not a GIFT; this group has one already; a hooked layer outside every
-            fully_shard module (DDP: pass ``gift=`` to ``ddp_comm_hook``), or sharded over
-            another group.
+            Not a GIFT, a second one, or a hooked layer outside every fully_shard module
+            (DDP: pass ``gift=`` to ``ddp_comm_hook``) or sharded over another group.
         Unsupported
-            ``output_side=True`` (it mixes rows across shards), or an ``auto``
-            reduce_scatter codec.
+            ``output_side=True`` (it mixes rows across shards), or an ``auto`` codec.
         MismatchError
-            On every rank, where any GIFT setting differs between ranks (rank,
-            refresh_every, the hooked layers, sketch, output_side, ema, damping,
-            damping_out, select, min_gain, seed, the measured codec), naming the setting
-            and the ranks; after the group's timeout where a rank did not call use_gift.
+            On every rank, naming the setting and the ranks, where a GIFT setting differs
+            between ranks; after the group's timeout where a rank did not call use_gift.
         """
         _gift_fsdp.use(self, gift)
 
@@ -199,19 +172,21 @@ class CompressedProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
         op = reduce_op(opts)
         t = tensors[0] if len(tensors) == 1 else None
-        codec, why = self._decide("all_reduce", t, op, t, t is not None)
+        codec, why = self._policy.decide("all_reduce", t, op, t, t is not None,
+                                          self._runner)
         if why is not None:
             return self._runner.delegate(lambda: self._inner.allreduce(
                 tensors, opts or dist.AllreduceOptions()), "all_reduce", why, tensors,
                 self.options.all_reduce)
         kw = dict(codec=codec, algo=self.options.algo, op=op)
-        ef = self._feedback("all_reduce", t, kw)
+        ef = self.feedback.add_to(kw, "all_reduce", t, self.options.error_feedback)
         x = t.detach()  # in place; DLPack refuses tensors that require grad
         finish = None
         if not x.is_contiguous():  # a contiguous copy, reduced, then written back
             x, finish = x.contiguous(), (lambda: t.detach().copy_(x))
-        return self._runner.run(lambda c: c.allreduce(x, out=x, **with_stream(x, kw)), tensors,
-                                "all_reduce", x, self._policy.label("all_reduce", codec, ef), finish)
+        return self._runner.run(lambda c: c.allreduce(x, out=x, **with_stream(x, kw)),
+                                tensors, "all_reduce", x,
+                                self._policy.label("all_reduce", codec, ef), finish)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any = None) -> dist._Work:
@@ -222,11 +197,9 @@ class CompressedProcessGroup(dist.ProcessGroup):
         """reduce_scatter_single; ``before(error_feedback or None)`` runs first, once the
         call's residual is known (GIFT whitens the input there, see use_gift)."""
         op = reduce_op(opts)
-        size, n = self.size(), input.numel()
-        even = (n == size * output.numel() and output.dtype == input.dtype
-                and _core.chunk_range(n, size, self.rank()) == (self.rank() * n // size,
-                                                                (self.rank() + 1) * n // size))
-        codec, why = self._decide("reduce_scatter", input, op, output, even)
+        even = even_split(input, output, self.size(), self.rank())
+        codec, why = self._policy.decide("reduce_scatter", input, op, output, even,
+                                          self._runner)
         if why is not None:
             if before is not None:
                 before(None)
@@ -234,7 +207,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
                 output, input, opts or dist.ReduceScatterOptions()), "reduce_scatter", why,
                 [input], self.options.reduce_scatter)
         kw = dict(codec=codec, op=op)
-        ef = self._feedback("reduce_scatter", input, kw)
+        ef = self.feedback.add_to(kw, "reduce_scatter", input,
+                                  self.options.error_feedback)
         if before is not None:
             before(ef)
         x = input.detach().contiguous()  # a copy where it is not contiguous (read only)
@@ -246,7 +220,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: Any = None) -> dist._Work:
         fits = output.numel() == self.size() * input.numel() and output.dtype == input.dtype
-        codec, why = self._decide("all_gather", input, "sum", output, fits)
+        codec, why = self._policy.decide("all_gather", input, "sum", output, fits,
+                                          self._runner)
         if why is not None:
             return self._runner.delegate(lambda: self._inner.all_gather_single(
                 output, input, opts or dist.AllgatherOptions()), "all_gather", why, [input],
@@ -254,11 +229,12 @@ class CompressedProcessGroup(dist.ProcessGroup):
         kw = dict(codec=codec)
         x = input.detach().contiguous()
         y, finish = writable_flat(output)
-        return self._runner.run(lambda c: c.allgather(x, out=y, **with_stream(x, kw)), [output],
-                                "all_gather", x, self._policy.label("all_gather", codec, None), finish)
+        return self._runner.run(lambda c: c.allgather(x, out=y, **with_stream(x, kw)),
+                                [output], "all_gather", x,
+                                self._policy.label("all_gather", codec, None), finish)
 
     # An op with a codec of its own (all_to_all_single) goes like all_gather_single above:
-    # fits = its shape check; self._decide(kind, ...); delegate with the reason, or
+    # fits = its shape check; self._policy.decide(kind, ...); delegate with the reason, or
     # self._runner.run(its Communicator call); its row in _options.OP_CODECS.
 
     # ---- delegated exactly (the inner group's own result and Work) ----
@@ -307,34 +283,9 @@ class CompressedProcessGroup(dist.ProcessGroup):
     def recv(self, tensors, src, tag=0):
         return self._runner.delegate(lambda: self._inner.recv(tensors, src, tag))
 
-    # ---- the policy's inputs, the runner's outputs ----
-    def _decide(self, kind: str, t: Optional[torch.Tensor], op: Optional[str],
-                writes: Optional[torch.Tensor], shape_ok: bool) -> Tuple[Any, Optional[str]]:
-        """The policy's codec for this call, or why it is delegated (``Policy.decide``)."""
-        return self._policy.decide(kind, t, op, writes, shape_ok, self._runner)
-
-    def _feedback(self, kind: str, t: torch.Tensor, kw: dict) -> Any:
-        """The call's error feedback (added to ``kw``), or None."""
-        ef = self.feedback.lookup(kind, t) if self.options.error_feedback else None
-        if ef is not None:
-            kw["error_feedback"] = ef
-        return ef
-
-    def _announce(self) -> None:
-        """The log line at the group's first collective (rank 0): what each op does."""
-        if not self._announced:
-            self._announced = True
-            _engagement.log_info(self.rank(), _engagement.plan_line(self._policy.config,
-                                                                    self._given))
-
     def communicator(self) -> Communicator:
-        """The ccompress communicator over the group's ranks.
-
-        Returns
-        -------
-        Communicator
-            Made at the first compressed call, which every rank makes alike.
-        """
+        """The ccompress communicator over the group's ranks (made at the first compressed
+        call, which every rank makes alike)."""
         return self._runner.communicator()
 
     def shutdown(self) -> None:
