@@ -18,14 +18,14 @@ running, delegating and reaping in ``_runner``. docs/torch.md has the whole stor
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
 
 from .._internal.errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
-from . import _engagement, _feedback, _gift_fsdp, _options, _policy
+from . import _engagement, _feedback, _gift_fsdp, _policy
 from ._feedback import BackwardFeedback
 from ._options import BackendOptions, auto_candidate
 from ._policy import Policy, even_split, reduce_op
