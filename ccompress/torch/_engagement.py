@@ -93,7 +93,7 @@ def plan_line(config: Any, given: Any = None) -> str:
                          "first call)")
         else:
             extra = f", algo {options.algo}" if op == "all_reduce" else ""
-            ef = ", error feedback" if options.error_feedback and op != "all_gather" else ""
+            ef = ", error feedback" if options.error_feedback and OP_CODECS[op].feedback else ""
             parts.append(f"{op}: {codec.spec}{extra}{ef}")
     return ("ccompress backend: " + "; ".join(parts) +
             f" (float32/bfloat16/float16 tensors of >= {options.min_numel} elements; "

@@ -10,7 +10,6 @@ import torch
 
 from .._internal.errors import InvalidArgument
 from ..compressors.error_feedback import ErrorFeedback
-from ._options import OP_CODECS
 
 Key = Tuple[str, int, int, str]  # (collective, place in the backward pass, numel, dtype)
 
@@ -117,8 +116,12 @@ class BackwardFeedback:
             self.pending[(kind, int(place), int(numel), dtype)] = ef
 
 
+# The codecs a checkpoint records, in this order (its format: an op added later is not in it).
+CHECKPOINT_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
 def _codecs(pg: Any) -> list:
-    return [getattr(pg.options, op) for op in OP_CODECS]
+    return [getattr(pg.options, op) for op in CHECKPOINT_OPS]
 
 
 def group_state(pg: Any) -> Dict[str, Any]:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .._internal import errors as _errors
+from ._options import auto_candidate
 from ._policy import agree
 from .gift import GIFT, SETTINGS, Place, settings as _settings
 
@@ -30,7 +31,7 @@ def settings(pg: Any, gift: GIFT) -> Dict[str, Any]:
     if not isinstance(gift, GIFT):
         raise _errors.InvalidArgument(f"use_gift needs a ccompress.torch.GIFT, got "
                                       f"{type(gift).__name__}")
-    if pg._policy.config.codecs["reduce_scatter"].candidate is not None:
+    if auto_candidate(pg.options.reduce_scatter) is not None:
         raise _errors.Unsupported(
             f"use_gift needs a fixed reduce_scatter codec, the one GIFT's selection measures; "
             f"this group's is {pg.options.reduce_scatter!r} (chosen at the first call). Name "

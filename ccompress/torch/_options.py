@@ -27,18 +27,20 @@ AUTO_CANDIDATE = "hint8"  # what a bare ``auto`` weighs against exact
 @dataclass(frozen=True)
 class OpVar:
     """Where an op's codec comes from when its :class:`BackendOptions` field is unset: the
-    environment variable ``env`` (unset: ``"none"``, exact), and whether ``auto`` applies."""
+    environment variable ``env`` (unset: ``"none"``, exact); whether ``auto`` applies, and
+    whether error feedback does (the op reduces gradients)."""
 
     env: str
     auto: bool
+    feedback: bool
 
 
 # op (a BackendOptions field) -> its variable. A new op adds its row here (all_to_all would
-# read CCOMPRESS_ALLTOALL_CODEC, auto=False) and its field to BackendOptions.
+# read CCOMPRESS_ALLTOALL_CODEC, auto=False, feedback=False) and its field to BackendOptions.
 OP_CODECS: Dict[str, OpVar] = {
-    "all_reduce": OpVar("CCOMPRESS_CODEC", auto=True),
-    "reduce_scatter": OpVar("CCOMPRESS_CODEC", auto=True),
-    "all_gather": OpVar("CCOMPRESS_ALLGATHER_CODEC", auto=False),
+    "all_reduce": OpVar("CCOMPRESS_CODEC", auto=True, feedback=True),
+    "reduce_scatter": OpVar("CCOMPRESS_CODEC", auto=True, feedback=True),
+    "all_gather": OpVar("CCOMPRESS_ALLGATHER_CODEC", auto=False, feedback=False),
 }
 _SPECS = "a codec spec (none, bf16, fp16, fp8_e4m3:g128, hint8, nvfp4, ...; unset: none, exact)"
 
