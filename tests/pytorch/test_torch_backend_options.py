@@ -1,5 +1,8 @@
 """The ccompress backend's configuration and error-feedback keying, in one process (the
 collectives themselves are tested under torchrun in test_torch_backend.py)."""
+import ast
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (the ccompress.torch "
@@ -164,9 +167,6 @@ def test_feedback_state_dict_roundtrip():
 def test_torch_modules_import_one_way():
     """No import cycle among ccompress/torch/'s modules (imports inside functions included):
     the backend's surface imports its policy and runner, never the reverse."""
-    import ast
-    from pathlib import Path
-
     root = Path(cc.__file__).resolve().parent / "torch"
     mods = {p.stem for p in root.glob("*.py")}
     graph = {m: set() for m in mods}
