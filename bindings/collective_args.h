@@ -43,10 +43,15 @@ inline CallSpec make_call_spec(const std::string& kind, const std::optional<std:
     s.fn = &reduce_scatter;
   } else if (kind == "allgather") {
     s.fn = &allgather;
+  } else if (kind == "alltoall") {
+    s.fn = &alltoall;
   } else {
-    CC_CHECK(false, "unknown collective '" << kind
-                                           << "'; use allreduce, reduce_scatter or allgather");
+    CC_CHECK(false, "unknown collective '"
+                        << kind << "'; use allreduce, reduce_scatter, allgather or alltoall");
   }
+  CC_CHECK(!algo || kind != "alltoall",
+           "alltoall has one schedule (pairwise exchange); algo does not apply");
+  CC_CHECK(!op || kind != "alltoall", "alltoall reduces nothing; op does not apply");
   CC_CHECK(!algo || kind == "allreduce" || *algo == "hier",
            kind << " has one flat schedule; algo applies to allreduce only ('hier' to all)");
   CC_CHECK(!op || kind != "allgather", "allgather reduces nothing; op does not apply");
@@ -84,7 +89,8 @@ inline pybind11::dict stats_dict(const CollectiveStats& s) {
 }
 
 /// Binds `cls.run(spec, in_ptr, out_ptr, n, dtype, codec, *, step, stream, worker_residual,
-/// server_residual, ready_event) -> stats dict`. @p run is called as
+/// server_residual, ready_event, in_splits, out_splits, out_n) -> stats dict` (the last three
+/// for alltoall: CollectiveOptions). @p run is called as
 /// run(self, fn, in, out, n, dtype, codec, options, stream, ready_event) and returns the
 /// CollectiveStats; it converts the codec and releases the GIL around the collective (ranks
 /// on threads run in parallel).
@@ -95,9 +101,17 @@ void def_run(pybind11::class_<Self, std::shared_ptr<Self>>& cls, Runner run) {
       "run",
       [run](Self& self, const CallSpec& spec, uintptr_t in, uintptr_t out, int64_t n,
             const std::string& dtype, const py::object& codec, uint64_t step, uintptr_t stream,
-            uintptr_t worker_residual, uintptr_t server_residual, uintptr_t ready_event) {
+            uintptr_t worker_residual, uintptr_t server_residual, uintptr_t ready_event,
+            const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits,
+            int64_t out_n) {
         DType dt = parse_dtype(dtype);
         CollectiveOptions o = spec.options;
+        const bool splits = !in_splits.empty() || !out_splits.empty() || out_n >= 0;
+        CC_CHECK(!splits || spec.kind == "alltoall",
+                 "in_splits, out_splits and out_n apply to alltoall only");
+        o.in_splits = in_splits;
+        o.out_splits = out_splits;
+        o.out_elems = out_n;
         o.step = step;
         o.feedback.worker = reinterpret_cast<float*>(worker_residual);
         o.feedback.server = reinterpret_cast<float*>(server_residual);
@@ -108,9 +122,12 @@ void def_run(pybind11::class_<Self, std::shared_ptr<Self>>& cls, Runner run) {
       py::arg("spec"), py::arg("in_ptr"), py::arg("out_ptr"), py::arg("n"), py::arg("dtype"),
       py::arg("codec"), py::kw_only(), py::arg("step") = 0, py::arg("stream") = 0,
       py::arg("worker_residual") = 0, py::arg("server_residual") = 0, py::arg("ready_event") = 0,
+      py::arg("in_splits") = std::vector<int64_t>{},
+      py::arg("out_splits") = std::vector<int64_t>{}, py::arg("out_n") = -1,
       "Runs the collective `spec` from in_ptr (n elements of dtype) into out_ptr with `codec`; "
       "residuals are error-feedback buffers (0: none); stream and ready_event order a device "
-      "collective with the caller's stream.");
+      "collective with the caller's stream; alltoall: in_splits / out_splits are elements to "
+      "and from each rank (empty: equal pieces) and out_n the output's elements.");
 }
 
 }  // namespace ccompress::py_bindings

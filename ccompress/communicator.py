@@ -3,7 +3,7 @@ as ranks, on the host or on one GPU)."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from ._internal import (arrays as _arrays, nonfinite as _nonfinite, topology as 
                         transports as _transports)
 from . import _core, autocodec
 from ._internal.backends import Call, backend_for
-from ._internal.errors import CCompressError, InvalidArgument, MismatchError
+from ._internal.errors import CCompressError, InvalidArgument, MismatchError, Unsupported
 from ._internal.device import _cuda_module
 from ._internal.ranks import on_threads, run_ranks
 from ._internal.resolve import resolve
@@ -186,7 +186,8 @@ class Communicator:
         return self._nccl
 
     # ---- collectives ----
-    # Everything after the tensor is keyword-only, in the same order in all three.
+    # Everything after the tensor is keyword-only, in the same order in all three
+    # (all_to_all takes out by position too, as torch's all_to_all_single does).
     def allreduce(self, x: Any, *, codec: Any = "none", algo: str = "auto",
                   intra_codec: Any = None, inter_algo: Optional[str] = None, op: str = "sum",
                   out: Any = None, async_op: bool = False, stream: Any = None,
@@ -244,7 +245,81 @@ class Communicator:
                             stream=stream, step=step, nonfinite=nonfinite,
                             **_topology.schedule_args(algo, None))
 
-    # ---- one path for the three ----
+    def all_to_all(self, x: Any, out: Any = None, *, codec: Any = "none",
+                   in_splits: Optional[Sequence[int]] = None,
+                   out_splits: Optional[Sequence[int]] = None, async_op: bool = False,
+                   stream: Any = None, step: Optional[int] = None,
+                   nonfinite: Optional[str] = None, error_feedback: Any = None) -> Any:
+        """Exchanges pieces of ``x`` between all ranks, as torch's ``all_to_all_single``.
+
+        ``x`` is cut along dim 0 into ``size`` pieces, in rank order: piece ``j`` (the next
+        ``in_splits[j]`` rows) goes to rank ``j``. The result holds the pieces received from
+        every rank, in rank order, ``out_splits[i]`` rows from rank ``i``. Each piece is
+        encoded once, on its own (no scale is shared with another rank's piece), and its
+        receiver gets decode(encode(piece)): the bits the sender's own
+        ``codec.decode(codec.encode(piece))`` gives. The piece a rank sends to itself goes
+        through the codec too, so a rank receives the same bits from itself as from a peer.
+
+        Parameters
+        ----------
+        x : array
+            This rank's input: a host array (NumPy, or anything with DLPack) or, on a device
+            communicator, a CUDA array; at least one dimension.
+        out : array, optional
+            Where the result goes, in ``x``'s dtype: ``sum(out_splits)`` rows shaped like
+            ``x``'s rows (its element count is what is checked). Default: a new array (as
+            many rows as ``x`` when there are no ``out_splits``).
+        codec : str or Codec
+            The wire format of every piece (default ``"none"``: exact).
+        in_splits : sequence of int, optional
+            Rows of dim 0 this rank sends to each rank (``size`` entries adding up to
+            ``x.shape[0]``). Default: ``x.shape[0] / size`` rows to each.
+        out_splits : sequence of int, optional
+            Rows of dim 0 this rank receives from each rank; ``out_splits[i]`` must equal what
+            rank ``i`` passes as ``in_splits[rank]``. Default: equal pieces of the output
+            (``out``'s rows, or ``x``'s without ``out``).
+        async_op : bool
+            Return a :class:`Work` whose ``wait()`` gives the result.
+        stream : stream, optional
+            Device communicators: the stream the call is ordered with (default: the current
+            stream of ``x``'s library).
+        step : int, optional
+            The step stochastic rounding hashes (default: this communicator's call count).
+        nonfinite : {"propagate", "raise"}, optional
+            What a NaN or Inf does (default: the communicator's setting).
+        error_feedback : None
+            Refused: dispatched tokens differ every call, so no residual carries over.
+
+        Returns
+        -------
+        array
+            The received pieces concatenated along dim 0 (``out`` when given), or a
+            :class:`Work` with ``async_op``.
+
+        Raises
+        ------
+        InvalidArgument
+            Splits that are not one per rank, negative, or do not add up to ``x``'s rows (or
+            to the output's); ``out`` of the wrong size or dtype. The other ranks raise
+            :class:`MismatchError` at the same call.
+        MismatchError
+            On every rank, when the ranks pass different codecs or dtypes, or when what rank
+            ``i`` sends to rank ``j`` differs from what ``j`` expects from ``i``.
+        Unsupported
+            ``error_feedback`` given (on every rank, the others by MismatchError).
+        CollectiveTimeout, MessageError
+            A peer that makes no progress, or a malformed message.
+        """
+        if error_feedback is not None:
+            self._refuse()
+            raise Unsupported("all_to_all has no error feedback: the dispatched tokens change "
+                              "every call, so no residual carries over; pass "
+                              "error_feedback=None")
+        return self._submit("alltoall", x, codec=codec, out=out, async_op=async_op,
+                            stream=stream, step=step, nonfinite=nonfinite,
+                            in_splits=in_splits, out_splits=out_splits)
+
+    # ---- one path for the four ----
     def _submit(self, kind: str, x: Any, *, async_op: bool, nonfinite: Optional[str],
                 **how: Any) -> Any:
         """Resolves the call once (resolve: arrays, out, stream, feedback, step, options),

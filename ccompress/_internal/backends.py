@@ -1,9 +1,9 @@
 """Where a resolved call runs: the host backend (CPU loops over a _core transport) or the
 device backend (CUDA kernels on a _cuda.DeviceRank). Both take the same :class:`Call` and
 hand it to the same binding, ``rank.run(spec, in, out, n, dtype, codec, *, step, stream,
-worker_residual, server_residual, ready_event)``; what differs is which arrays they accept,
-how a call is ordered with the caller, how a small exact sum gets its buffers, and how the
-NaN/Inf of an output are counted."""
+worker_residual, server_residual, ready_event, in_splits, out_splits, out_n)``; what differs
+is which arrays they accept, how a call is ordered with the caller, how a small exact sum gets
+its buffers, and how the NaN/Inf of an output are counted."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,6 +35,9 @@ class Call:
     residuals: Tuple[int, int] = (0, 0)
     stream: int = 0
     ready: Any = None
+    #: all-to-all only: (in_splits, out_splits) in elements per rank (empty: equal pieces)
+    #: and the output's element count
+    splits: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], int]] = None
 
     @property
     def kind(self) -> str:
@@ -42,10 +45,12 @@ class Call:
 
 
 def _run(rank: Any, call: Call) -> dict:
+    in_splits, out_splits, out_n = call.splits or ((), (), -1)
     return rank.run(call.spec, call.x.ptr, call.out.ptr, call.x.n, call.x.dtype, call.codec._c,
                     step=call.step, stream=call.stream, worker_residual=call.residuals[0],
                     server_residual=call.residuals[1],
-                    ready_event=0 if call.ready is None else call.ready.handle)
+                    ready_event=0 if call.ready is None else call.ready.handle,
+                    in_splits=list(in_splits), out_splits=list(out_splits), out_n=out_n)
 
 
 class HostBackend:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
+import numpy as np
+
 from . import arrays as _arrays
 from .. import _core, autocodec
 from .backends import Call
@@ -18,10 +20,11 @@ from ..compressors.error_feedback import ErrorFeedback
 
 def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: bool, stream: Any,
             step: Optional[int], error_feedback: Any = None, algo: Optional[str] = None,
-            op: Optional[str] = None, hier: Tuple[Any, Optional[str]] = (None, None)
-            ) -> Tuple[Call, Any, Optional[str]]:
+            op: Optional[str] = None, hier: Tuple[Any, Optional[str]] = (None, None),
+            in_splits: Any = None, out_splits: Any = None) -> Tuple[Call, Any, Optional[str]]:
     """(the Call, the array to return, the auto codec's name or None). ``algo`` and ``op``
-    stay None where the collective has none (reduce_scatter: algo; allgather: both)."""
+    stay None where the collective has none (reduce_scatter: algo; allgather, alltoall:
+    both); ``in_splits`` / ``out_splits`` (rows of dim 0 per rank) are alltoall's."""
     auto = codec if kind == "allreduce" and autocodec.is_auto(codec) else None
     if auto and comm._device is not None:
         raise Unsupported(f"codec {auto!r} chooses on host data; on a device communicator "
@@ -34,6 +37,9 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
         n_out, shape = xv.n, xv.shape
     elif kind == "allgather":
         n_out, shape = xv.n * comm.size, (comm.size,) + xv.shape
+    elif kind == "alltoall":
+        given = None if out is None else backend.view(out, "out", writable=True)
+        splits, n_out, shape = _alltoall_layout(comm.size, xv, in_splits, out_splits, given)
     else:
         lo, hi = _core.chunk_range(xv.n, comm.size, comm.rank)
         n_out, shape = hi - lo, (hi - lo,)
@@ -56,7 +62,52 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
                                          comm.ranks_per_node)
         if chosen:
             spec = comm._spec(kind, chosen[0], op, (None, chosen[1]))
-    return Call(spec, xv, ov, codec, step, fb, residuals, handle, ready), result, auto
+    call = Call(spec, xv, ov, codec, step, fb, residuals, handle, ready)
+    if kind == "alltoall":
+        call.splits = splits + (n_out,)
+    return call, result, auto
+
+
+def _alltoall_layout(size: int, xv: _arrays.ArrayView, in_splits: Any, out_splits: Any,
+                     out: Optional[_arrays.ArrayView]):
+    """((in_splits, out_splits) in elements, the output's elements, its shape) of an
+    all-to-all of ``xv`` whose splits count rows of dim 0 (rows shaped like x's). Without
+    out_splits the output is ``out``'s rows, or x's without ``out``, in equal pieces, as in
+    torch's all_to_all_single. Checks what this rank alone can (one split per rank, whole
+    non-negative numbers adding up to the rows); whether the ranks agree with each other is
+    the core's check (agree_on_splits)."""
+    if not xv.shape:
+        raise InvalidArgument("all_to_all splits x along dim 0, but x is 0-d; pass an array "
+                              "with at least one dimension")
+    rows, row = xv.shape[0], int(np.prod(xv.shape[1:], dtype=np.int64))
+
+    def parse(v: Any, what: str) -> Tuple[int, ...]:
+        if v is None:
+            return ()
+        try:
+            parsed = tuple(int(s) for s in v)
+            exact = all(int(s) == s for s in v)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"{what} must be a sequence of {size} whole numbers (rows of "
+                                  f"dim 0 per rank), got {v!r}") from None
+        if len(parsed) != size or not exact or any(s < 0 for s in parsed):
+            raise InvalidArgument(f"{what} must be {size} non-negative whole numbers (rows of "
+                                  f"dim 0, one per rank), got {list(v)!r}")
+        return parsed
+
+    ins, outs = parse(in_splits, "in_splits"), parse(out_splits, "out_splits")
+    if ins and sum(ins) != rows:
+        raise InvalidArgument(f"in_splits add up to {sum(ins)} rows, but x has {rows} rows "
+                              "along dim 0; they must add up to x.shape[0]")
+    if not ins and rows % size:
+        raise InvalidArgument(f"x has {rows} rows along dim 0, which do not split into {size} "
+                              "equal pieces; pass in_splits")
+    out_rows = sum(outs) if outs else rows if out is None else out.n // max(row, 1)
+    if not outs and out_rows % size:
+        raise InvalidArgument(f"the output has {out_rows} rows, which do not split into "
+                              f"{size} equal pieces; pass out_splits")
+    splits = (tuple(s * row for s in ins), tuple(s * row for s in outs))
+    return splits, out_rows * row, (out_rows,) + tuple(xv.shape[1:])
 
 
 def _output(backend: Any, x: Any, xv: _arrays.ArrayView, out: Any, shape, n: int, what: str):

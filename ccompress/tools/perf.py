@@ -1,12 +1,15 @@
 """ccompress-perf: nccl-tests-style sweep of compressed collectives against the engine's own.
 
     mpiexec -n 4 ccompress-perf allreduce -b 1M -e 64M -f 4 --codec fp8_e4m3:g128 --algo two_shot
+    mpiexec -n 4 ccompress-perf alltoall -b 1M -e 16M -f 4 --codec mxfp8   # size: each rank's input
     ccompress-perf allreduce --inproc 4 ...      # ranks as threads of one process, no MPI
 
 Columns and formulas: perf/README.md. Every rank builds every rank's input from the seed
 (rank r's part is ``default_rng([seed, r]).standard_normal``), so the fp64 reference needs no
 communication. The results of all-reduce and all-gather are checked on rank 0 (the other
-ranks must hold bit-identical bytes); reduce-scatter chunks are checked on their own rank.
+ranks must hold bit-identical bytes); reduce-scatter chunks are checked on their own rank, and
+so is each rank's all-to-all output (equal splits), whose every piece must also hold the bits
+of its sender's own encode + decode of it.
 """
 from __future__ import annotations
 
@@ -29,9 +32,10 @@ import ccompress as cc
 from .._internal import arrays as _arrays
 from .bounds import allreduce_error_bound, hier_error_bound
 
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 BASELINE = {"allreduce": "MPI_Allreduce", "reduce_scatter": "MPI_Reduce_scatter",
-            "allgather": "MPI_Allgather"}
+            "allgather": "MPI_Allgather", "alltoall": "MPI_Alltoallv"}
+OWN_CHECK = ("reduce_scatter", "alltoall")  # outputs that differ by rank: each checks its own
 COLUMNS = [("size", 12), ("count", 11), ("type", 9), ("redop", 5), ("codec", 18), ("algo", 13),
            ("time(us)", 10), ("algbw(GB/s)", 11), ("busbw(GB/s)", 11), ("wire(B)", 11),
            ("ratio", 6), ("relerr", 9), ("maxerr", 9), ("#wrong", 6)]
@@ -79,6 +83,10 @@ class MpiGroup:
         m, SUM, n = self.mpi, self.MPI.SUM, self.size
         if kind == "allgather":
             return lambda: m.Allgather(x, out)
+        if kind == "alltoall":
+            counts = [x.size // n] * n
+            displs = [r * (x.size // n) for r in range(n)]
+            return lambda: m.Alltoallv([x, (counts, displs)], [out, (counts, displs)])
         if kind == "reduce_scatter":
             counts = [hi - lo for lo, hi in (cc.chunk_range(x.size, n, r) for r in range(n))]
             call = lambda: m.Reduce_scatter(x, out, recvcounts=counts, op=SUM)  # noqa: E731
@@ -130,7 +138,12 @@ def check(kind: str, y: np.ndarray, parts: np.ndarray, codec: str, algo: str, op
           dtype: str, rank: int, hier: Optional[tuple] = None) -> np.ndarray:
     """[sum err^2, sum ref^2, elements outside the bound, max |err|] of this rank's output."""
     n = parts.shape[0]
-    if kind == "allgather":
+    if kind == "alltoall":  # equal pieces: rank i's piece for this rank, one quantization each
+        pieces = [parts[i].reshape(n, -1)[rank] for i in range(n)]
+        ref = np.concatenate(pieces).astype(np.float64)
+        bound = np.concatenate([allreduce_error_bound(p[None], codec, "one_shot", "sum", dtype)
+                                for p in pieces])
+    elif kind == "allgather":
         ref = parts.astype(np.float64)
         bound = np.stack([allreduce_error_bound(parts[r:r + 1], codec, "one_shot", "sum", dtype)
                           for r in range(n)])
@@ -146,6 +159,23 @@ def check(kind: str, y: np.ndarray, parts: np.ndarray, codec: str, algo: str, op
     err = np.abs(y.astype(np.float64).reshape(ref.shape) - ref)
     wrong = int(np.count_nonzero(~(err <= bound)))  # NaN counts as wrong
     return np.array([np.sum(err * err), np.sum(ref * ref), wrong, err.max(initial=0.0)])
+
+
+def alltoall_bits_wrong(g: Any, x: np.ndarray, y: np.ndarray, codec: str) -> int:
+    """Pieces of an all-to-all (equal splits) whose received bits differ from their sender's
+    own encode + decode of the piece (Codec.roundtrip), counted over all ranks alike; 0 for
+    stochastic rounding, whose noise the sender's collective draws, not the roundtrip."""
+    if codec.endswith(":sr"):
+        return 0
+    c, P = cc.Codec.parse(codec), g.size
+
+    def digest(a: np.ndarray) -> bytes:
+        return hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).digest()
+
+    sent = [digest(c.roundtrip(p)) for p in x.reshape(P, -1)]
+    got = [digest(p) for p in y.reshape(P, -1)]
+    table = g.allgather((sent, got))
+    return sum(table[i][0][j] != table[j][1][i] for i in range(P) for j in range(P))
 
 
 def timed(g: Any, fns: List[Callable[[], Any]], warmup: int,
@@ -178,11 +208,13 @@ def fmt_row(values: List[Any]) -> str:
 # ---- the sweep ----
 def run(args: argparse.Namespace, g: Any) -> int:
     kind, dtype, op, P = args.collective, args.dtype, args.op, g.size
-    redop = "-" if kind == "allgather" else op
+    redop = "-" if kind in ("allgather", "alltoall") else op
     esize = 4 if dtype == "float32" else 2
     codecs = args.codec or ["none", "fp8_e4m3:g128"]
     if kind == "allreduce":
         algos = args.algo or ["auto"]
+    elif kind == "alltoall":
+        algos = ["pairwise"]
     else:  # their flat schedule, then the hierarchical one where asked
         algos = ["-"] + (["hier"] if args.algo else [])
     for c in codecs:
@@ -220,7 +252,7 @@ def run(args: argparse.Namespace, g: Any) -> int:
         s = max(s + 1, int(s * args.stepfactor))
     for size in sizes:
         count = max(size // esize, 1)
-        if kind == "allgather":
+        if kind in ("allgather", "alltoall"):
             count = max(count // P, 1) * P
         S = count * esize
         nloc = count // P if kind == "allgather" else count
@@ -228,11 +260,12 @@ def run(args: argparse.Namespace, g: Any) -> int:
             print(f"# [{time.time() - t_start:7.1f} s] {kind} {S} bytes ...", file=sys.stderr,
                   flush=True)
         x = make_part(args.seed, g.rank, nloc, dtype)
-        need_parts = args.check and (main or kind == "reduce_scatter")
+        need_parts = args.check and (main or kind in OWN_CHECK)
         parts = np.stack([x if r == g.rank else make_part(args.seed, r, nloc, dtype)
                           for r in range(P)]) if need_parts else None
         lo, hi = cc.chunk_range(count, P, g.rank)
-        shape = {"allreduce": (count,), "reduce_scatter": (hi - lo,), "allgather": (P, nloc)}[kind]
+        shape = {"allreduce": (count,), "reduce_scatter": (hi - lo,), "allgather": (P, nloc),
+                 "alltoall": (count,)}[kind]
         ring_bytes = S * busbw_factor(kind, P)
 
         pending: List[Tuple[Dict[str, Any], Callable[[], Any]]] = []  # rows to time
@@ -248,7 +281,10 @@ def run(args: argparse.Namespace, g: Any) -> int:
                 if parts is not None:
                     stats = check(kind, y, parts, check_codec, check_algo, op, check_dtype, g.rank,
                                   (g.comm.ranks_per_node, args.inter_algo, args.intra_codec))
-                if kind != "reduce_scatter":  # every rank must hold the same bytes
+                if kind == "alltoall":  # every piece: the bits its sender encoded
+                    src = x if typ == dtype else x.astype(np.float32)
+                    wrong_identity = alltoall_bits_wrong(g, src, y, check_codec)
+                elif kind != "reduce_scatter":  # every rank must hold the same bytes
                     digests = g.allgather(hashlib.blake2b(y.tobytes(), digest_size=16).digest())
                     wrong_identity = sum(d != digests[0] for d in digests)
             tot = g.reduce(stats[:3].copy(), "sum")
@@ -308,6 +344,8 @@ def run(args: argparse.Namespace, g: Any) -> int:
             elif kind == "reduce_scatter":
                 kw = dict(algo="hier", intra_codec=args.intra_codec) if hier else {}
                 fn = lambda: comm.reduce_scatter(x, codec=codec, op=op, out=y, **kw)  # noqa: E731
+            elif kind == "alltoall":
+                fn = lambda: comm.all_to_all(x, y, codec=codec)  # noqa: E731
             else:
                 kw = dict(algo="hier") if hier else {}
                 fn = lambda: comm.allgather(x, codec=codec, out=y, **kw)  # noqa: E731
@@ -315,7 +353,9 @@ def run(args: argparse.Namespace, g: Any) -> int:
             st = comm.last_stats
             resolved = st["algo"] if kind == "allreduce" or algo == "hier" else kind
             shown = st["algo"] if algo != "auto" else "auto:" + st["algo"]
-            measure(label, shown if kind == "allreduce" else st["algo"], fn, y,
+            if kind == "alltoall":
+                shown = algo
+            measure(label, shown if kind in ("allreduce", "alltoall") else st["algo"], fn, y,
                     st["payload_bytes"] + st["header_bytes"], codec, resolved, dtype, dtype)
             rows[-1]["algo_requested"] = algo
             rows[-1]["slice_elems"] = comm.slice_elems
@@ -480,6 +520,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     if a.minbytes <= 0 or a.maxbytes < a.minbytes or a.stepfactor <= 1 or a.iters < 1 \
             or a.warmup < 0:
         p.error("need 0 < -b <= -e, -f > 1, -n >= 1, -w >= 0")
+    if a.collective == "alltoall" and a.algo:
+        p.error("alltoall has one schedule (pairwise exchange); --algo does not apply")
     if a.collective != "allreduce" and set(a.algo or []) - {"hier"}:
         p.error(f"{a.collective} has one flat schedule; --algo takes only hier there")
     if a.slice_elems is not None and min(a.slice_elems) < 1:

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 from . import backend as _backend
-from ._backend_state import BackendOptions
+from ._options import BackendOptions
 from .backend import CompressedProcessGroup, compressed_group
 
 _backend.register()  # dist.init_process_group("ccompress")

@@ -1,7 +1,8 @@
 """What the ``ccompress`` backend (and the DDP hook) tell a user about their compression: the
 ``ccompress`` logger's line at the first collective, the per-op counters behind
-``compressed_group().stats()``, the warning when a configured codec has not engaged, and the
-summary ``CCOMPRESS_REPORT=1`` prints at ``destroy_process_group``.
+``compressed_group().stats()``, the warning when a configured codec has not engaged, the
+summary ``CCOMPRESS_REPORT=1`` prints at ``destroy_process_group``, and a configuration error
+that ends the script as one line per rank (:func:`brief_at_exit`).
 
 Logging: the logger is ``logging.getLogger("ccompress")`` (records from ``ccompress.torch``).
 Rank 0 logs at INFO. When nothing configured logging for it (no handler on it or an
@@ -11,36 +12,22 @@ logging configuration of the application (levels, handlers) applies as usual.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 import threading
+import time
 from typing import Any, Dict, Optional
 
-from ._backend_state import auto_candidate
+from ._options import OP_CODECS, env_flag  # noqa: F401 - env_flag: the hook's name for it
 
 LOGGER = logging.getLogger("ccompress.torch")
-OPS = ("all_reduce", "reduce_scatter", "all_gather")
+OPS = tuple(OP_CODECS)
 REASONS = ("codec none", "auto", "op", "dtype", "layout", "small", "shape", "device")
 # A configured (not "none") codec that has not compressed one of the first ENGAGE_CHECK_CALLS
 # calls of its op gets a warning (once per op), with the reasons counted so far.
 ENGAGE_CHECK_CALLS = 20
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
-
-
-def env_flag(name: str, default: bool) -> bool:
-    """A boolean CCOMPRESS_* variable; anything else raises naming the variable."""
-    from .._internal.errors import InvalidArgument
-
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if raw.strip().lower() in _TRUE:
-        return True
-    if raw.strip().lower() in _FALSE:
-        return False
-    raise InvalidArgument(f"{name}={raw!r}; accepted values: 1, true, yes, on (enable) or 0, "
-                          "false, no, off, empty (disable)")
 
 
 def logging_enabled() -> bool:
@@ -76,14 +63,24 @@ def exact_ring_bytes(kind: str, numel: int, itemsize: int, size: int) -> int:
     return (size - 1) * nbytes
 
 
-def plan_line(options: Any, given: Any = None) -> str:
-    """What each op of a group with these resolved options does, in one line (``given``:
-    the BackendOptions passed as pg_options, if any)."""
-    parts = []
+def plan_line(config: Any, given: Any = None) -> str:
+    """What each op of a group does, in one line.
+
+    Parameters
+    ----------
+    config : GroupConfig
+        The group's resolved options and parsed codecs (``ccompress.torch._options``).
+    given : BackendOptions, optional
+        The ``pg_options`` the group was made with.
+
+    Returns
+    -------
+    str
+    """
+    options, parts = config.options, []
     for op in OPS:
-        codec = getattr(options, op)
-        if codec == "none":
-            var = "CCOMPRESS_ALLGATHER_CODEC" if op == "all_gather" else "CCOMPRESS_CODEC"
+        codec, var = config.codecs[op], OP_CODECS[op].env
+        if codec.spec == "none":
             if given is not None and getattr(given, op) is not None:
                 why = "codec none in pg_options"
             elif not os.environ.get(var):
@@ -91,13 +88,13 @@ def plan_line(options: Any, given: Any = None) -> str:
             else:
                 why = f"{var}={os.environ[var]}"
             parts.append(f"{op}: exact ({why})")
-        elif auto_candidate(codec) is not None:
-            parts.append(f"{op}: {codec} (exact or {auto_candidate(codec)}, timed at its "
+        elif codec.candidate is not None:
+            parts.append(f"{op}: {codec.spec} (exact or {codec.candidate_label}, timed at its "
                          "first call)")
         else:
             extra = f", algo {options.algo}" if op == "all_reduce" else ""
-            ef = ", error feedback" if options.error_feedback and op != "all_gather" else ""
-            parts.append(f"{op}: {codec}{extra}{ef}")
+            ef = ", error feedback" if options.error_feedback and OP_CODECS[op].feedback else ""
+            parts.append(f"{op}: {codec.spec}{extra}{ef}")
     return ("ccompress backend: " + "; ".join(parts) +
             f" (float32/bfloat16/float16 tensors of >= {options.min_numel} elements; "
             "compressed_group().stats() counts what ran)")
@@ -136,9 +133,15 @@ class OpStats:
             s["delegated"][reason] = s["delegated"].get(reason, 0) + 1
             s["delegated_exact_bytes"] += exact
 
-    def snapshot(self) -> Dict[str, Dict[str, Any]]:
+    def snapshot(self, total: bool = False) -> Dict[str, Dict[str, Any]]:
+        """A copy of the counters per op; with ``total``, their sums under ``"total"``."""
         with self._lock:
-            return {op: dict(s, delegated=dict(s["delegated"])) for op, s in self.ops.items()}
+            ops = {op: dict(s, delegated=dict(s["delegated"])) for op, s in self.ops.items()}
+        if total:
+            ops["total"] = {k: sum(s[k] for s in ops.values())
+                            for k in ("calls", "compressed", "bytes_sent", "exact_bytes",
+                                      "delegated_exact_bytes")}
+        return ops
 
     def check_engaged(self, op: str, codec: str, rank: int) -> None:
         """Warns (rank 0, once per op) when ``codec`` is configured for ``op`` but none of
@@ -186,3 +189,40 @@ def log_info(rank: int, message: str) -> None:
         log = _logger()
         if log is not None:
             log.info(message)
+
+
+def brief_at_exit(error: BaseException, rank: int) -> None:
+    """Makes ``error``, raised where a group is made, end the script as one line.
+
+    Where ``error`` reaches the top of the script uncaught, the interpreter prints
+    ``[ccompress] rank R: <type>: <message>`` on stderr instead of its traceback, and, under
+    torchrun, the same line goes to the rank's error file (``TORCHELASTIC_ERROR_FILE``, unless
+    ``torch.distributed.elastic.multiprocessing.errors.record`` wrote one), which torchrun's
+    summary at the end of the output shows. Any other exception, or this one caught by the
+    script, is untouched.
+
+    Parameters
+    ----------
+    error : BaseException
+        The configuration error about to be raised (its message is one line).
+    rank : int
+        This process's rank in the group; torchrun's ``RANK`` where it is set.
+    """
+    line = f"[ccompress] rank {os.environ.get('RANK', rank)}: {type(error).__name__}: {error}"
+    previous = sys.excepthook
+
+    def hook(kind: type, value: BaseException, tb: Any) -> None:
+        if value is not error:
+            previous(kind, value, tb)
+            return
+        print(line, file=sys.stderr, flush=True)
+        path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        if path and not os.path.exists(path):
+            try:
+                with open(path, "w") as f:
+                    json.dump({"message": {"message": line, "extraInfo": {
+                        "py_callstack": line, "timestamp": str(int(time.time()))}}}, f)
+            except OSError:
+                pass  # the line on stderr is there still
+
+    sys.excepthook = hook

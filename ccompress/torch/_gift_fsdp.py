@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from .._internal import errors as _errors
-from ._backend_state import auto_candidate
+from ._options import auto_candidate
+from ._policy import agree
 from .gift import GIFT, SETTINGS, Place, settings as _settings
 
 
@@ -36,6 +37,24 @@ def settings(pg: Any, gift: GIFT) -> Dict[str, Any]:
             f"this group's is {pg.options.reduce_scatter!r} (chosen at the first call). Name "
             "the codec (CCOMPRESS_CODEC or BackendOptions(reduce_scatter=...))")
     return _settings(gift, pg.options.reduce_scatter)
+
+
+def use(pg: Any, gift: GIFT) -> None:
+    """``pg.use_gift(gift)`` (``CompressedProcessGroup.use_gift`` says what it does): every
+    rank's :func:`settings` compared through the group's store, then :func:`install`."""
+    if pg.gift is not None:
+        raise _errors.InvalidArgument("this group uses a GIFT already (one per group)")
+    pg._gift_calls += 1  # every call compares under keys of its own
+    try:
+        mine: Any = settings(pg, gift)
+    except _errors.CCompressError as e:
+        mine = e
+    agree(pg._store, f"{pg._prefix}ccompress/gift/{pg._gift_calls}", pg.rank(), pg.size(),
+          pg._timeout, mine, SETTINGS, what="GIFT settings", absent="did not call use_gift",
+          needed="every rank of the group must call use_gift, with the same GIFT",
+          fix="Build the same GIFT(...) on every rank")
+    install(pg, gift)
+    pg.gift = gift
 
 
 def install(pg: Any, gift: GIFT) -> int:

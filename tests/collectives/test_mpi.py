@@ -9,7 +9,8 @@ from helpers.reference.mpiexec import TESTS, needs_mpi, run_pytest
 
 MPI_TESTS = TESTS / "mpi"
 # Rank counts and what runs at each: everything at 4, the collectives at 3 (odd chunks).
-RUNS = {4: [MPI_TESTS], 3: [MPI_TESTS / "test_collectives_mpi.py"]}
+RUNS = {4: [MPI_TESTS], 3: [MPI_TESTS / "test_collectives_mpi.py",
+                            MPI_TESTS / "test_alltoall_mpi.py"]}
 MAY_SKIP = ("test_torch_ddp_mpi.py",)
 
 

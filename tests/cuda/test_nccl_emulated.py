@@ -146,6 +146,38 @@ def test_nccl_reduce_scatter_and_allgather_match_the_host(rng, codec):
     assert same_bits([g[1] for g in got])
 
 
+@pytest.mark.parametrize("codec", ["none", "fp8_e4m3:g64", "nvfp4", "hint8:g32", "mxfp4"])
+def test_nccl_alltoall_uneven_splits_match_the_senders_encoding(codec):
+    """ncclSend/ncclRecv of each piece: bit for bit the sender's encode + decode of it."""
+    from helpers.alltoall_checks import check_received, inputs, split_table
+
+    table = split_table(np.random.default_rng(4), 3, 300)
+    xs = inputs(2, table)
+
+    def device(c):
+        r = c.rank
+        return c.all_to_all(on(c, xs[r]), codec=codec, in_splits=table[r],
+                            out_splits=table[:, r]).numpy()
+
+    for r, y in enumerate(nccl_run(3, device, slice_elems=128)):
+        check_received(y, xs, table, codec, r)
+
+
+def test_nccl_alltoall_split_mismatch_raises_on_every_rank_and_the_group_goes_on():
+    def fn(c):
+        ins = [2, 3] if c.rank == 0 else [2, 2]
+        try:
+            c.all_to_all(on(c, np.ones(sum(ins), np.float32)), in_splits=ins, out_splits=[2, 2])
+        except cc.MismatchError as e:
+            raised = str(e)
+        y = c.all_to_all(on(c, np.full(2, c.rank, np.float32))).numpy()
+        return raised, y
+
+    for raised, y in nccl_run(2, fn):
+        assert "rank 0 sends 3 elements to rank 1" in raised
+        np.testing.assert_array_equal(y, [0, 1])
+
+
 def test_nccl_bfloat16_and_async_calls_match_the_host(rng):
     import ml_dtypes
 

@@ -1,5 +1,8 @@
 """The ccompress backend's configuration and error-feedback keying, in one process (the
 collectives themselves are tested under torchrun in test_torch_backend.py)."""
+import ast
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (the ccompress.torch "
@@ -7,7 +10,8 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (the ccomp
 
 import ccompress as cc  # noqa: E402
 from ccompress.torch import BackendOptions  # noqa: E402
-from ccompress.torch._backend_state import BackwardFeedback  # noqa: E402
+from ccompress.torch._feedback import BackwardFeedback  # noqa: E402
+from ccompress.torch._options import parse_codec, resolve  # noqa: E402
 
 ENV = ("CCOMPRESS_CODEC", "CCOMPRESS_ALLGATHER_CODEC", "CCOMPRESS_ALGO",
        "CCOMPRESS_ERROR_FEEDBACK", "CCOMPRESS_MIN_NUMEL")
@@ -39,13 +43,28 @@ def test_environment_and_fields(monkeypatch):
 
 def test_auto_with_a_codec_of_its_own(monkeypatch):
     """auto weighs hint8 against exact; auto:CODEC that codec, its spec resolved."""
-    from ccompress.torch._backend_state import auto_candidate
-
     monkeypatch.setenv("CCOMPRESS_CODEC", "auto:fp8_e4m3")
     o = BackendOptions(all_reduce="auto:nvfp4").resolved()
     assert (o.all_reduce, o.reduce_scatter) == ("auto:nvfp4", "auto:fp8_e4m3:g128")
-    assert [auto_candidate(c) for c in ("auto", o.all_reduce, o.reduce_scatter, "hint8")] == \
+    got = [parse_codec(c, "all_reduce", auto=True)
+           for c in ("auto", o.all_reduce, o.reduce_scatter, "hint8")]
+    assert [c.candidate_label if c.candidate else None for c in got] == \
         ["hint8", "nvfp4", "fp8_e4m3:g128", None]
+    assert [c.candidate.name if c.candidate else None for c in got] == \
+        ["hint8:g16:h128:s8", "nvfp4", "fp8_e4m3:g128", None]
+    assert got[3].codec.name == "hint8:g16:h128:s8" and got[0].codec is None
+
+
+def test_spec_parsed_once_per_group(monkeypatch):
+    """The group keeps each op's codec parsed (a Codec object the collectives take as
+    is); a variable shared by two ops yields one parsed object, and "none" none."""
+    monkeypatch.setenv("CCOMPRESS_CODEC", "fp8_e4m3")
+    config = resolve(BackendOptions(all_gather="bf16"))
+    ar, rs, ag = (config.codecs[op] for op in ("all_reduce", "reduce_scatter", "all_gather"))
+    assert isinstance(ar.codec, cc.Codec) and ar is rs and ar.codec.name == "fp8_e4m3:g128"
+    assert ag.codec.name == "bf16" and config.options.all_gather == "bf16"
+    monkeypatch.delenv("CCOMPRESS_CODEC")
+    assert resolve(None).codecs["all_reduce"].codec is None
 
 
 @pytest.mark.parametrize("kw,err", [
@@ -70,6 +89,23 @@ def test_bad_environment(monkeypatch):
     monkeypatch.setenv("CCOMPRESS_ERROR_FEEDBACK", "maybe")
     with pytest.raises(cc.InvalidArgument, match="CCOMPRESS_ERROR_FEEDBACK"):
         BackendOptions().resolved()
+
+
+@pytest.mark.parametrize("var,value", [("CCOMPRESS_CODEC", "hint9"),
+                                       ("CCOMPRESS_ALGO", "butterfly"),
+                                       ("CCOMPRESS_LOG", "loud"),
+                                       ("CCOMPRESS_TRANSPORT", "pigeon")])
+def test_configuration_errors_are_one_line_without_a_cause(monkeypatch, var, value):
+    """Every configuration error is raised when the options are resolved (the group's
+    creation), as one line naming the variable and its value, with no chained cause whose
+    traceback a launcher would print too."""
+    monkeypatch.setenv(var, value)
+    with pytest.raises(cc.CCompressError) as e:
+        BackendOptions().resolved()
+    msg = str(e.value)
+    assert "\n" not in msg and f"{var}={value!r}" in msg, msg
+    assert e.value.__cause__ is None and (e.value.__context__ is None or
+                                          e.value.__suppress_context__), msg
 
 
 def _backward_lookups(fb, kinds_and_tensors):
@@ -126,3 +162,32 @@ def test_feedback_state_dict_roundtrip():
     fb2.load_state_dict(state)
     (ef2,) = _backward_lookups(fb2, [("reduce_scatter", torch.zeros(8))])
     assert ef2.worker_residual.tolist() == [0.25] * 8
+
+
+def test_torch_modules_import_one_way():
+    """No import cycle among ccompress/torch/'s modules (imports inside functions included):
+    the backend's surface imports its policy and runner, never the reverse."""
+    root = Path(cc.__file__).resolve().parent / "torch"
+    mods = {p.stem for p in root.glob("*.py")}
+    graph = {m: set() for m in mods}
+    for m in mods:
+        for node in ast.walk(ast.parse((root / f"{m}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                graph[m].update(n.split(".")[0] for n in names if n.split(".")[0] in mods)
+    graph["__init__"] = set()  # the package imports its modules; they never import it
+    assert {"_options", "_policy", "_runner"} <= graph["backend"]
+    assert graph["_options"] <= {"_p2p"} and "backend" not in graph["_runner"] | graph["_policy"]
+    done, path = set(), []
+
+    def visit(m):
+        assert m not in path, " -> ".join(path[path.index(m):] + [m])
+        if m not in done:
+            path.append(m)
+            for n in sorted(graph[m]):
+                visit(n)
+            path.pop()
+            done.add(m)
+
+    for m in sorted(mods):
+        visit(m)

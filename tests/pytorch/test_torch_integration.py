@@ -92,6 +92,28 @@ def test_options_that_differ_raise_at_group_creation():
     assert out.count("RAISED rank") == 2
 
 
+def test_configuration_error_is_one_line_per_rank():
+    """A configuration error under torchrun (CCOMPRESS_CODEC=hint9), uncaught in the script,
+    leaves one readable line per rank, on stderr and again in torchrun's summary at the end
+    (the ranks' error files), with no traceback of ccompress's or a chained one; every rank
+    fails at init_process_group, within seconds. (Every configuration error is one line
+    without a cause: test_torch_backend_options.py.)"""
+    error = "InvalidArgument: CCOMPRESS_CODEC='hint9': unknown codec 'hint9'; did you mean"
+    t0 = time.monotonic()
+    rc, out, err = torchrun("helpers/torch_backend/config_error.py",
+                            env={"CCOMPRESS_CODEC": "hint9"}, timeout=120)
+    assert time.monotonic() - t0 < 100
+    text = out + err
+    assert rc != 0 and "UNEXPECTED" not in text, text[-6000:]
+    summary = "\n".join(err.splitlines()[-25:])  # torchrun's, the last lines it prints
+    for r in range(2):
+        line = f"[ccompress] rank {r}: {error}"
+        assert text.count(line) == 2 and f"traceback : {line}" in summary, text[-6000:]
+    assert "During handling of the above exception" not in text, text[-6000:]
+    assert "The above exception was the direct cause" not in text, text[-6000:]
+    assert "ccompress/torch" not in text, text[-6000:]  # no frame of ccompress's
+
+
 def test_gift_settings_that_differ_raise_at_use_gift():
     """use_gift on FSDP2 with GIFT(rank=32) on rank 0 and GIFT(rank=16) on rank 1: both
     raise MismatchError naming "GIFT rank" and the ranks, and install nothing (several

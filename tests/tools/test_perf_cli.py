@@ -71,6 +71,21 @@ def test_perf_measures_hier_reduce_scatter_and_allgather(tmp_path, kind):
         perf.main([kind, "--inproc", "2", "--algo", "ring"])
 
 
+def test_perf_measures_alltoall_against_each_senders_encoding(tmp_path):
+    """ccompress-perf alltoall: each rank's output within the bound and, piece by piece, the
+    bits its sender's Codec.roundtrip gives (#wrong counts both); --algo does not apply."""
+    out = tmp_path / "rows.json"
+    rc = perf.main(["alltoall", "--inproc", "3", "-b", "12K", "-e", "48K", "-f", "4", "-n", "1",
+                    "-w", "0", "--codec", "none", "--codec", "nvfp4", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert rc == 0 and [(r["codec"], r["algo"]) for r in rows] == [
+        ("none", "pairwise"), ("nvfp4", "pairwise")] * 2
+    assert all(r["wrong"] == 0 and r["wrong_identity"] == 0 for r in rows), rows
+    assert rows[1]["relerr"] < 0.2 and rows[1]["ratio"] > 3, rows
+    with pytest.raises(SystemExit):
+        perf.main(["alltoall", "--inproc", "2", "--algo", "ring"])
+
+
 def test_validation_error_is_only_claimed_near_validated_rates():
     assert pm.validation_error(1.0) == pm.VALIDATION_ERROR[1.0]
     assert pm.validation_error(8.0) == pm.VALIDATION_ERROR[10.0]

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
@@ -49,6 +50,13 @@ struct CollectiveOptions {
   int ranks_per_node = 0;
   Algo inter_algo = Algo::Auto;
   Codec intra_codec;
+  /// alltoall only, in elements: in_splits[j] of this rank's input go to rank j (in rank
+  /// order, from the start of the input), out_splits[j] from rank j land in the output (in
+  /// rank order). Empty: n / size elements to and from every rank. out_elems is the output
+  /// buffer's size (-1: the sum of out_splits, or n with equal splits).
+  std::vector<int64_t> in_splits;
+  std::vector<int64_t> out_splits;
+  int64_t out_elems = -1;
 };
 
 /// What a collective did, for reporting.
@@ -85,5 +93,15 @@ CollectiveStats reduce_scatter(Transport& t, KernelBackend& k, const void* in, v
 /// out[r*n:(r+1)*n) <- decode(encode(in of rank r)) for every rank r, this one included.
 CollectiveStats allgather(Transport& t, KernelBackend& k, const void* in, void* out, int64_t n,
                           DType dtype, const Codec& codec, const CollectiveOptions& opt);
+
+/// Every rank sends piece j of its input (opt.in_splits[j] elements) to rank j, which writes
+/// decode(encode(piece)) at its place in the output (offsets: prefix sums of out_splits).
+/// Each piece is encoded once, on its own (scales never shared with another rank's piece),
+/// the piece a rank sends to itself too, so a rank receives the same bits from itself as
+/// from a peer. Every rank learns every rank's splits first: splits that do not add up to
+/// the buffers (InvalidArgument) or disagree between sender and receiver (MismatchError)
+/// raise on every rank before any payload moves. No error feedback, no in-place call.
+CollectiveStats alltoall(Transport& t, KernelBackend& k, const void* in, void* out, int64_t n,
+                         DType dtype, const Codec& codec, const CollectiveOptions& opt);
 
 }  // namespace ccompress

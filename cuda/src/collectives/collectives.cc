@@ -2,6 +2,7 @@
 // for the chosen schedule and run it.
 #include "ccompress/collectives.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "ccompress/error.h"
@@ -66,6 +67,10 @@ Plan build_plan(CollectiveKind kind, Algo algo, const PlanContext& ctx, Algo& ra
     ran = Algo::OneShot;
     return build_allgather(ctx);
   }
+  if (kind == CollectiveKind::AllToAll) {
+    ran = Algo::OneShot;
+    return build_alltoall(ctx);
+  }
   if (kind == CollectiveKind::AllGatherChunks) {
     ran = Algo::TwoShot;
     return build_allgather_chunks(ctx);
@@ -94,7 +99,9 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
                     void* out, int64_t n, DType dtype, const Codec& codec,
                     const CollectiveOptions& opt) {
   bool inplace = in == out;
-  CC_CHECK(n == 0 || (in != nullptr && out != nullptr), "null buffer for " << n << " elements");
+  CC_CHECK(n == 0 || in != nullptr, "null input for " << n << " elements");
+  CC_CHECK(n == 0 || kind == CollectiveKind::AllToAll || out != nullptr,
+           "null output for " << n << " elements");
   PlanContext ctx = make_context(t, n, dtype, codec, opt, inplace);
   CallDescription call{kind, n, dtype, ctx.codec, opt.algo, opt.op, ctx.slice_elems};
   const bool hier = opt.algo == Algo::Hier;
@@ -104,9 +111,35 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
     call.ranks_per_node = opt.ranks_per_node;
     call.inter_algo = opt.inter_algo;
   }
+  const bool alltoall = kind == CollectiveKind::AllToAll;
+  int64_t out_elems = opt.out_elems;  // alltoall: the output's size
+  if (alltoall) {
+    // What this rank alone can see is refused here, before any message, like the checks
+    // above (Communicator.all_to_all refuses it before it calls, and its peers meet that
+    // refusal in their call check); what the ranks must agree on is checked below.
+    CC_CHECK_AS(Unsupported, !opt.feedback.any(),
+                "alltoall has no error feedback: each call sends other data (dispatched "
+                "tokens), so no residual carries over; pass no residuals");
+    CC_CHECK(!inplace || n == 0, "alltoall cannot write its output over its input");
+    if (out_elems < 0) {
+      out_elems = n;
+      if (!opt.out_splits.empty()) {
+        out_elems = 0;
+        for (int64_t s : opt.out_splits) out_elems += s;
+      }
+    }
+    CC_CHECK(out_elems == 0 || out != nullptr, "null output for " << out_elems << " elements");
+    call.count = 0;  // counts differ between ranks: agree_on_splits checks them
+  }
   const uint64_t call_number = t.next_call();
   CollectiveStats stats;
   stats.header_bytes = check_same_call(t, call, opt.timeout_s);
+  if (alltoall) {
+    ctx.splits = agree_on_splits(t, n, out_elems, opt.in_splits, opt.out_splits,
+                                 opt.timeout_s, stats.header_bytes);
+    ctx.n = 0;
+    for (int64_t s : ctx.splits) ctx.n = std::max(ctx.n, s);
+  }
   if (hier && !hier_in_one_plan(opt)) {
     const int64_t check_bytes = stats.header_bytes;
     stats = hier_allreduce(t, k, in, out, n, dtype, codec, opt, call_number);
@@ -179,6 +212,14 @@ CollectiveStats reduce_scatter(Transport& t, KernelBackend& k, const void* in, v
 CollectiveStats allgather(Transport& t, KernelBackend& k, const void* in, void* out, int64_t n,
                           DType dtype, const Codec& codec, const CollectiveOptions& opt) {
   return run(t, k, CollectiveKind::AllGather, in, out, n, dtype, codec, opt);
+}
+
+CollectiveStats alltoall(Transport& t, KernelBackend& k, const void* in, void* out, int64_t n,
+                         DType dtype, const Codec& codec, const CollectiveOptions& opt) {
+  CC_CHECK_AS(Unsupported, opt.algo == Algo::Auto,
+              "alltoall has one schedule (pairwise exchange); algo does not apply, not even "
+                  << algo_name(opt.algo));
+  return run(t, k, CollectiveKind::AllToAll, in, out, n, dtype, codec, opt);
 }
 
 CollectiveStats allgather_chunks(Transport& t, KernelBackend& k, void* buf, int64_t n,

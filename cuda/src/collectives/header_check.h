@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ccompress/codec.h"
 #include "ccompress/common.h"
@@ -20,7 +21,8 @@ enum class CollectiveKind : uint8_t {
   AllReduce = 1,
   ReduceScatter = 2,
   AllGather = 3,
-  AllGatherChunks = 4
+  AllGatherChunks = 4,
+  AllToAll = 5
 };
 
 struct CallDescription {
@@ -38,5 +40,17 @@ struct CallDescription {
 /// Exchanges @p mine with all peers; throws MismatchError on every rank if any differ.
 /// Returns the bytes this rank sent.
 int64_t check_same_call(Transport& t, const CallDescription& mine, double timeout_s);
+
+/// The all-to-all's second check, once check_same_call has passed: every rank sends its
+/// splits (in elements; empty: equal pieces) and buffer sizes to every peer, and all ranks
+/// judge the full table alike. Throws InvalidArgument on every rank when a rank's splits are
+/// negative, not one per rank, or do not add up to its buffer (equal splits: a buffer that
+/// does not divide by the rank count), and MismatchError when what rank i sends to rank j
+/// differs from what j expects from i. Returns the agreed matrix: element [i * size + j] is
+/// what rank i sends to rank j. @p bytes_sent grows by the bytes this rank sent.
+std::vector<int64_t> agree_on_splits(Transport& t, int64_t n_in, int64_t n_out,
+                                     const std::vector<int64_t>& in_splits,
+                                     const std::vector<int64_t>& out_splits, double timeout_s,
+                                     int64_t& bytes_sent);
 
 }  // namespace ccompress

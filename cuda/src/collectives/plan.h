@@ -1,6 +1,6 @@
 // A collective as a dependency graph of per-rank operations. Schedules (ring.cc,
-// two_shot.cc, tree.cc, one_shot.cc, allgather.cc) build a Plan with PlanBuilder; the
-// executor (executor.cc) is the only code that runs one.
+// two_shot.cc, tree.cc, one_shot.cc, allgather.cc, alltoall.cc) build a Plan with
+// PlanBuilder; the executor (executor.cc) is the only code that runs one.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +81,10 @@ struct PlanContext {
   /// intra_codec (bound to dtype) is the codec inside one; 0 for the flat schedules.
   int ranks_per_node = 0;
   Codec intra_codec;
+  /// All-to-all (alltoall.cc): element [i * size + j] is what rank i sends to rank j, the
+  /// same table on every rank (agree_on_splits), so any rank's plan can be built from it.
+  /// n is then the largest piece, which bounds the slices of every message's tag.
+  std::vector<int64_t> splits;
 };
 
 /// Appends operations to a Plan, allocating scratch and keeping in-place calls safe: when
@@ -168,6 +172,9 @@ Plan build_one_shot(const PlanContext& ctx);
 Plan build_allgather(const PlanContext& ctx);
 /// In place over ctx.n elements: chunk chunk_range(n, size, rank) of every rank, to all.
 Plan build_allgather_chunks(const PlanContext& ctx);
+/// Each rank's piece for each rank (ctx.splits), encoded once on its own, to that rank; the
+/// pieces received from every rank decoded into place, this rank's own piece included.
+Plan build_alltoall(const PlanContext& ctx);
 /// The hierarchical schedule of @p kind (hier.cc) for nodes of ctx.ranks_per_node ranks:
 /// intra-node and inter-node steps of every slice in one plan, so that they overlap.
 Plan build_hier(CollectiveKind kind, const PlanContext& ctx);

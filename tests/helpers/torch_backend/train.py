@@ -80,7 +80,7 @@ if rank == 0:
                        bytes=pg.bytes_sent if pg is not None else 0,
                        residuals=len(pg.feedback.slots) if pg is not None else 0,
                        stats=pg.stats() if pg is not None else None,
-                       auto=pg._auto if pg is not None else {}), f)
+                       auto=pg._policy.auto_choices if pg is not None else {}), f)
 ok(f"train {mode} {backend}")
 dist.destroy_process_group()
 if pg is not None:  # destroy_process_group stopped ccompress's threads, not the exit

@@ -1,0 +1,322 @@
+"""How the ``ccompress`` backend runs what its policy decided: a compressed call on
+ccompress's worker thread (its outcome handed to torch as a Work and a future), a delegated
+call on the inner gloo/NCCL group (reaped later, on the calling thread), the failure that
+makes a group refuse further calls, and the shutdown that stops every thread while the
+interpreter still runs.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import weakref
+from datetime import timedelta
+from typing import Any, Callable, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from .._internal import topology as _topology
+from .._internal.errors import CCompressError
+from ..communicator import Communicator
+from . import _engagement, _p2p, _trace
+from ._work import Async, Outcome, Work
+
+
+def inner_group(store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
+                cuda: bool = True, serve: Optional[dist.ProcessGroup] = None
+                ) -> dist.ProcessGroup:
+    """A plain ProcessGroup with gloo for CPU tensors and, with ``cuda`` where CUDA and NCCL
+    are there, NCCL for CUDA tensors, over ``store`` under ``prefix``; its backends are
+    registered on ``serve`` too, where given (the ops ``serve`` does not override).
+
+    Returns
+    -------
+    torch.distributed.ProcessGroup
+    """
+    pg = dist.ProcessGroup(rank, size)
+    gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "/gloo/", store), rank, size,
+                                 timeout=timeout)
+    pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
+    pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+    if cuda and torch.cuda.is_available() and dist.is_nccl_available():
+        opts = dist.ProcessGroupNCCL.Options()
+        opts._timeout = timeout
+        nccl = dist.ProcessGroupNCCL(dist.PrefixStore(prefix + "/nccl/", store), rank, size,
+                                     opts)
+        pg._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL, nccl)
+    if serve is not None:
+        serve._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
+        if cuda and torch.cuda.is_available() and dist.is_nccl_available():
+            serve._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL,
+                                    nccl)
+        serve._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+    return pg
+
+
+class Runner:
+    """Runs, delegates and reaps the calls of one group, and shuts it down.
+
+    Parameters
+    ----------
+    store : torch.distributed.Store
+        The group's store.
+    rank, size : int
+        This rank and the group's size.
+    timeout : datetime.timedelta
+        The group's timeout.
+    prefix : str
+        The group's key prefix.
+    inner : torch.distributed.ProcessGroup
+        The inner gloo/NCCL group that runs delegated calls.
+    plan_line : callable
+        What each op does, in one line: rank 0 logs it at the group's first call.
+    """
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
+                 inner: dist.ProcessGroup, plan_line: Callable[[], str]) -> None:
+        self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
+        self._prefix, self.inner, self._plan_line = prefix, inner, plan_line
+        self._announced = False
+        self.stats = _engagement.OpStats()
+        self.trace = _trace.GroupTrace(rank, size, _trace.global_rank(rank))  # CCOMPRESS_TRACE
+        self.comm: Optional[Communicator] = None
+        self._comm_pg: Optional[dist.ProcessGroup] = None
+        self._sent_mark = 0
+        self._lock = threading.Lock()
+        self.broken: Optional[str] = None
+        self._delegated: List[Tuple[Any, Any]] = []  # (Work, future) not yet seen complete
+        self._retired: List[Any] = []  # Works seen complete by the last call: freed at the next
+
+    def communicator(self) -> Communicator:
+        """The ccompress communicator over the group's ranks, made at the first compressed
+        call (which every rank makes alike).
+
+        Returns
+        -------
+        Communicator
+        """
+        if self.comm is None:
+            # Host bytes over TCP connections of its own (or, with CCOMPRESS_TRANSPORT=gloo,
+            # a gloo group of its own: ccompress's tags meet no delegated message); CUDA
+            # tensors get an NCCL communicator whose id travels through the store.
+            store = dist.PrefixStore(self._prefix + "ccompress/", self._store)
+            timeout = self._timeout.total_seconds()
+            if _p2p.transport_choice() == "tcp":
+                kw = {}
+                if self._size == int(os.environ.get("WORLD_SIZE") or 0):  # torchrun's nodes
+                    kw["ranks_per_node"] = _topology.from_env(self._size)
+                self.comm = _p2p.from_store(Communicator, store, self._rank, self._size,
+                                            timeout=timeout, **kw)
+            else:
+                pg = self._comm_pg = inner_group(self._store, self._rank, self._size,
+                                                 self._timeout, self._prefix + "ccompress",
+                                                 cuda=False)
+                self.comm = Communicator.from_torch(pg, store=store, timeout=timeout)
+        return self.comm
+
+    def announce(self) -> None:
+        """Logs the plan line at the group's first call (rank 0)."""
+        if not self._announced:
+            self._announced = True
+            _engagement.log_info(self._rank, self._plan_line())
+
+    def exact_bytes(self, kind: str, tensors: List[torch.Tensor]) -> int:
+        """What an exact ring of ``kind`` sends from this rank for ``tensors``."""
+        return sum(_engagement.exact_ring_bytes(kind, t.numel(), t.element_size(), self._size)
+                   for t in tensors if isinstance(t, torch.Tensor))
+
+    def run(self, call: Callable[[Any], Any], outputs: List[torch.Tensor], kind: str,
+            x: torch.Tensor, label: str, finish: Optional[Callable[[], Any]] = None) -> Work:
+        """Starts a compressed call on ccompress's worker thread (issue order is kept).
+
+        Parameters
+        ----------
+        call : callable
+            ``call(comm)`` issues the collective on an asynchronous communicator.
+        outputs : list of torch.Tensor
+            What the Work completes with.
+        kind : str
+            The op, for the counters.
+        x : torch.Tensor
+            The input, for the counters and the trace.
+        label : str
+            The trace event's name after the op (the codec, and error feedback).
+        finish : callable, optional
+            Runs after the call (the write-back of a non-contiguous output).
+
+        Returns
+        -------
+        Work
+
+        Raises
+        ------
+        CCompressError
+            The group is unusable, or the call's arguments are refused (then raised as is).
+        """
+        self.check_usable()
+        self.announce()
+        exact = self.exact_bytes(kind, [x])
+        self.stats.compressed(kind, exact)
+        start = _trace.now_us() if self.trace.on else 0.0
+        out = Outcome()
+        try:
+            work = call(Async(self.communicator()))
+        except Exception as e:  # bad arguments, or a communicator that cannot run: raise
+            if self.comm is None or not self.comm.usable:
+                self.fail(e)
+            raise
+
+        def done(w: Any) -> None:
+            # Runs right after the call, before the worker thread starts the next one: the
+            # communicator's byte count grew by this call's bytes alone.
+            sent = self.comm.bytes_sent
+            self.stats.sent(kind, sent - self._sent_mark)
+            if self.trace.on:  # the write-back of finish() is left out
+                self.trace.call(f"{kind} {label}", start, numel=x.numel(),
+                                bytes_sent=sent - self._sent_mark, exact_bytes=exact)
+            self._sent_mark = sent
+            try:
+                w.wait()
+                if finish is not None:
+                    finish()
+            except Exception as e:  # noqa: BLE001 - handed to torch through the future
+                if not self.comm.usable:  # a lost peer or a timeout, not a MismatchError
+                    self.fail(e)
+                out.set_exception(e)
+            else:
+                out.set_result(outputs)
+
+        work.add_done_callback(done)
+        return Work(out)
+
+    def delegate(self, call: Callable[[], dist._Work], kind: Optional[str] = None,
+                 why: Optional[str] = None, tensors: Optional[List[torch.Tensor]] = None,
+                 codec: str = "none") -> dist._Work:
+        """The inner group's Work for ``call()``; with ``kind``, counted as delegated for
+        ``why`` (``codec``: the op's configured codec, for the engagement warning). A
+        failure the Work reports later makes the group refuse further calls; an error
+        raised at the call itself (a bad argument) does not.
+
+        Raises
+        ------
+        CCompressError
+            The group is unusable.
+        """
+        if kind is not None:
+            self.announce()
+            self.stats.delegated(kind, why, self.exact_bytes(kind, tensors))
+            self.stats.check_engaged(kind, codec, self._rank)
+            if self.trace.on:
+                self.trace.instant(f"{kind} exact ({why})", numel=sum(
+                    t.numel() for t in tensors if isinstance(t, torch.Tensor)))
+        self.check_usable()
+        work = call()
+        try:
+            fut = work.get_future()
+        except Exception:  # noqa: BLE001 - a Work without a future: wait() reports errors
+            fut = None
+        with self._lock:
+            self._delegated.append((work, fut))
+        return work
+
+    def reap(self) -> None:
+        """Records the failure of every delegated collective found complete, and lets its
+        Work go one call later.
+
+        gloo's worker thread frees a finished Work whose last reference it holds, and the
+        Work's tensors then release their Python objects, which needs the interpreter: after
+        the script ended, that aborts the process ("terminate called without an active
+        exception"). So the group keeps every delegated Work until a call after the one
+        that saw it complete (by then gloo has let go of it) and frees it here, on the
+        calling thread; those still held at shutdown go with the group object. Failures are
+        polled here too, never by a callback on the future, which gloo would run (and
+        free) on its own thread."""
+        done: List[Tuple[Any, Any]] = []
+        with self._lock:
+            delegated, self._delegated = self._delegated, []
+            for item in delegated:
+                work, fut = item
+                finished = fut.done() if fut is not None else work.is_completed()
+                (done if finished else self._delegated).append(item)
+            old, self._retired = self._retired, [work for work, _ in done]
+        for _, fut in done:
+            if fut is not None:
+                try:
+                    fut.wait()
+                except Exception as e:  # noqa: BLE001 - the caller sees it from wait()
+                    self.fail(e)
+        del old  # freed here, by this thread
+
+    def check_usable(self) -> None:
+        """Reaps, then raises where an earlier collective failed or the group was shut down.
+
+        Raises
+        ------
+        CCompressError
+            Naming the earlier failure.
+        """
+        self.reap()
+        if self.broken is not None:
+            raise CCompressError(f"this ccompress process group is unusable: {self.broken}; "
+                                 "destroy it and create a new one (all ranks)")
+
+    def fail(self, e: BaseException) -> None:
+        """Latches the first failure: the group refuses every later call."""
+        with self._lock:
+            if self.broken is None:
+                self.broken = f"{type(e).__name__} in an earlier collective ({e})"
+
+    def report(self) -> None:
+        """With ``CCOMPRESS_REPORT=1``, rank 0 of a group still usable prints the counters
+        as a summary on stderr."""
+        if _engagement.env_flag("CCOMPRESS_REPORT", False) and self._rank == 0 \
+                and self.broken is None:
+            print(_engagement.summary(self.stats.snapshot(),
+                                      0 if self.comm is None else self.comm.bytes_sent),
+                  file=sys.stderr, flush=True)
+
+    def release(self) -> None:
+        """Refuses later calls; closes the communicator (its pending collectives finish,
+        its threads stop) and shuts its private gloo group down."""
+        with self._lock:
+            if self.broken is None:
+                self.broken = "it was shut down (destroy_process_group)"
+        comm, pg, self._comm_pg = self.comm, self._comm_pg, None
+        if comm is not None:  # kept: bytes_sent still reads it
+            comm.close()
+        if pg is not None:
+            pg.shutdown()
+
+
+def with_stream(t: torch.Tensor, kw: dict) -> dict:
+    """``kw`` with the caller's current CUDA stream where ``t`` is a CUDA tensor."""
+    if t.is_cuda:
+        kw["stream"] = torch.cuda.current_stream(t.device).cuda_stream
+    return kw
+
+
+def writable_flat(output: torch.Tensor) -> Tuple[torch.Tensor, Optional[Callable[[], Any]]]:
+    """A flat contiguous tensor a collective may write, and, where that is a copy of a
+    non-contiguous ``output``, the write-back."""
+    y = output.detach()
+    if y.is_contiguous():
+        return y.view(-1), None
+    flat = torch.empty(y.numel(), dtype=y.dtype, device=y.device)
+    return flat, lambda: y.copy_(flat.view(y.shape))
+
+
+LIVE: "weakref.WeakSet[Any]" = weakref.WeakSet()  # the groups not yet shut down
+
+
+@atexit.register
+def _close_all() -> None:
+    """Releases, before the interpreter exits, the groups a script never passed to
+    destroy_process_group (a thread of theirs that outlives the interpreter aborts the
+    process)."""
+    for pg in list(LIVE):
+        try:
+            pg._release()
+        except Exception:  # noqa: BLE001 - best effort at exit, nothing left to report to
+            pass
