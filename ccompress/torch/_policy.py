@@ -126,7 +126,8 @@ class Policy:
         return name + (" + error feedback" if ef is not None else "")
 
     def decide(self, kind: str, t: torch.Tensor, op: Optional[str], writes: torch.Tensor,
-               shape_ok: bool, runner: Any) -> Tuple[Optional[Codec], Optional[str]]:
+               shape_ok: bool, runner: Any,
+               min_numel: Optional[int] = None) -> Tuple[Optional[Codec], Optional[str]]:
         """The codec of this call, or why it is delegated exactly.
 
         Parameters
@@ -141,6 +142,10 @@ class Policy:
             Whether the sizes are an even split of the group (else ``"shape"``).
         runner : Runner
             The group's runner: ``auto`` times both ways through it at the op's first call.
+        min_numel : int, optional
+            Smaller tensors stay exact (default: the group's ``min_numel``; 0 where the
+            tensors' sizes differ between ranks, as in an uneven all-to-all, so that every
+            rank takes the same path).
 
         Returns
         -------
@@ -154,8 +159,8 @@ class Policy:
             ``auto``'s timing found the group unusable, or failed.
         """
         codec = self.config.codecs[kind]
-        why = "shape" if not shape_ok else why_exact(t, codec, op, writes,
-                                                      self.options.min_numel)
+        why = "shape" if not shape_ok else why_exact(
+            t, codec, op, writes, self.options.min_numel if min_numel is None else min_numel)
         if why is not None:
             return None, why
         if codec.candidate is None:
