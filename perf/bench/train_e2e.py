@@ -792,10 +792,13 @@ def report(path: Path) -> int:
 # ------------------------------------------------------------------ the loss study
 # the rows and peak rate of the study's default: exact at three rates around its best, the
 # codecs at exact's best (lm: 5e-4, the best of 2.5e-4 / 5e-4 / 1e-3 at 300 steps; minilm at
-# 50 steps: 1.6e-4, the best of 4e-5 to 3.2e-4 over 3 seeds)
+# 50 steps: 1.6e-4, the best of 4e-5 to 3.2e-4 over 3 seeds; moe: 2e-3, the middle of the
+# three exact rates its study runs, see docs/torch.md for what they gave)
 LOSS_ROWS = {"lm": "gloo@2.5e-4,gloo@5e-4,gloo@1e-3,hint8,fp8,nvfp4,nvfp4-sr,hint4,mxfp4",
-             "minilm": "gloo@8e-5,gloo@1.6e-4,gloo@3.2e-4,hint8,nvfp4,nvfp4-sr,hint4"}
-LOSS_LR = {"lm": 5e-4, "minilm": 1.6e-4}
+             "minilm": "gloo@8e-5,gloo@1.6e-4,gloo@3.2e-4,hint8,nvfp4,nvfp4-sr,hint4",
+             "moe": "moe-gloo@1e-3,moe-gloo@2e-3,moe-gloo@4e-3,moe-fp8-dispatch,moe-fp8-a2a,"
+                    "moe-fp8-all"}
+LOSS_LR = {"lm": 5e-4, "minilm": 1.6e-4, "moe": 2e-3}
 
 
 def loss_study(argv=None) -> int:
@@ -875,6 +878,15 @@ def loss_study(argv=None) -> int:
     return loss_report(paths)
 
 
+def is_exact(name: str) -> bool:
+    """Whether a row sends everything exactly: a gloo row (DDP or FSDP2), or the MoE model's
+    with neither gradients nor all-to-all compressed."""
+    mode, opts, extra, _ = spec(name)
+    return opts is None and (mode in ("ddp", "fsdp") or
+                             (mode == "moe" and not extra.get("dispatch")
+                              and not extra.get("combine")))
+
+
 def loss_table(runs: List[Dict[str, Any]]) -> List[str]:
     """One line per row: its held-out loss per seed, their mean, and the mean over seeds of
     its difference to the tuned exact row of the same seed (with the standard error of that
@@ -885,9 +897,10 @@ def loss_table(runs: List[Dict[str, Any]]) -> List[str]:
     names = list(dict.fromkeys(n for r in runs for n in r["rows"]))
     val = {(n, r["seed"]): r["rows"][n]["val_loss"] for r in runs for n in r["rows"]}
     full = [n for n in names if all((n, s) in val for s in seeds)]
-    exact = [n for n in full if spec(n)[1] is None and spec(n)[0] in ("ddp", "fsdp")]
+    exact = [n for n in full if is_exact(n)]
     if not exact:
-        raise ValueError("the loss study needs an exact row (gloo or gloo@LR) in every seed")
+        raise ValueError("the loss study needs an exact row (gloo, moe-gloo, or either @LR) "
+                         "in every seed")
     tuned = min(exact, key=lambda n: np.mean([val[n, s] for s in seeds]))
     lines = [f"tuned exact: {tuned} (the exact row of lowest mean held-out loss)", "",
              "| row | codec | peak lr | MB/step/rank | " + " | ".join(f"seed {s}" for s in seeds)
