@@ -1,9 +1,11 @@
 """Hugging Face Accelerate with ccompress, on its two routes:
 
     # the backend: every DDP gradient all-reduce compressed (CCOMPRESS_* configure it)
-    CCOMPRESS_CODEC=hint8 torchrun --nproc_per_node 2 examples/accelerate_ccompress.py --route backend
+    CCOMPRESS_CODEC=hint8 .venv/bin/torchrun --nproc_per_node 2 \\
+        examples/accelerate_ccompress.py --route backend
     # the DDP hook, on Accelerate's own (gloo/NCCL) group
-    torchrun --nproc_per_node 2 examples/accelerate_ccompress.py --route hook --codec hint8
+    .venv/bin/torchrun --nproc_per_node 2 examples/accelerate_ccompress.py --route hook \\
+        --codec hint8
 
 Accelerate 1.x picks the process-group backend itself on CPU (``gloo``, or ``mpi``) and
 refuses any other with ``ValueError: Your assigned backend ccompress is not available``

@@ -2,7 +2,7 @@
 held-out loss against the exact (--codec none) run of the same kind and seed, and its
 bytes. An exact run with another --seed shows how far two exact runs differ.
 
-    python examples/compare.py build/examples/*.json build/examples/seed/*.json
+    .venv/bin/python examples/compare.py build/examples/*.json build/examples/seed/*.json
 """
 import json
 import sys

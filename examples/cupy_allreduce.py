@@ -1,6 +1,6 @@
 """Compressed all-reduce of CuPy arrays on the caller's stream (one GPU per rank).
 
-    mpiexec -n 2 .venv/bin/python examples/cupy_allreduce.py [--codec hint8] [--n 4194304]
+    .venv/bin/mpiexec -n 2 .venv/bin/python examples/cupy_allreduce.py [--codec hint8] [--n 4194304]
 
 Each rank fills a CuPy array on its own non-blocking stream and, without synchronising,
 hands the array and the stream to ``comm.allreduce``: the collective is queued on that

@@ -1,6 +1,6 @@
 """algo="hier" under mpiexec or torchrun: exact inside each node, compressed between nodes.
 
-    mpiexec -n 4 .venv/bin/python examples/hier_allreduce.py --ranks-per-node 2
+    .venv/bin/mpiexec -n 4 .venv/bin/python examples/hier_allreduce.py --ranks-per-node 2
     .venv/bin/python -m torch.distributed.run --standalone --nproc_per_node 4 \
         examples/hier_allreduce.py --torch --ranks-per-node 2
 

@@ -1,9 +1,10 @@
 """PyTorch Lightning on the ccompress backend: DDP (``DDPStrategy``) or FSDP2
 (``ModelParallelStrategy`` with ``fully_shard`` in ``configure_model``), on CPU or GPU.
 
-    CCOMPRESS_CODEC=hint8 torchrun --nproc_per_node 2 examples/lightning_ccompress.py --strategy ddp
+    CCOMPRESS_CODEC=hint8 .venv/bin/torchrun --nproc_per_node 2 \\
+        examples/lightning_ccompress.py --strategy ddp
     CCOMPRESS_CODEC=fp8_e4m3:g128 CCOMPRESS_ALLGATHER_CODEC=bf16 \\
-        torchrun --nproc_per_node 2 examples/lightning_ccompress.py --strategy fsdp2
+        .venv/bin/torchrun --nproc_per_node 2 examples/lightning_ccompress.py --strategy fsdp2
 
 The one change to a Lightning script is the strategy's ``process_group_backend="ccompress"``
 and the ``import ccompress.torch`` that registers the backend. Lightning passes no

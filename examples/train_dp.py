@@ -2,9 +2,9 @@
 averaging the gradients through ccompress's compressed all-reduce (ccompress.torch's DDP
 communication hook, optionally with error feedback).
 
-    torchrun --nproc_per_node 4 examples/train_dp.py --codec none       # exact
-    torchrun --nproc_per_node 4 examples/train_dp.py --codec hint8      # 8.5 bits + EF
-    mpiexec -n 4 .venv/bin/python examples/train_dp.py --codec hint8    # the same under MPI
+    .venv/bin/torchrun --nproc_per_node 4 examples/train_dp.py --codec none   # exact
+    .venv/bin/torchrun --nproc_per_node 4 examples/train_dp.py --codec hint8  # 8.5 bits + EF
+    .venv/bin/mpiexec -n 4 .venv/bin/python examples/train_dp.py --codec hint8  # under MPI
 
 Each rank trains on its own random windows of the text (--batch is the global batch, split
 over the ranks); gloo on the CPU, NCCL when every rank has a GPU. Rank 0 shows the loss

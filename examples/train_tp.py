@@ -1,9 +1,9 @@
 """Tensor-parallel (Megatron-style) training of a small byte-level GPT on real text, with
 the activations summed by ccompress's compressed all-reduce.
 
-    torchrun --nproc_per_node 4 examples/train_tp.py --codec none       # exact
-    torchrun --nproc_per_node 4 examples/train_tp.py --codec hint8      # 8.5 bits
-    mpiexec -n 4 .venv/bin/python examples/train_tp.py --codec hint8    # the same under MPI
+    .venv/bin/torchrun --nproc_per_node 4 examples/train_tp.py --codec none   # exact
+    .venv/bin/torchrun --nproc_per_node 4 examples/train_tp.py --codec hint8  # 8.5 bits
+    .venv/bin/mpiexec -n 4 .venv/bin/python examples/train_tp.py --codec hint8  # under MPI
 
 Every rank holds 1/4 of each block: its attention heads (a ColumnParallelLinear slice of
 the fused QKV projection and the matching RowParallelLinear columns of the output

@@ -11,13 +11,15 @@ from helpers.reference.mpi_session import (  # noqa: F401
 
 TESTS = Path(__file__).resolve().parent
 # Markers by folder (pyproject.toml registers them): pytest -m torch, -m "not slow", ...
-FOLDER_MARKERS = {"mpi": ("mpi",), "pytorch": ("torch",), "cuda": ("cuda_emulated",)}
+FOLDER_MARKERS = {"mpi": ("mpi",), "pytorch": ("torch",), "cuda": ("cuda_emulated",),
+                  "jax": ("jax",)}
 # Modules outside those folders, or with more to say: the ones that launch jobs of processes
 # (mpiexec, torchrun) are "slow".
 MODULE_MARKERS = {
     "test_mpi.py": ("mpi", "slow"), "test_mpi_faults.py": ("mpi", "slow"),
     "test_soak.py": ("mpi", "slow"), "test_torch_ddp_mpi.py": ("torch",),
     "test_torchrun.py": ("slow",), "test_torch_backend.py": ("slow",),
+    "test_jax_multiprocess.py": ("mpi", "slow"),
 }
 
 

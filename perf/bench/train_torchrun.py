@@ -20,9 +20,9 @@ options, learning-rate schedule, held-out loss and results file are examples/tra
 the parameters; FSDP2: the full parameters gathered from the shards) are compared bit for
 bit at the end. ``--mode tsr`` trains the bare model (no DDP) with
 ccompress.torch.tsr_adam.TSRAdam over the world group's communicator (no MPI), each rank
-clipping its own gradient, weight decay 0.1 on matrices as in the AdamW runs. ``python
-perf/bench/train_torchrun.py report build/torchrun/*.json`` prints the table of perf/RESULTS.md,
-``... sweep FILES`` the learning-rate sweep table.
+clipping its own gradient, weight decay 0.1 on matrices as in the AdamW runs.
+``.venv/bin/python -m perf.bench.train_torchrun report build/torchrun/*.json`` prints the
+table of perf/results/training.md, ``... sweep FILES`` the learning-rate sweep table.
 """
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def _variant(args) -> str:
 
 
 def report(paths) -> None:
-    """The markdown table of perf/RESULTS.md from the runs' --json files: each compressed
+    """The markdown table of perf/results/training.md from the runs' --json files: each compressed
     run's final held-out loss and step time against the exact gloo run of its seed and
     family (DDP: ``ddp`` on gloo; FSDP2: ``fsdp`` on gloo). Bytes per step are ccompress's
     count on rank 0; for the gloo runs, what an uncompressed ring sends per rank for the
@@ -246,7 +246,7 @@ def report(paths) -> None:
 
 
 def sweep(paths) -> None:
-    """The learning-rate sweep table of perf/RESULTS.md from the runs' --json files: per
+    """The learning-rate sweep table of perf/results/training.md from the runs' --json files: per
     setting (mode, and TSR's multiplier and whole-tensor codec) and peak rate, the final
     held-out loss of each seed and their mean, bytes per step (rank 0; for exact DDP the
     uncompressed ring's count of :func:`report`) and seconds per step."""

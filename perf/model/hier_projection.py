@@ -13,7 +13,7 @@ ranks sharing this machine's cores at the single-thread codec rates of codec_thr
 transport costs (perfmodel.EMULATED_HOST). hier rows are the one-plan schedule (two_shot
 between nodes, levels overlapped: perfmodel.hier_time). The projection puts 8 GPUs per node on NVLink 4 (450 GB/s each
 way) and one 400 Gbit/s InfiniBand NIC per node, with GPU codec rates from the H100
-datasheet (marked; perf/RESULTS.md has the measured H200 rates, far lower), against NCCL's uncompressed all-reduce
+datasheet (marked; perf/results/gpu.md has the measured H200 rates, far lower), against NCCL's uncompressed all-reduce
 (bf16, the faster of ring and tree). GPU systems have no host-transport term (NCCL's
 bytes move by DMA and RDMA, not through the CPU).
 """

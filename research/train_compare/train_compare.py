@@ -3,7 +3,7 @@
 every gradient-communication method of ccompress, same seed and steps, under mpiexec:
 
     .venv/bin/mpiexec -n 4 .venv/bin/python -m research.train_compare.train_compare --methods all
-    .venv/bin/python -m research.train_compare.train_report        # table -> perf/RESULTS.md, plot -> perf/plots/
+    .venv/bin/python -m research.train_compare.train_report        # table -> perf/results/training.md, plot -> perf/plots/
 
 Methods: exact (float32 two_shot), fp8 / hint8 / nvfp4 / hint4 each without and with library error
 feedback (``_ef``), gift (fp8 + GIFT whitening + error feedback), tsr / tsr_reset (TSR-Adam,

@@ -4,7 +4,7 @@
     .venv/bin/python -m research.train_compare.train_report [--results build/train_compare]
 
 Prints the Markdown, writes perf/plots/train_compare.png and replaces the section between
-the train_compare markers of perf/RESULTS.md (appending it the first time).
+the train_compare markers of perf/results/training.md (appending it the first time).
 """
 from __future__ import annotations
 
@@ -297,7 +297,7 @@ def plot(runs, path):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", default=os.path.join(ROOT, "build", "train_compare"))
-    ap.add_argument("--results-md", default=os.path.join(ROOT, "perf", "RESULTS.md"))
+    ap.add_argument("--results-md", default=os.path.join(ROOT, "perf", "results", "training.md"))
     args = ap.parse_args(argv)
     runs = load(args.results)
     ex = runs["exact"]
