@@ -17,6 +17,7 @@ running, delegating and reaping in ``_runner``. docs/torch.md has the whole stor
 """
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
@@ -247,19 +248,21 @@ class CompressedProcessGroup(dist.ProcessGroup):
         outs = [int(s) for s in output_splits] or None
         fits = input.dim() >= 1 and output.dtype == input.dtype
         rows = input.shape[0] if input.dim() else 0
-        row = input[0].numel() if rows else 0
+        row = math.prod(input.shape[1:])  # elements of a row (on a rank with no rows too)
         own = (ins[self.rank()] if ins and len(ins) == self.size() else
                rows // self.size()) * row
         exact = _engagement.exact_alltoall_bytes(input.numel(), own, input.element_size())
         codec, why = self._policy.decide("all_to_all", input, "sum", output, fits,
-                                          self._runner,
-                                          None if ins is None and outs is None else 0)
+                                          self._runner, sized=ins is None and outs is None)
         if why is not None:
             return self._runner.delegate(lambda: self._inner.all_to_all_single(
                 output, input, output_splits, input_splits, opts or dist.AllToAllOptions()),
                 "all_to_all", why, [input], self.options.all_to_all, exact)
-        kw = dict(codec=codec, in_splits=ins, out_splits=outs)
-        x = input.detach().contiguous()
+        # Flat, the splits in elements: the same pieces, and an input without rows (a rank
+        # that sends nothing) passes as an empty vector.
+        kw = dict(codec=codec, in_splits=None if ins is None else [s * row for s in ins],
+                  out_splits=None if outs is None else [s * row for s in outs])
+        x = input.detach().contiguous().view(-1)
         y, finish = writable_flat(output)
         return self._runner.run(lambda c: c.all_to_all(x, y, **with_stream(x, kw)),
                                 [output], "all_to_all", x,
@@ -283,7 +286,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
         if fits and plan.spec != "none":
             x = torch.cat([t.detach().reshape(-1) for t in inputs])  # a copy: contiguous
             y = torch.empty(sum(t.numel() for t in outputs), dtype=x.dtype, device=x.device)
-            codec, why = self._policy.decide("all_to_all", x, "sum", y, True, self._runner, 0)
+            codec, why = self._policy.decide("all_to_all", x, "sum", y, True, self._runner,
+                                              sized=False)
         else:
             codec, why = None, "codec none" if plan.spec == "none" else "shape"
         if why is not None:

@@ -1,8 +1,8 @@
 """Run under torchrun (tests/pytorch/test_torchrun.py launches it on 2 and 4 ranks): the
 ``ccompress`` backend's all-to-all, on groups made with ``BackendOptions(all_to_all=CODEC)``.
 
-- all_to_all_single with uneven splits (an empty piece among them) and rows of 3 elements,
-  and with equal pieces; the list form all_to_all: every piece received is bit for bit the
+- all_to_all_single with uneven splits (an empty piece among them; a rank that sends
+  nothing) and rows of 3 elements, and with equal pieces; the list form all_to_all: every piece received is bit for bit the
   sender's ``codec.roundtrip`` of it, and within the codec's bound of fp64
   (helpers.alltoall_checks.check_received).
 - An int64 all-to-all on the same group: delegated exactly ("dtype"), the exact result.
@@ -76,8 +76,13 @@ for codec in ("fp8_e4m3:g128", "mxfp8", "nvfp4"):
     outs = [torch.empty(int(table[i][rank])) for i in range(size)]
     dist.all_to_all(outs, ins, group=g)
     check_received(torch.cat(outs).numpy(), xs, table, codec, rank)
+    # a rank that sends nothing at all (rank 0) still takes the compressed path with its peers
+    quiet = split_table(rng, size, 20, zeros=False)
+    quiet[0] = 0
+    xs = inputs(4, quiet, ROW)
+    check_received(exchange(g, quiet, xs).numpy(), xs, quiet, codec, rank)
     s = pg.stats()["all_to_all"]
-    assert s["calls"] == 3 and s["compressed"] == 3, s
+    assert s["calls"] == 4 and s["compressed"] == 4, s
     dist.destroy_process_group(g)
 
 # an integer all-to-all on a compressed group is delegated exactly; the stats count both
