@@ -454,6 +454,9 @@ def worker(argv: List[str]) -> None:
                                          phases=row.phases, digest=row.digest()))
         steps = [max(g["times"][i] for g in got) for i in range(args.steps)][args.warmup:]
         per_rank = lambda key: [g[key][args.warmup:] for g in got]  # noqa: E731
+        # the training steps' bytes, read before the held-out passes (an MoE model's forward
+        # sends its all-to-alls there too)
+        sent = (row.sent() - row.sent0) / (args.steps - args.warmup)
         out[row.name] = {
             "step_s": statistics.median(steps), "steps_s": steps,
             "loss": float(np.mean([np.mean(g["losses"][-10:]) for g in got])),
@@ -464,8 +467,7 @@ def worker(argv: List[str]) -> None:
             "parameters": row.parameters, "ranks": dist.get_world_size(), "lr": row.lr,
             # every rank runs the forward passes (FSDP2's all-gather them); replicas are equal
             "val_loss": mean_loss(torch, row.net, held) if held else None,
-            "ccompress_bytes_per_step": (row.sent() - row.sent0) / (args.steps - args.warmup),
-            "codec": codec_of(row)}
+            "ccompress_bytes_per_step": sent, "codec": codec_of(row)}
         if row.mode == "moe":
             from examples import moelm
 
