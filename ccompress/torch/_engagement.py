@@ -63,6 +63,12 @@ def exact_ring_bytes(kind: str, numel: int, itemsize: int, size: int) -> int:
     return (size - 1) * nbytes
 
 
+def exact_alltoall_bytes(numel: int, own: int, itemsize: int) -> int:
+    """Bytes one rank sends in an exact all-to-all: its input (``numel`` elements) but the
+    piece it keeps for itself (``own`` elements)."""
+    return (numel - own) * itemsize
+
+
 def plan_line(config: Any, given: Any = None) -> str:
     """What each op of a group does, in one line.
 
@@ -174,12 +180,13 @@ def summary(stats: Dict[str, Dict[str, Any]], total_sent: int) -> str:
         why = ", ".join(f"{k} {v}" for k, v in s["delegated"].items() if v) or "none"
         saved = ""
         if s["exact_bytes"]:
-            saved = (f"; sent {s['bytes_sent']} B where an exact ring sends "
+            exact = "an exact all-to-all" if op == "all_to_all" else "an exact ring"
+            saved = (f"; sent {s['bytes_sent']} B where {exact} sends "
                      f"{s['exact_bytes']} B ({s['exact_bytes'] / max(s['bytes_sent'], 1):.2f}x)")
         lines.append(f"  {op}: {s['calls']} calls, {s['compressed']} compressed, delegated "
                      f"exactly: {why}{saved}")
     if len(lines) == 1:
-        lines.append("  no all_reduce / reduce_scatter / all_gather calls")
+        lines.append("  no " + " / ".join(OPS) + " calls")
     lines.append(f"  ccompress bytes sent in all: {total_sent}")
     return "\n".join(lines)
 

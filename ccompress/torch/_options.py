@@ -35,12 +35,14 @@ class OpVar:
     feedback: bool
 
 
-# op (a BackendOptions field) -> its variable. A new op adds its row here (all_to_all would
-# read CCOMPRESS_ALLTOALL_CODEC, auto=False, feedback=False) and its field to BackendOptions.
+# op (a BackendOptions field) -> its variable. A new op adds its row here and its field to
+# BackendOptions. all_to_all carries activations (MoE dispatch and combine), which change
+# every call: no auto, no error feedback.
 OP_CODECS: Dict[str, OpVar] = {
     "all_reduce": OpVar("CCOMPRESS_CODEC", auto=True, feedback=True),
     "reduce_scatter": OpVar("CCOMPRESS_CODEC", auto=True, feedback=True),
     "all_gather": OpVar("CCOMPRESS_ALLGATHER_CODEC", auto=False, feedback=False),
+    "all_to_all": OpVar("CCOMPRESS_ALLTOALL_CODEC", auto=False, feedback=False),
 }
 _SPECS = "a codec spec (none, bf16, fp16, fp8_e4m3:g128, hint8, nvfp4, ...; unset: none, exact)"
 
@@ -204,18 +206,25 @@ class BackendOptions:
     and with hint8 on this link, on every rank, and keep the one that costs less wall plus
     CPU time; ``"auto:CODEC"``: the same with CODEC, e.g. ``auto:nvfp4``),
     ``CCOMPRESS_ALLGATHER_CODEC`` (all_gather; unset ``"none"``: gathering parameters
-    lossily changes the model itself, so it is asked for separately), ``CCOMPRESS_ALGO``
+    lossily changes the model itself, so it is asked for separately),
+    ``CCOMPRESS_ALLTOALL_CODEC`` (all_to_all_single and all_to_all; unset ``"none"``: the
+    activations an all-to-all carries are asked for separately, per group, so that an MoE
+    layer's dispatch and combine can differ), ``CCOMPRESS_ALGO``
     (``auto``), ``CCOMPRESS_ERROR_FEEDBACK`` (``0``), ``CCOMPRESS_MIN_NUMEL`` (4096).
 
     Parameters
     ----------
     all_reduce, reduce_scatter, all_gather : str, optional
         Codec spec of each compressed collective.
+    all_to_all : str, optional
+        Codec spec of ``all_to_all_single`` and ``all_to_all`` (list form). Each
+        destination's piece is encoded on its own; error feedback never applies to it (the
+        activations it carries change every call), nor does ``auto``.
     algo : str, optional
         ccompress schedule of all_reduce (``auto``, ``two_shot``, ``one_shot``, ...).
     error_feedback : bool, optional
-        Keep the compression error of the collectives issued inside a backward pass (DDP's
-        bucket all-reduces, FSDP2's reduce-scatters) and add it at the same place in the
+        Keep the compression error of the gradient collectives issued inside a backward pass
+        (DDP's bucket all-reduces, FSDP2's reduce-scatters; never the all-to-alls) and add it at the same place in the
         next one. Off by default: the place identifies the tensor only when every backward
         issues the same collectives in the same order (DDP and FSDP2 on a static graph);
         ``ddp_comm_hook`` (keyed by DDP's own bucket index) keeps it on by default.
@@ -229,6 +238,7 @@ class BackendOptions:
     algo: Optional[str] = None
     error_feedback: Optional[bool] = None
     min_numel: Optional[int] = None
+    all_to_all: Optional[str] = None
 
     def resolved(self) -> "BackendOptions":
         """A copy with every field filled in (environment, then defaults) and checked.

@@ -58,7 +58,7 @@ def even_split(input: torch.Tensor, output: torch.Tensor, size: int, rank: int) 
 
 
 def why_exact(t: torch.Tensor, codec: OpCodec, op: Optional[str], writes: torch.Tensor,
-              min_numel: int) -> Optional[str]:
+              min_numel: Optional[int]) -> Optional[str]:
     """Why a call on ``t`` (writing ``writes``) is delegated exactly, or None.
 
     Parameters
@@ -69,8 +69,9 @@ def why_exact(t: torch.Tensor, codec: OpCodec, op: Optional[str], writes: torch.
         The op's codec.
     op : str or None
         :func:`reduce_op` of the call (``"sum"`` for an all-gather).
-    min_numel : int
-        Smaller tensors stay exact.
+    min_numel : int or None
+        Smaller tensors stay exact; None: no size test (every size is compressed, an empty
+        tensor too).
 
     Returns
     -------
@@ -90,7 +91,7 @@ def why_exact(t: torch.Tensor, codec: OpCodec, op: Optional[str], writes: torch.
     if t.layout != torch.strided or writes.layout != torch.strided or (
             t.is_cuda and not (t.is_contiguous() and writes.is_contiguous())):
         return "layout"
-    if t.numel() < max(1, min_numel):
+    if min_numel is not None and t.numel() < max(1, min_numel):
         return "small"
     return None
 
@@ -126,7 +127,8 @@ class Policy:
         return name + (" + error feedback" if ef is not None else "")
 
     def decide(self, kind: str, t: torch.Tensor, op: Optional[str], writes: torch.Tensor,
-               shape_ok: bool, runner: Any) -> Tuple[Optional[Codec], Optional[str]]:
+               shape_ok: bool, runner: Any,
+               sized: bool = True) -> Tuple[Optional[Codec], Optional[str]]:
         """The codec of this call, or why it is delegated exactly.
 
         Parameters
@@ -141,6 +143,10 @@ class Policy:
             Whether the sizes are an even split of the group (else ``"shape"``).
         runner : Runner
             The group's runner: ``auto`` times both ways through it at the op's first call.
+        sized : bool
+            Whether the group's ``min_numel`` applies (False where the tensors' sizes differ
+            between ranks, as in an uneven all-to-all: every rank must take the same path,
+            an empty input included).
 
         Returns
         -------
@@ -154,8 +160,8 @@ class Policy:
             ``auto``'s timing found the group unusable, or failed.
         """
         codec = self.config.codecs[kind]
-        why = "shape" if not shape_ok else why_exact(t, codec, op, writes,
-                                                      self.options.min_numel)
+        why = "shape" if not shape_ok else why_exact(
+            t, codec, op, writes, self.options.min_numel if sized else None)
         if why is not None:
             return None, why
         if codec.candidate is None:

@@ -128,7 +128,8 @@ class Runner:
                    for t in tensors if isinstance(t, torch.Tensor))
 
     def run(self, call: Callable[[Any], Any], outputs: List[torch.Tensor], kind: str,
-            x: torch.Tensor, label: str, finish: Optional[Callable[[], Any]] = None) -> Work:
+            x: torch.Tensor, label: str, finish: Optional[Callable[[], Any]] = None,
+            exact: Optional[int] = None) -> Work:
         """Starts a compressed call on ccompress's worker thread (issue order is kept).
 
         Parameters
@@ -145,6 +146,9 @@ class Runner:
             The trace event's name after the op (the codec, and error feedback).
         finish : callable, optional
             Runs after the call (the write-back of a non-contiguous output).
+        exact : int, optional
+            The bytes an exact collective sends from this rank for this call (default: an
+            exact ring's for ``x``; an all-to-all's depend on its splits).
 
         Returns
         -------
@@ -157,7 +161,7 @@ class Runner:
         """
         self.check_usable()
         self.announce()
-        exact = self.exact_bytes(kind, [x])
+        exact = self.exact_bytes(kind, [x]) if exact is None else exact
         self.stats.compressed(kind, exact)
         start = _trace.now_us() if self.trace.on else 0.0
         out = Outcome()
@@ -193,9 +197,10 @@ class Runner:
 
     def delegate(self, call: Callable[[], dist._Work], kind: Optional[str] = None,
                  why: Optional[str] = None, tensors: Optional[List[torch.Tensor]] = None,
-                 codec: str = "none") -> dist._Work:
+                 codec: str = "none", exact: Optional[int] = None) -> dist._Work:
         """The inner group's Work for ``call()``; with ``kind``, counted as delegated for
-        ``why`` (``codec``: the op's configured codec, for the engagement warning). A
+        ``why`` (``codec``: the op's configured codec, for the engagement warning; ``exact``:
+        the bytes the call sends, default an exact ring's for ``tensors``). A
         failure the Work reports later makes the group refuse further calls; an error
         raised at the call itself (a bad argument) does not.
 
@@ -206,7 +211,8 @@ class Runner:
         """
         if kind is not None:
             self.announce()
-            self.stats.delegated(kind, why, self.exact_bytes(kind, tensors))
+            self.stats.delegated(kind, why, self.exact_bytes(kind, tensors) if exact is None
+                                 else exact)
             self.stats.check_engaged(kind, codec, self._rank)
             if self.trace.on:
                 self.trace.instant(f"{kind} exact ({why})", numel=sum(

@@ -6,9 +6,9 @@ gradients through ccompress's compressed collectives.
     dist.init_process_group("ccompress", pg_options=ccompress.torch.BackendOptions(
         all_reduce="fp8_e4m3:g128", error_feedback=True))
 
-all_reduce (sum/avg), reduce_scatter_tensor and all_gather_into_tensor of float tensors of
-at least ``min_numel`` elements go through a ccompress communicator when their codec is not
-``"none"``; every other call is an inner gloo (NCCL for CUDA) group's own, exact. After a
+all_reduce (sum/avg), reduce_scatter_tensor, all_gather_into_tensor, all_to_all_single and
+all_to_all of float tensors of at least ``min_numel`` elements go through a ccompress
+communicator when their codec is not ``"none"``; every other call is an inner gloo (NCCL for CUDA) group's own, exact. After a
 collective failed (a peer stopped, a timeout) the group refuses further calls.
 
 This module is the process-group surface; the options are in ``_options``, their agreement
@@ -17,6 +17,7 @@ running, delegating and reaping in ``_runner``. docs/torch.md has the whole stor
 """
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
@@ -103,11 +104,13 @@ class CompressedProcessGroup(dist.ProcessGroup):
         Returns
         -------
         dict
-            Per op (``"all_reduce"``, ``"reduce_scatter"``, ``"all_gather"``) and their sums
-            under ``"total"``: ``calls``, ``compressed``, ``delegated`` (exactly, by reason:
-            ``"codec none"``, ``"auto"``, ``"op"``, ``"dtype"``, ``"layout"``, ``"small"``,
-            ``"shape"``, ``"device"``), ``bytes_sent`` (ccompress's), ``exact_bytes`` (an
-            exact ring's for the compressed calls), ``delegated_exact_bytes``
+            Per op (``"all_reduce"``, ``"reduce_scatter"``, ``"all_gather"``,
+            ``"all_to_all"``) and their sums under ``"total"``: ``calls``, ``compressed``,
+            ``delegated`` (exactly, by reason: ``"codec none"``, ``"auto"``, ``"op"``,
+            ``"dtype"``, ``"layout"``, ``"small"``, ``"shape"``, ``"device"``),
+            ``bytes_sent`` (ccompress's), ``exact_bytes`` (an exact ring's for the compressed
+            calls; an exact all-to-all's, every piece but this rank's own, for
+            ``all_to_all``), ``delegated_exact_bytes``
             (``_engagement.OpStats`` says what each counts).
         """
         return self._runner.stats.snapshot(total=True)
@@ -233,9 +236,74 @@ class CompressedProcessGroup(dist.ProcessGroup):
                                 [output], "all_gather", x,
                                 self._policy.label("all_gather", codec, None), finish)
 
-    # An op with a codec of its own (all_to_all_single) goes like all_gather_single above:
-    # fits = its shape check; self._policy.decide(kind, ...); delegate with the reason, or
-    # self._runner.run(its Communicator call); its row in _options.OP_CODECS.
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
+                          output_splits: List[int], input_splits: List[int],
+                          opts: Any = None) -> dist._Work:
+        """``all_to_all_single`` (torch's ``alltoall_base``) with the group's ``all_to_all``
+        codec: each destination's piece (``input_splits`` rows of dim 0, or equal pieces)
+        encoded on its own; exact through the inner group where the codec is ``"none"`` or
+        the call cannot be compressed (``stats()`` says why). With splits, ``min_numel``
+        does not apply: the ranks' sizes differ, and every rank must take the same path."""
+        ins = [int(s) for s in input_splits] or None
+        outs = [int(s) for s in output_splits] or None
+        fits = input.dim() >= 1 and output.dtype == input.dtype
+        rows = input.shape[0] if input.dim() else 0
+        row = math.prod(input.shape[1:])  # elements of a row (on a rank with no rows too)
+        own = (ins[self.rank()] if ins and len(ins) == self.size() else
+               rows // self.size()) * row
+        exact = _engagement.exact_alltoall_bytes(input.numel(), own, input.element_size())
+        codec, why = self._policy.decide("all_to_all", input, "sum", output, fits,
+                                          self._runner, sized=ins is None and outs is None)
+        if why is not None:
+            return self._runner.delegate(lambda: self._inner.all_to_all_single(
+                output, input, output_splits, input_splits, opts or dist.AllToAllOptions()),
+                "all_to_all", why, [input], self.options.all_to_all, exact)
+        # Flat, the splits in elements: the same pieces, and an input without rows (a rank
+        # that sends nothing) passes as an empty vector.
+        kw = dict(codec=codec, in_splits=None if ins is None else [s * row for s in ins],
+                  out_splits=None if outs is None else [s * row for s in outs])
+        x = input.detach().contiguous().view(-1)
+        y, finish = writable_flat(output)
+        return self._runner.run(lambda c: c.all_to_all(x, y, **with_stream(x, kw)),
+                                [output], "all_to_all", x,
+                                self._policy.label("all_to_all", codec, None), finish, exact)
+
+    def alltoall(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
+                 opts: Any = None) -> dist._Work:
+        """``all_to_all`` (the list form) with the group's ``all_to_all`` codec: the inputs,
+        flattened, are one all-to-all whose piece for rank ``j`` is ``inputs[j]`` (encoded
+        on its own), received into a flat buffer and copied into ``outputs``. Exact where
+        the codec is ``"none"`` or the tensors differ in dtype or device; ``min_numel`` does
+        not apply (the pieces' sizes may differ between ranks)."""
+        n = self.size()
+        first = inputs[0] if inputs else None
+        fits = (len(inputs) == n and len(outputs) == n and all(
+            t.dtype == first.dtype and t.device == first.device and t.layout == torch.strided
+            for t in list(inputs) + list(outputs)))
+        exact = sum(t.numel() * t.element_size() for j, t in enumerate(inputs)
+                    if j != self.rank())
+        plan = self._policy.config.codecs["all_to_all"]
+        if fits and plan.spec != "none":
+            x = torch.cat([t.detach().reshape(-1) for t in inputs])  # a copy: contiguous
+            y = torch.empty(sum(t.numel() for t in outputs), dtype=x.dtype, device=x.device)
+            codec, why = self._policy.decide("all_to_all", x, "sum", y, True, self._runner,
+                                              sized=False)
+        else:
+            codec, why = None, "codec none" if plan.spec == "none" else "shape"
+        if why is not None:
+            return self._runner.delegate(lambda: self._inner.alltoall(
+                outputs, inputs, opts or dist.AllToAllOptions()), "all_to_all", why,
+                list(inputs), self.options.all_to_all, exact)
+        kw = dict(codec=codec, in_splits=[t.numel() for t in inputs],
+                  out_splits=[t.numel() for t in outputs])
+
+        def finish() -> None:
+            for o, piece in zip(outputs, torch.split(y, kw["out_splits"])):
+                o.detach().copy_(piece.view(o.shape))
+
+        return self._runner.run(lambda c: c.all_to_all(x, y, **with_stream(x, kw)),
+                                list(outputs), "all_to_all", x,
+                                self._policy.label("all_to_all", codec, None), finish, exact)
 
     # ---- delegated exactly (the inner group's own result and Work) ----
     # Every op that torch's ProcessGroup trampoline routes to Python is overridden here,
@@ -273,10 +341,6 @@ class CompressedProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, outputs, inputs, opts=None):
         return self._runner.delegate(lambda: self._inner.reduce_scatter(outputs, inputs, opts))
 
-    def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
-        return self._runner.delegate(lambda: self._inner.all_to_all_single(
-            output, input, output_splits, input_splits, opts))
-
     def send(self, tensors, dst, tag=0):
         return self._runner.delegate(lambda: self._inner.send(tensors, dst, tag))
 
@@ -310,7 +374,8 @@ class CompressedProcessGroup(dist.ProcessGroup):
 for _name in ("allreduce", "reduce_scatter_single", "all_gather_single",
               "all_gather_single_coalesced", "reduce_scatter_single_coalesced",
               "start_coalescing", "end_coalescing", "allreduce_coalesced", "allgather",
-              "broadcast", "barrier", "reduce_scatter", "all_to_all_single", "send", "recv",
+              "broadcast", "barrier", "reduce_scatter", "all_to_all_single", "alltoall",
+              "send", "recv",
               "getBackendName", "shutdown", "stats", "state_dict", "load_state_dict",
               "use_gift"):
     setattr(CompressedProcessGroup, _name,

@@ -86,6 +86,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # name -> (mode, backend options or None for plain gloo, worker options)
 _EF = {"error_feedback": True}
+_FP8 = "fp8_e4m3:g128"
 ROWS: Dict[str, tuple] = {
     "gloo": ("ddp", None, {}),
     "compute": ("compute", None, {}),
@@ -114,6 +115,16 @@ ROWS: Dict[str, tuple] = {
     "gift": ("hook", None, {"codec": "nvfp4", "gift": 32}),
     "tsr": ("tsr", None, {"tsr_rank": 32}),
     "tsr-r64": ("tsr", None, {"tsr_rank": 64}),
+    # --model moe: the expert-parallel MoE LM of examples/moelm.py. The worker options give
+    # the all-to-all codecs of dispatch and combine (exact where absent), the backend options
+    # those of DDP's dense gradients (gloo where None).
+    "moe-gloo": ("moe", None, {}),
+    "moe-fp8-dispatch": ("moe", None, {"dispatch": _FP8}),
+    "moe-mxfp8-dispatch": ("moe", None, {"dispatch": "mxfp8"}),
+    "moe-fp8-a2a": ("moe", None, {"dispatch": _FP8, "combine": _FP8}),
+    "moe-mxfp8-a2a": ("moe", None, {"dispatch": "mxfp8", "combine": "mxfp8"}),
+    "moe-fp8-all": ("moe", {"codec": "hint8", **_EF}, {"dispatch": _FP8, "combine": _FP8}),
+    "moe-grads": ("moe", {"codec": "hint8", **_EF}, {}),
 }
 
 
@@ -233,9 +244,27 @@ class MiniLMTask:
         return self.torch.from_numpy(a), self.torch.from_numpy(b)
 
 
-TASKS = {"lm": LMTask, "minilm": MiniLMTask}
-# the worker's options per model: MiniLM is fine-tuned at a low rate, on 4 pairs per rank
-MODEL_ARGS = {"lm": [], "minilm": ["--lr", "2e-5", "--seq", "4"]}
+class MoETask(LMTask):
+    """examples/moelm.py's mixture-of-experts LM on the same text: 8 experts per block, top-2
+    routing, capacity factor 1.25, the experts sharded over the ranks, dispatch and combine
+    through all_to_all_single on a group each (``--seq`` windows of ``--ctx`` bytes per rank
+    per step)."""
+
+    def model(self, dispatch=None, combine=None):
+        from examples import moelm
+
+        a = self.args
+        return moelm.build_model(self.torch, a.d_model, a.layers, a.heads, a.ctx, experts=8,
+                                 top_k=2, capacity_factor=1.25, dispatch_group=dispatch,
+                                 combine_group=combine, seed=a.seed)
+
+
+TASKS = {"lm": LMTask, "minilm": MiniLMTask, "moe": MoETask}
+# the worker's options per model: MiniLM is fine-tuned at a low rate, on 4 pairs per rank;
+# the MoE LM has 4 blocks and 8 windows per rank, so that its all-to-all traffic is about half
+# of a step's bytes
+MODEL_ARGS = {"lm": [], "minilm": ["--lr", "2e-5", "--seq", "4"],
+              "moe": ["--layers", "4", "--seq", "8"]}
 
 
 class Row:
@@ -259,7 +288,19 @@ class Row:
                 all_reduce=codec, reduce_scatter=codec, **o))
             self.pg = cct.compressed_group(group)
         torch.manual_seed(args.seed)
-        model = task.model()
+        self.a2a = {}  # MoE rows: the ccompress groups of the compressed all-to-alls
+        if self.mode == "moe":
+            groups = {}
+            for way in ("dispatch", "combine"):
+                if extra.get(way):
+                    groups[way] = dist.new_group(backend="ccompress", pg_options=cct.BackendOptions(
+                        all_to_all=extra[way]))
+                    self.a2a[way] = cct.compressed_group(groups[way])
+                else:
+                    groups[way] = dist.new_group(backend="gloo")
+            model = task.model(groups["dispatch"], groups["combine"])
+        else:
+            model = task.model()
         self.parameters = sum(p.numel() for p in model.parameters())
         self.hook = None
         if self.mode == "fsdp":
@@ -272,6 +313,11 @@ class Row:
             self.net = fully_shard(model, mesh=mesh)
         elif self.mode == "tsr":
             self.net = model
+        elif self.mode == "moe":  # DDP over the dense weights; each rank owns its experts
+            from examples import moelm
+
+            self.net = moelm.dense_ddp(torch, model, group, bucket_cap_mb=args.bucket_mb)
+            self.clip_group = dist.new_group(backend="gloo")
         else:
             self.net = torch.nn.parallel.DistributedDataParallel(
                 model, process_group=group, bucket_cap_mb=args.bucket_mb)
@@ -304,7 +350,7 @@ class Row:
             return self.hook.comm.bytes_sent
         if self.mode == "tsr":
             return self.opt.comm.bytes_sent
-        return self.pg.bytes_sent if self.pg is not None else 0
+        return sum(pg.bytes_sent for pg in [self.pg, *self.a2a.values()] if pg is not None)
 
     def step(self, args) -> None:
         torch = self.torch
@@ -320,7 +366,11 @@ class Row:
             t1 = time.perf_counter()
             loss.backward()  # with DDP: until the last bucket's all-reduce is done
         t2 = time.perf_counter()
-        if self.mode != "tsr":
+        if self.mode == "moe":  # the whole model's norm, every rank's experts included
+            from examples import moelm
+
+            moelm.clip_grad_norm(torch, self.net.module, 1.0, self.clip_group)
+        elif self.mode != "tsr":
             torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -336,7 +386,11 @@ class Row:
         import hashlib
 
         h = hashlib.sha256()
+        experts = {id(p) for p in self.net.module.expert_parameters()} \
+            if self.mode == "moe" else set()  # each rank's own: not replicas
         for p in self.net.parameters():
+            if id(p) in experts:
+                continue
             p = p.full_tensor() if hasattr(p, "full_tensor") else p
             h.update(p.detach().contiguous().view(-1).view(self.torch.uint8).numpy().tobytes())
         return h.hexdigest()
@@ -400,6 +454,9 @@ def worker(argv: List[str]) -> None:
                                          phases=row.phases, digest=row.digest()))
         steps = [max(g["times"][i] for g in got) for i in range(args.steps)][args.warmup:]
         per_rank = lambda key: [g[key][args.warmup:] for g in got]  # noqa: E731
+        # the training steps' bytes, read before the held-out passes (an MoE model's forward
+        # sends its all-to-alls there too)
+        sent = (row.sent() - row.sent0) / (args.steps - args.warmup)
         out[row.name] = {
             "step_s": statistics.median(steps), "steps_s": steps,
             "loss": float(np.mean([np.mean(g["losses"][-10:]) for g in got])),
@@ -410,8 +467,15 @@ def worker(argv: List[str]) -> None:
             "parameters": row.parameters, "ranks": dist.get_world_size(), "lr": row.lr,
             # every rank runs the forward passes (FSDP2's all-gather them); replicas are equal
             "val_loss": mean_loss(torch, row.net, held) if held else None,
-            "ccompress_bytes_per_step": (row.sent() - row.sent0) / (args.steps - args.warmup),
-            "codec": codec_of(row)}
+            "ccompress_bytes_per_step": sent, "codec": codec_of(row)}
+        if row.mode == "moe":
+            from examples import moelm
+
+            model = row.net.module
+            out[row.name].update(
+                dense_parameters=row.parameters - sum(p.numel() for p in model.expert_parameters()),
+                a2a_exact_bytes=moelm.all_to_all_bytes(model, args.seq * args.ctx,
+                                                       dist.get_world_size()))
     if rank == 0:
         Path(args.json).write_text(json.dumps(out))
     dist.destroy_process_group()
@@ -420,6 +484,10 @@ def worker(argv: List[str]) -> None:
 def codec_of(row: "Row") -> str:
     """The codec of the row's gradient collective; for ``auto``, what it chose."""
     _, opts, extra, _ = spec(row.name)
+    if row.mode == "moe":
+        grads = row.pg.options.all_reduce if row.pg is not None else "none"
+        return (f"grads {grads}, dispatch {extra.get('dispatch', 'none')}, "
+                f"combine {extra.get('combine', 'none')}")
     if row.pg is None:
         if row.mode == "tsr":
             return f"tsr r{extra['tsr_rank']}, fp8 cores"
@@ -529,10 +597,14 @@ def bytes_per_step(name: str, r: dict) -> float:
     own count where ccompress sends them; an exact ring's count for what gloo sends
     (all-reduce 2(n-1)/n x 4 B per parameter; reduce-scatter and all-gather (n-1)/n x 4 B
     each)."""
-    mode, opts, _, _ = spec(name)
+    mode, opts, extra, _ = spec(name)
     ring = 4 * r["parameters"] * (r["ranks"] - 1) / r["ranks"]
     if mode == "compute":
         return 0.0
+    if mode == "moe":  # DDP's dense all-reduce, and the exact all-to-alls that gloo sends
+        exact = sum(r["a2a_exact_bytes"] for way in ("dispatch", "combine") if not extra.get(way))
+        dense = 2 * 4 * r["dense_parameters"] * (r["ranks"] - 1) / r["ranks"]
+        return r["ccompress_bytes_per_step"] + exact + (dense if opts is None else 0.0)
     if opts is None and mode in ("ddp", "fsdp"):
         return 2 * ring
     if mode == "fsdp" and not opts.get("all_gather"):
@@ -547,8 +619,12 @@ def derived(rows: List[Dict[str, Any]]) -> List[Dict[str, str]]:
     for r in rows:
         at = [x for x in rows if x["rate"] == r["rate"]]
         compute = next((x["step_s"] for x in at if x["row"] == "compute"), None)
+        if r["mode"] == "moe":  # the MoE model's own: its exact row, and no compute row
+            compute = None
         base = next((x for x in at if x["row"] == "gloo"), None)
-        b = next((x for x in at if x["row"] == "fsdp-gloo"), base) if r["mode"] == "fsdp" else base
+        own = {"fsdp": "fsdp-gloo", "moe": "moe-gloo"}.get(r["mode"])
+        b = next((x for x in at if x["row"] == own), None if r["mode"] == "moe" else base) \
+            if own else base
         # the step with no overlap: compute, then this row's bytes on the link (not for
         # hier, whose count includes the bytes that stay inside a node)
         wire = r["bytes_per_step"] * 8 / (r["rate"] * 1e9) if r["rate"] else 0.0
@@ -718,10 +794,13 @@ def report(path: Path) -> int:
 # ------------------------------------------------------------------ the loss study
 # the rows and peak rate of the study's default: exact at three rates around its best, the
 # codecs at exact's best (lm: 5e-4, the best of 2.5e-4 / 5e-4 / 1e-3 at 300 steps; minilm at
-# 50 steps: 1.6e-4, the best of 4e-5 to 3.2e-4 over 3 seeds)
+# 50 steps: 1.6e-4, the best of 4e-5 to 3.2e-4 over 3 seeds; moe at 120 steps: 1e-3, whose
+# training loss beat 2e-3's; docs/torch.md has the study's table)
 LOSS_ROWS = {"lm": "gloo@2.5e-4,gloo@5e-4,gloo@1e-3,hint8,fp8,nvfp4,nvfp4-sr,hint4,mxfp4",
-             "minilm": "gloo@8e-5,gloo@1.6e-4,gloo@3.2e-4,hint8,nvfp4,nvfp4-sr,hint4"}
-LOSS_LR = {"lm": 5e-4, "minilm": 1.6e-4}
+             "minilm": "gloo@8e-5,gloo@1.6e-4,gloo@3.2e-4,hint8,nvfp4,nvfp4-sr,hint4",
+             "moe": "moe-gloo@5e-4,moe-gloo@1e-3,moe-gloo@2e-3,moe-fp8-dispatch,moe-fp8-a2a,"
+                    "moe-fp8-all"}
+LOSS_LR = {"lm": 5e-4, "minilm": 1.6e-4, "moe": 1e-3}
 
 
 def loss_study(argv=None) -> int:
@@ -801,6 +880,15 @@ def loss_study(argv=None) -> int:
     return loss_report(paths)
 
 
+def is_exact(name: str) -> bool:
+    """Whether a row sends everything exactly: a gloo row (DDP or FSDP2), or the MoE model's
+    with neither gradients nor all-to-all compressed."""
+    mode, opts, extra, _ = spec(name)
+    return opts is None and (mode in ("ddp", "fsdp") or
+                             (mode == "moe" and not extra.get("dispatch")
+                              and not extra.get("combine")))
+
+
 def loss_table(runs: List[Dict[str, Any]]) -> List[str]:
     """One line per row: its held-out loss per seed, their mean, and the mean over seeds of
     its difference to the tuned exact row of the same seed (with the standard error of that
@@ -811,9 +899,10 @@ def loss_table(runs: List[Dict[str, Any]]) -> List[str]:
     names = list(dict.fromkeys(n for r in runs for n in r["rows"]))
     val = {(n, r["seed"]): r["rows"][n]["val_loss"] for r in runs for n in r["rows"]}
     full = [n for n in names if all((n, s) in val for s in seeds)]
-    exact = [n for n in full if spec(n)[1] is None and spec(n)[0] in ("ddp", "fsdp")]
+    exact = [n for n in full if is_exact(n)]
     if not exact:
-        raise ValueError("the loss study needs an exact row (gloo or gloo@LR) in every seed")
+        raise ValueError("the loss study needs an exact row (gloo, moe-gloo, or either @LR) "
+                         "in every seed")
     tuned = min(exact, key=lambda n: np.mean([val[n, s] for s in seeds]))
     lines = [f"tuned exact: {tuned} (the exact row of lowest mean held-out loss)", "",
              "| row | codec | peak lr | MB/step/rank | " + " | ".join(f"seed {s}" for s in seeds)

@@ -13,7 +13,7 @@ from ccompress.torch import BackendOptions  # noqa: E402
 from ccompress.torch._feedback import BackwardFeedback  # noqa: E402
 from ccompress.torch._options import parse_codec, resolve  # noqa: E402
 
-ENV = ("CCOMPRESS_CODEC", "CCOMPRESS_ALLGATHER_CODEC", "CCOMPRESS_ALGO",
+ENV = ("CCOMPRESS_CODEC", "CCOMPRESS_ALLGATHER_CODEC", "CCOMPRESS_ALLTOALL_CODEC", "CCOMPRESS_ALGO",
        "CCOMPRESS_ERROR_FEEDBACK", "CCOMPRESS_MIN_NUMEL")
 
 
@@ -39,6 +39,42 @@ def test_environment_and_fields(monkeypatch):
     o = BackendOptions(reduce_scatter="bf16", all_gather="fp8_e4m3:g128",
                        error_feedback=False).resolved()
     assert (o.reduce_scatter, o.all_gather, o.error_feedback) == ("bf16", "fp8_e4m3:g128", False)
+
+
+def test_all_to_all_codec_of_its_own(monkeypatch):
+    """all_to_all reads CCOMPRESS_ALLTOALL_CODEC (unset: exact), not CCOMPRESS_CODEC; error
+    feedback, on for the gradient collectives, is never applied to it (and not refused)."""
+    from ccompress.torch import _engagement
+
+    monkeypatch.setenv("CCOMPRESS_CODEC", "hint8")
+    monkeypatch.setenv("CCOMPRESS_ERROR_FEEDBACK", "1")
+    config = resolve(BackendOptions())
+    assert config.options.all_to_all == "none" and config.codecs["all_to_all"].codec is None
+    line = _engagement.plan_line(config)
+    assert "all_to_all: exact (CCOMPRESS_ALLTOALL_CODEC is not set)" in line, line
+    monkeypatch.setenv("CCOMPRESS_ALLTOALL_CODEC", "fp8_e4m3")
+    config = resolve(BackendOptions())
+    assert config.options.all_to_all == "fp8_e4m3:g128" and config.options.error_feedback
+    line = _engagement.plan_line(config)
+    assert "all_to_all: fp8_e4m3:g128 (" in line and "all_reduce: hint8:g16:h128:s8, algo " \
+        "auto, error feedback" in line, line
+    o = BackendOptions(all_to_all="mxfp8", error_feedback=True).resolved()
+    assert (o.all_to_all, o.error_feedback) == ("mxfp8", True)
+
+
+def test_report_counts_all_to_all_against_an_exact_all_to_all():
+    """CCOMPRESS_REPORT's summary: the all-to-all's bytes against an exact all-to-all's."""
+    from ccompress.torch import _engagement
+
+    stats = _engagement.OpStats()
+    stats.compressed("all_to_all", _engagement.exact_alltoall_bytes(4096, 1024, 4))
+    stats.sent("all_to_all", 3300)
+    stats.delegated("all_to_all", "dtype", 100)
+    text = _engagement.summary(stats.snapshot(), 3300)
+    assert ("all_to_all: 2 calls, 1 compressed, delegated exactly: dtype 1; sent 3300 B where "
+            "an exact all-to-all sends 12288 B (3.72x)") in text, text
+    assert "no all_reduce / reduce_scatter / all_gather / all_to_all calls" in \
+        _engagement.summary(_engagement.OpStats().snapshot(), 0)
 
 
 def test_auto_with_a_codec_of_its_own(monkeypatch):
@@ -75,6 +111,9 @@ def test_spec_parsed_once_per_group(monkeypatch):
     (dict(all_reduce="auto:nvfp9"), cc.InvalidArgument),
     (dict(all_gather="auto"), cc.Unsupported),
     (dict(all_gather="auto:nvfp4"), cc.Unsupported),
+    (dict(all_to_all="auto"), cc.Unsupported),
+    (dict(all_to_all="auto8"), cc.Unsupported),
+    (dict(all_to_all="fp8_e4m3:g7"), cc.InvalidArgument),
     (dict(algo="butterfly"), cc.InvalidArgument),
     (dict(all_reduce="hint8", algo="ring", error_feedback=True), cc.Unsupported),
     (dict(all_reduce="hint8", algo="hier", error_feedback=True), cc.Unsupported),
@@ -92,6 +131,7 @@ def test_bad_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("var,value", [("CCOMPRESS_CODEC", "hint9"),
+                                       ("CCOMPRESS_ALLTOALL_CODEC", "mxfp9"),
                                        ("CCOMPRESS_ALGO", "butterfly"),
                                        ("CCOMPRESS_LOG", "loud"),
                                        ("CCOMPRESS_TRANSPORT", "pigeon")])

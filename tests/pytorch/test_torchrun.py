@@ -157,6 +157,23 @@ def test_nccl_id_through_store_without_gpu():
     assert_ok(torchrun("nccl_store_checks.py", 2), 2)
 
 
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_backend_alltoall_under_torchrun(nproc):
+    """The ccompress backend's all_to_all_single and all_to_all with their own codec: every
+    piece bit for bit the sender's encode, within the codec's bound of fp64, uneven splits,
+    an int64 call delegated, the counters, autograd's backward on the same group, dispatch
+    and combine on two groups, a codec differing between ranks raising on every rank
+    (tests/helpers/torchrun/alltoall_backend_checks.py)."""
+    assert_ok(torchrun("alltoall_backend_checks.py", nproc), nproc)
+
+
+def test_moe_model_under_torchrun():
+    """examples/moelm.py over 4 ranks: its experts sharded and reached by all-to-all compute
+    what one process holding them all computes; DDP over its dense weights keeps them
+    bit-identical (tests/helpers/torchrun/moe_checks.py)."""
+    assert_ok(torchrun("moe_checks.py", 4), 4)
+
+
 @pytest.mark.parametrize("example", ["train_dp.py", "train_tp.py"])
 def test_training_examples_under_torchrun(example, tmp_path):
     """examples/train_dp.py and train_tp.py run under torchrun (2 processes, 3 steps, this

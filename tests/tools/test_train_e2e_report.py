@@ -72,6 +72,28 @@ def test_loss_table_against_tuned_exact():
         train_e2e.loss_table([seed_run(1, {"hint8": 2.0})])
 
 
+def test_moe_loss_table_tunes_on_the_exact_moe_rows():
+    """--model moe: the exact rows are moe-gloo's (gradients and both all-to-alls exact); a
+    row that compresses only the dispatch is not one, even where its loss is lowest."""
+    runs = []
+    for seed in (1, 2):
+        run = seed_run(seed, {"moe-gloo@1e-3": 2.0, "moe-gloo@2e-3": 1.9,
+                              "moe-fp8-dispatch": 1.8, "moe-fp8-all": 1.919})
+        for r in run["rows"].values():
+            r.update(dense_parameters=500_000, a2a_exact_bytes=3e6)
+        run["args"]["model"] = "moe"
+        runs.append(run)
+    lines = train_e2e.loss_table(runs)
+    assert lines[0].startswith("tuned exact: moe-gloo@2e-3")
+    assert "| -5.26% ± 0.00 |" in next(x for x in lines if x.startswith("| moe-fp8-dispatch |"))
+    assert "| +1.00% ± 0.00 |" in next(x for x in lines if x.startswith("| moe-fp8-all |"))
+    # bytes: moe-gloo's dense ring and both exact all-to-alls; fp8 dispatch: ccompress's
+    # count and the exact combine
+    assert "| 0.001 | 11.0 |" in next(x for x in lines if x.startswith("| moe-gloo@2e-3 |"))
+    assert "| 0.001 | 8.0 |" in next(x for x in lines if x.startswith("| moe-fp8-dispatch |"))
+    assert not train_e2e.is_exact("moe-fp8-dispatch") and train_e2e.is_exact("moe-gloo@1e-3")
+
+
 def test_loss_study_runs_under_torchrun(tmp_path):
     """The loss study end to end on 2 ranks, a few steps: every row reports a held-out loss and
     identical replicas."""
