@@ -17,7 +17,6 @@ running, delegating and reaping in ``_runner``. docs/torch.md has the whole stor
 """
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
@@ -26,7 +25,7 @@ import torch.distributed as dist
 
 from .._internal.errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
-from . import _engagement, _feedback, _gift_fsdp, _policy
+from . import _alltoall, _engagement, _feedback, _gift_fsdp, _policy
 from ._feedback import BackwardFeedback
 from ._options import BackendOptions, auto_candidate
 from ._policy import Policy, even_split, reduce_op
@@ -240,70 +239,14 @@ class CompressedProcessGroup(dist.ProcessGroup):
                           output_splits: List[int], input_splits: List[int],
                           opts: Any = None) -> dist._Work:
         """``all_to_all_single`` (torch's ``alltoall_base``) with the group's ``all_to_all``
-        codec: each destination's piece (``input_splits`` rows of dim 0, or equal pieces)
-        encoded on its own; exact through the inner group where the codec is ``"none"`` or
-        the call cannot be compressed (``stats()`` says why). With splits, ``min_numel``
-        does not apply: the ranks' sizes differ, and every rank must take the same path."""
-        ins = [int(s) for s in input_splits] or None
-        outs = [int(s) for s in output_splits] or None
-        fits = input.dim() >= 1 and output.dtype == input.dtype
-        rows = input.shape[0] if input.dim() else 0
-        row = math.prod(input.shape[1:])  # elements of a row (on a rank with no rows too)
-        own = (ins[self.rank()] if ins and len(ins) == self.size() else
-               rows // self.size()) * row
-        exact = _engagement.exact_alltoall_bytes(input.numel(), own, input.element_size())
-        codec, why = self._policy.decide("all_to_all", input, "sum", output, fits,
-                                          self._runner, sized=ins is None and outs is None)
-        if why is not None:
-            return self._runner.delegate(lambda: self._inner.all_to_all_single(
-                output, input, output_splits, input_splits, opts or dist.AllToAllOptions()),
-                "all_to_all", why, [input], self.options.all_to_all, exact)
-        # Flat, the splits in elements: the same pieces, and an input without rows (a rank
-        # that sends nothing) passes as an empty vector.
-        kw = dict(codec=codec, in_splits=None if ins is None else [s * row for s in ins],
-                  out_splits=None if outs is None else [s * row for s in outs])
-        x = input.detach().contiguous().view(-1)
-        y, finish = writable_flat(output)
-        return self._runner.run(lambda c: c.all_to_all(x, y, **with_stream(x, kw)),
-                                [output], "all_to_all", x,
-                                self._policy.label("all_to_all", codec, None), finish, exact)
+        codec (:func:`ccompress.torch._alltoall.single`)."""
+        return _alltoall.single(self, output, input, output_splits, input_splits, opts)
 
     def alltoall(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                  opts: Any = None) -> dist._Work:
-        """``all_to_all`` (the list form) with the group's ``all_to_all`` codec: the inputs,
-        flattened, are one all-to-all whose piece for rank ``j`` is ``inputs[j]`` (encoded
-        on its own), received into a flat buffer and copied into ``outputs``. Exact where
-        the codec is ``"none"`` or the tensors differ in dtype or device; ``min_numel`` does
-        not apply (the pieces' sizes may differ between ranks)."""
-        n = self.size()
-        first = inputs[0] if inputs else None
-        fits = (len(inputs) == n and len(outputs) == n and all(
-            t.dtype == first.dtype and t.device == first.device and t.layout == torch.strided
-            for t in list(inputs) + list(outputs)))
-        exact = sum(t.numel() * t.element_size() for j, t in enumerate(inputs)
-                    if j != self.rank())
-        plan = self._policy.config.codecs["all_to_all"]
-        if fits and plan.spec != "none":
-            x = torch.cat([t.detach().reshape(-1) for t in inputs])  # a copy: contiguous
-            y = torch.empty(sum(t.numel() for t in outputs), dtype=x.dtype, device=x.device)
-            codec, why = self._policy.decide("all_to_all", x, "sum", y, True, self._runner,
-                                              sized=False)
-        else:
-            codec, why = None, "codec none" if plan.spec == "none" else "shape"
-        if why is not None:
-            return self._runner.delegate(lambda: self._inner.alltoall(
-                outputs, inputs, opts or dist.AllToAllOptions()), "all_to_all", why,
-                list(inputs), self.options.all_to_all, exact)
-        kw = dict(codec=codec, in_splits=[t.numel() for t in inputs],
-                  out_splits=[t.numel() for t in outputs])
-
-        def finish() -> None:
-            for o, piece in zip(outputs, torch.split(y, kw["out_splits"])):
-                o.detach().copy_(piece.view(o.shape))
-
-        return self._runner.run(lambda c: c.all_to_all(x, y, **with_stream(x, kw)),
-                                list(outputs), "all_to_all", x,
-                                self._policy.label("all_to_all", codec, None), finish, exact)
+        """``all_to_all`` (the list form) with the group's ``all_to_all`` codec
+        (:func:`ccompress.torch._alltoall.listed`)."""
+        return _alltoall.listed(self, outputs, inputs, opts)
 
     # ---- delegated exactly (the inner group's own result and Work) ----
     # Every op that torch's ProcessGroup trampoline routes to Python is overridden here,
