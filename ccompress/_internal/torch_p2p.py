@@ -36,7 +36,7 @@ import socket
 import struct
 import threading
 from datetime import timedelta
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _core
 from . import topology as _topology
@@ -238,20 +238,23 @@ def _interface_address(name: str, var: str) -> str:
     return socket.inet_ntoa(packed[20:24])
 
 
-def local_address() -> str:
+def local_address(reach: Optional[Tuple[str, int]] = None) -> str:
     """The IPv4 address this rank listens on: that of ``CCOMPRESS_SOCKET_IFNAME`` (else
-    ``GLOO_SOCKET_IFNAME``, first entry), else the one this host reaches ``MASTER_ADDR``
-    from (the store's host, which every rank reaches), else loopback."""
+    ``GLOO_SOCKET_IFNAME``, first entry), else the one this host reaches ``reach`` (host,
+    port) from, by default ``MASTER_ADDR``/``MASTER_PORT`` (the store's host, which every
+    rank reaches), else loopback."""
     for var in ("CCOMPRESS_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         name = os.environ.get(var, "").split(",")[0].strip()
         if name:
             return _interface_address(name, var)
     try:
-        target = socket.gethostbyname(os.environ.get("MASTER_ADDR") or "127.0.0.1")
+        host, port = reach or (os.environ.get("MASTER_ADDR") or "127.0.0.1",
+                               int(os.environ.get("MASTER_PORT") or 29500))
+        target = socket.gethostbyname(host or "127.0.0.1")
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((target, int(os.environ.get("MASTER_PORT") or 29500)))  # sends nothing
+            s.connect((target, int(port)))  # sends nothing
             return s.getsockname()[0]
-    except OSError:
+    except (OSError, ValueError):
         return "127.0.0.1"
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 import weakref
 from typing import Any, Optional
 
@@ -29,6 +28,7 @@ from jax._src import distributed as _jax_distributed
 
 from .._internal import topology as _topology
 from .._internal.errors import CollectiveTimeout, InvalidArgument, Unsupported
+from .._internal.torch_p2p import local_address
 from .. import _core
 from ..communicator import Communicator
 
@@ -80,16 +80,11 @@ def _under_mpi() -> bool:
 
 
 def _local_address(coordinator: Optional[str]) -> str:
-    """The IPv4 address this process reaches the coordinator from (every process reaches
-    it), else loopback."""
-    try:
-        host, _, port = (coordinator or "127.0.0.1:1").rpartition(":")
-        target = socket.gethostbyname(host.strip("[]") or "127.0.0.1")
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((target, int(port or 1)))  # sends nothing
-            return s.getsockname()[0]
-    except (OSError, ValueError):
-        return "127.0.0.1"
+    """The IPv4 address this process listens on (:func:`torch_p2p.local_address`: the
+    interface ``CCOMPRESS_SOCKET_IFNAME`` names, else the one it reaches the coordinator
+    from, which every process reaches)."""
+    host, _, port = (coordinator or "127.0.0.1:1").rpartition(":")
+    return local_address((host.strip("[]"), int(port or 1) if port.isdigit() else 1))
 
 
 def from_jax_distributed(timeout: float = 300.0, **kwargs: Any) -> Communicator:

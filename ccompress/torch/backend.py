@@ -11,7 +11,8 @@ all_to_all of float tensors of at least ``min_numel`` elements go through a ccom
 communicator when their codec is not ``"none"``; every other call is an inner gloo (NCCL for CUDA) group's own, exact. After a
 collective failed (a peer stopped, a timeout) the group refuses further calls.
 
-This module is the process-group surface; the options are in ``_options``, their agreement
+This module is the process-group surface (the all-to-all's two forms in ``_alltoall``, the
+ops always delegated in ``_delegating``); the options are in ``_options``, their agreement
 across ranks and the choice between exact and compressed (and ``auto``) in ``_policy``,
 running, delegating and reaping in ``_runner``. docs/torch.md has the whole story.
 """
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from .._internal.errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
 from . import _alltoall, _engagement, _feedback, _gift_fsdp, _policy
+from ._delegating import Delegating
 from ._feedback import BackwardFeedback
 from ._options import BackendOptions, auto_candidate
 from ._policy import Policy, even_split, reduce_op
@@ -36,7 +38,7 @@ __all__ = ["NAME", "BackendOptions", "BackwardFeedback", "CompressedProcessGroup
 NAME = "ccompress"
 
 
-class CompressedProcessGroup(dist.ProcessGroup):
+class CompressedProcessGroup(Delegating, dist.ProcessGroup):
     """The process group ``dist.init_process_group("ccompress")`` makes (see the module
     docstring).
 
@@ -247,48 +249,6 @@ class CompressedProcessGroup(dist.ProcessGroup):
         """``all_to_all`` (the list form) with the group's ``all_to_all`` codec
         (:func:`ccompress.torch._alltoall.listed`)."""
         return _alltoall.listed(self, outputs, inputs, opts)
-
-    # ---- delegated exactly (the inner group's own result and Work) ----
-    # Every op that torch's ProcessGroup trampoline routes to Python is overridden here,
-    # even where it only delegates: the trampoline calls the base class with the GIL held
-    # when Python has no override, and gloo, which may need the GIL while it holds its
-    # queue lock (freeing a finished Work's tensors), then deadlocks. Calling the inner
-    # group from Python releases the GIL first.
-    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        return self._runner.delegate(lambda: self._inner.all_gather_single_coalesced(
-            outputs, inputs, opts or dist.AllgatherOptions()))
-
-    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        return self._runner.delegate(lambda: self._inner.reduce_scatter_single_coalesced(
-            outputs, inputs, opts or dist.ReduceScatterOptions()))
-
-    def start_coalescing(self, device):
-        self._runner.check_usable()
-        self._inner._start_coalescing(device)
-
-    def end_coalescing(self, device):
-        return self._runner.delegate(lambda: self._inner._end_coalescing(device))
-
-    def allreduce_coalesced(self, tensors, opts=None):
-        return self._runner.delegate(lambda: self._inner.allreduce_coalesced(tensors, opts))
-
-    def allgather(self, outputs, inputs, opts=None):
-        return self._runner.delegate(lambda: self._inner.allgather(outputs, inputs, opts))
-
-    def broadcast(self, tensors, opts=None):
-        return self._runner.delegate(lambda: self._inner.broadcast(tensors, opts))
-
-    def barrier(self, opts=None):
-        return self._runner.delegate(lambda: self._inner.barrier(opts))
-
-    def reduce_scatter(self, outputs, inputs, opts=None):
-        return self._runner.delegate(lambda: self._inner.reduce_scatter(outputs, inputs, opts))
-
-    def send(self, tensors, dst, tag=0):
-        return self._runner.delegate(lambda: self._inner.send(tensors, dst, tag))
-
-    def recv(self, tensors, src, tag=0):
-        return self._runner.delegate(lambda: self._inner.recv(tensors, src, tag))
 
     def communicator(self) -> Communicator:
         """The ccompress communicator over the group's ranks (made at the first compressed
