@@ -177,20 +177,33 @@ fi
 # The test tools: pytest, pytest-xdist (the test extra) and the fidelity extras, from
 # pyproject.toml's lists, without rebuilding (the core is installed already).
 group_test() {
-  if "$PY" -c "import pytest, xdist, matplotlib, safetensors" 2>/dev/null; then
-    say "test: up to date"; return 0
-  fi
-  say "test: installing pytest, pytest-xdist, safetensors, matplotlib"
-  # shellcheck disable=SC2046
-  pip_q $("$PY" - <<'PYEOF'
+  # The test and fidelity extras of pyproject.toml, as pip requirements (markers kept).
+  local reqs
+  reqs="$("$PY" - <<'PYEOF'
 import re
 text = open("pyproject.toml").read()
 block = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
 for extra in ("test", "fidelity"):
     line = re.search(rf"^{extra}\s*=\s*\[(.*)\]", block, re.M).group(1)
-    print(" ".join(re.findall(r'"([^"]+)"', line)))
+    print("\n".join(re.findall(r'"([^"]+)"', line)))
 PYEOF
-)
+)"
+  # Up to date when every one that applies to this machine is installed (an extra added
+  # to pyproject.toml gets installed into an existing .venv too).
+  if printf '%s\n' "$reqs" | "$PY" -c "
+import importlib.metadata as m, sys
+from pip._vendor.packaging.requirements import Requirement
+for line in sys.stdin.read().split():
+    r = Requirement(line)
+    if r.marker is None or r.marker.evaluate():
+        m.version(r.name)
+" 2>/dev/null; then
+    say "test: up to date"; return 0
+  fi
+  # shellcheck disable=SC2086,SC2116
+  say "test: installing the test and fidelity extras ($(echo $reqs))"
+  # shellcheck disable=SC2086
+  pip_q $reqs
 }
 
 # CPU torch for the DLPack and ccompress.torch tests: best effort, the tests skip without it.
