@@ -30,6 +30,26 @@ __device__ __forceinline__ int slots_of(int len) { return len < 32 ? 1 : len >> 
 /// Element index of slot k in this lane.
 __device__ __forceinline__ int elem_of(int k) { return (threadIdx.x & 31) + 32 * k; }
 
+/// The butterfly stages between this lane's slots k and k | m for m = from, 2 from, ...
+/// below @p limit (warp-uniform), in that order: the lower slot becomes a + b, the upper
+/// a + (-b), as on the host (codecs::fwht).
+template <int kSlots>
+__device__ __forceinline__ void butterfly_in_registers(float (&v)[kSlots], int from, int limit) {
+#pragma unroll
+  for (int m = 1; m < kSlots; m <<= 1) {
+    if (m >= from && m < limit) {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        if (!(k & m)) {
+          const float a = v[k], b = v[k | m];
+          v[k] = __fadd_rn(a, b);
+          v[k | m] = __fadd_rn(a, -b);
+        }
+      }
+    }
+  }
+}
+
 /// v <- WHT(v) / sqrt(len), the butterflies of codecs::fwht in its order (len = 1, 2, 4, ...):
 /// partners closer than 32 sit in other lanes (shuffle), farther ones in other slots.
 /// The lower element of a pair becomes a + b, the upper a + (-b), exactly as on the host.
@@ -48,19 +68,7 @@ __device__ __forceinline__ void wht_normalized(float (&v)[kSlots], int len) {
       }
     }
   }
-#pragma unroll
-  for (int m = 1; m < kSlots; m <<= 1) {
-    if (m < slots) {
-#pragma unroll
-      for (int k = 0; k < kSlots; ++k) {
-        if (!(k & m)) {
-          float a = v[k], b = v[k | m];
-          v[k] = __fadd_rn(a, b);
-          v[k | m] = __fadd_rn(a, -b);
-        }
-      }
-    }
-  }
+  butterfly_in_registers(v, 1, slots);
   const float norm = codecs::wht_norm(len);
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], norm);
@@ -116,19 +124,7 @@ template <int kSlots>
 __device__ __forceinline__ void wht_runs(float (&v)[kSlots], int len) {
   const int lane = threadIdx.x & 31;
   const int r = runs_of(len);
-#pragma unroll
-  for (int m = 1; m < kSlots; m <<= 1) {
-    if (m < r) {
-#pragma unroll
-      for (int k = 0; k < kSlots; ++k) {
-        if (!(k & m)) {
-          float a = v[k], b = v[k | m];
-          v[k] = __fadd_rn(a, b);
-          v[k | m] = __fadd_rn(a, -b);
-        }
-      }
-    }
-  }
+  butterfly_in_registers(v, 1, r);
   const int lanes = len < 32 ? len : 32;
   for (int d = 1; d < lanes; d <<= 1) {
     const bool upper = (lane & d) != 0;
