@@ -24,7 +24,9 @@ CODECS = ["none", "bf16", "fp16", "bf16:sr", "fp8_e4m3:g32", "fp8_e5m2:g128", "f
           "hint4:g32:h64:s16", "hint4:sr", "mxfp8", "mxfp8_e5m2", "mxfp4",
           # the kernels' other paths: fp8 groups of several warp steps and of no power of two,
           # hint8 runs of 32 elements a lane with groups inside a lane
-          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024"]
+          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024",
+          # taco groups of several 128-element chunks a warp
+          "taco:g512"]
 SIZES = [1, 33, 4097, 70001]  # tails of every kind, and more than one 65536-element piece
 
 
@@ -230,6 +232,33 @@ def test_unaligned_buffers_take_the_scalar_path(backend, rng):
         backend.decode(c, dst.ptr, n, out.ptr + 4, "float32")
         backend.synchronize()
         assert same_bits_or_nan([out.download(ref), ref]), codec
+
+
+@gpu
+@pytest.mark.parametrize("group", [32, 64, 128, 256, 512])
+def test_taco_every_block_shape_bit_identical_to_cpu(backend, rng, group):
+    """taco's kernels on every shape of item: whole groups, the tail's blocks of 128 and
+    more, the tail's tile of shorter blocks, the blocks of 2 and 1 sharing the last quad
+    (n mod 4 = 2, 3), a non-finite group, from an odd element (the scalar loads)."""
+    c = cc.Codec.parse(f"taco:g{group}")._c.bind("bfloat16")
+    for n in (2, 3, 7, 130, 131, 2 * group + group // 2 + 63, 3 * group - 1):
+        x = gaussian_parts(rng, 1, n + 1, "bfloat16")[0]
+        x[min(5, n - 1) + 1] = np.inf
+        xd = DeviceBuffer.of(x)
+        for offset in (0, 1):
+            want = np.zeros(c.wire_bytes(n), np.uint8)
+            _core.encode(c, host_ptr(x) + 2 * offset, "bfloat16", n, 1.0, host_ptr(want),
+                         0, 0, 0, 0)
+            dst = DeviceBuffer(want.size)
+            backend.encode(c, xd.ptr + 2 * offset, "bfloat16", n, 1.0, dst.ptr, 0, 0, 0, 0)
+            backend.synchronize()
+            assert np.array_equal(dst.bytes(want.size), want), f"group {group} n={n}"
+            ref = np.empty(n, np.float32)
+            _core.decode(c, host_ptr(want), n, host_ptr(ref), "float32")
+            out = DeviceBuffer(ref.nbytes)
+            backend.decode(c, dst.ptr, n, out.ptr, "float32")
+            backend.synchronize()
+            assert same_bits_or_nan([out.download(ref), ref]), f"group {group} n={n} decode"
 
 
 # ---- the whole pipeline on virtual ranks of one GPU ----

@@ -1,8 +1,9 @@
-// Warp-level pieces shared by the rotated codec kernels (taco_kernels.cu, hint8_kernels.cu):
-// one warp owns one rotation block (codecs/rotation_blocks.h) held in registers, element
-// j = lane + 32 * k in slot k (a block shorter than 32 uses lanes 0..len-1 of slot 0, the
-// other lanes hold zeros). Every operation is the one the host loop does, in the same order,
-// so the results are bit-identical with the CPU backend.
+// Warp-level pieces shared by the rotated codec kernels (hint8_kernels.cu, taco_kernels.cu):
+// one warp owns a rotation block (codecs/rotation_blocks.h) held in registers, the butterflies
+// of the Hadamard transform between a lane's slots (butterfly_in_registers) and between lanes
+// (shuffles). hint8 uses the contiguous layout below; taco its own quad layout
+// (taco_kernels.cu), with these butterflies and loads. Every operation is the one the host
+// loop does, in the same order, so the results are bit-identical with the CPU backend.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,12 +25,6 @@ constexpr int kThreads = 128;  // four warps per CUDA block, one rotation block 
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxGrid = int64_t(1) << 20;  // warp-stride loops cover any count
 
-/// Slots in use for a block of len elements.
-__device__ __forceinline__ int slots_of(int len) { return len < 32 ? 1 : len >> 5; }
-
-/// Element index of slot k in this lane.
-__device__ __forceinline__ int elem_of(int k) { return (threadIdx.x & 31) + 32 * k; }
-
 /// The butterfly stages between this lane's slots k and k | m for m = from, 2 from, ...
 /// below @p limit (warp-uniform), in that order: the lower slot becomes a + b, the upper
 /// a + (-b), as on the host (codecs::fwht).
@@ -50,59 +45,6 @@ __device__ __forceinline__ void butterfly_in_registers(float (&v)[kSlots], int f
   }
 }
 
-/// v <- WHT(v) / sqrt(len), the butterflies of codecs::fwht in its order (len = 1, 2, 4, ...):
-/// partners closer than 32 sit in other lanes (shuffle), farther ones in other slots.
-/// The lower element of a pair becomes a + b, the upper a + (-b), exactly as on the host.
-template <int kSlots>
-__device__ __forceinline__ void wht_normalized(float (&v)[kSlots], int len) {
-  const int lane = threadIdx.x & 31;
-  const int span = len < 32 ? len : 32;
-  const int slots = slots_of(len);
-  for (int s = 1; s < span; s <<= 1) {
-    const bool upper = (lane & s) != 0;
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      if (k < slots) {  // warp-uniform: every lane takes part in the shuffle
-        float o = __shfl_xor_sync(kFullMask, v[k], s);
-        v[k] = upper ? __fadd_rn(o, -v[k]) : __fadd_rn(v[k], o);
-      }
-    }
-  }
-  butterfly_in_registers(v, 1, slots);
-  const float norm = codecs::wht_norm(len);
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], norm);
-}
-
-/// v[k] <- float(src[off + j]) / divisor for j < len, 0 beyond (the CPU backend's load_block).
-/// With @p add (the fused ring hop, v holding a decoded block) the value is v[k] + float(src),
-/// in that operand order, before the division: the CPU's decode, add_block, encode.
-template <int kSlots>
-__device__ __forceinline__ void load_block(const void* src, DType t, int64_t off, int len,
-                                           float divisor, float (&v)[kSlots], bool add = false) {
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    const int j = elem_of(k);
-    float x = 0.0f;
-    if (j < len) {
-      x = codecs::load_as_float(src, t, off + j);
-      if (add) x = codecs::add_rn(v[k], x);
-    }
-    v[k] = divisor != 1.0f ? codecs::div_rn(x, divisor) : x;
-  }
-}
-
-/// Elements off + j, j < len, of the decode's destination <- v (kernel_util.cuh).
-template <bool kCast, int kSlots>
-__device__ __forceinline__ void store_block(DecodeOut o, int64_t off, int len,
-                                            const float (&v)[kSlots]) {
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    const int j = elem_of(k);
-    if (j < len) store_decoded<kCast>(o, off + j, v[k]);
-  }
-}
-
 // ---- the contiguous layout (hint8_kernels.cu) ----
 // Lane l holds the run of r = runs_of(len) consecutive elements l * r .. l * r + r - 1 of its
 // block in slots 0..r-1 (a block shorter than 32: lanes 0..len-1, one element each), so a
@@ -110,7 +52,7 @@ __device__ __forceinline__ void store_block(DecodeOut o, int64_t off, int len,
 // fp32, one 8-byte load of bf16 / fp16, one 4-byte word of one-byte codes) per access once
 // r >= 4 (rotation blocks of 128 and more). A block starts at a multiple of its length, so
 // with a 16-byte aligned base every such access is aligned. Every arithmetic step is the one
-// of the strided layout above (and of the host loop), only the places of the elements differ.
+// of the host loop, only the places of the elements differ.
 
 /// Elements per lane of a block of len elements in the contiguous layout.
 __device__ __forceinline__ int runs_of(int len) { return len < 32 ? 1 : len >> 5; }
@@ -118,7 +60,7 @@ __device__ __forceinline__ int runs_of(int len) { return len < 32 ? 1 : len >> 5
 /// Element index of slot k (< r) of this lane in the contiguous layout.
 __device__ __forceinline__ int run_elem(int k, int r) { return (threadIdx.x & 31) * r + k; }
 
-/// wht_normalized in the contiguous layout: partners closer than r sit in this lane's other
+/// v <- WHT(v) / sqrt(len) in the contiguous layout: partners closer than r sit in this lane's other
 /// slots, farther ones (distance d) in lane ^ (d / r); the stages in the host's order.
 template <int kSlots>
 __device__ __forceinline__ void wht_runs(float (&v)[kSlots], int len) {
@@ -152,7 +94,10 @@ __device__ __forceinline__ void load4_any(const void* p, DType t, int64_t i, flo
   }
 }
 
-/// load_block in the contiguous layout. @p vec: src is 16-byte aligned.
+/// v[k] <- float(src[off + j]) / divisor for the lane's elements j < len, 0 beyond (the CPU
+/// backend's load_block). With @p add (the fused ring hop, v holding a decoded block) the
+/// value is v[k] + float(src), in that operand order, before the division. @p vec: src is
+/// 16-byte aligned.
 template <int kSlots>
 __device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off, int len,
                                           float divisor, bool vec, float (&v)[kSlots],
@@ -183,7 +128,8 @@ __device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off,
   }
 }
 
-/// store_block in the contiguous layout. @p vec: the destination is 16-byte aligned.
+/// Elements off + j, j < len, of the decode's destination <- v (kernel_util.cuh). @p vec:
+/// the destination is 16-byte aligned.
 template <bool kCast, int kSlots>
 __device__ __forceinline__ void store_runs(DecodeOut o, int64_t off, int len, bool vec,
                                            const float (&v)[kSlots]) {
