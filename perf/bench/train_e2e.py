@@ -259,11 +259,13 @@ class MoETask(LMTask):
                                  combine_group=combine, seed=a.seed)
 
 
-TASKS = {"lm": LMTask, "minilm": MiniLMTask, "moe": MoETask}
+TASKS = {"lm": LMTask, "lm-small": LMTask, "minilm": MiniLMTask, "moe": MoETask}
 # the worker's options per model: MiniLM is fine-tuned at a low rate, on 4 pairs per rank;
 # the MoE LM has 4 blocks and 8 windows per rank, so that its all-to-all traffic is about half
-# of a step's bytes
-MODEL_ARGS = {"lm": [], "minilm": ["--lr", "2e-5", "--seq", "4"],
+# of a step's bytes; lm-small is the byte-level GPT at 2 blocks of width 64 on 8 windows per rank,
+# whose tuned AdamW rate is high (4e-3 at 300 steps: perf/results/training.md)
+MODEL_ARGS = {"lm": [], "lm-small": ["--d-model", "64", "--layers", "2", "--seq", "8"],
+              "minilm": ["--lr", "2e-5", "--seq", "4"],
               "moe": ["--layers", "4", "--seq", "8"]}
 
 
@@ -797,10 +799,11 @@ def report(path: Path) -> int:
 # 50 steps: 1.6e-4, the best of 4e-5 to 3.2e-4 over 3 seeds; moe at 120 steps: 1e-3, whose
 # training loss beat 2e-3's; docs/torch.md has the study's table)
 LOSS_ROWS = {"lm": "gloo@2.5e-4,gloo@5e-4,gloo@1e-3,hint8,fp8,nvfp4,nvfp4-sr,hint4,mxfp4",
+             "lm-small": "gloo@2e-3,gloo@4e-3,gloo@8e-3,hint8,nvfp4,nvfp4-sr,hint4,mxfp4",
              "minilm": "gloo@8e-5,gloo@1.6e-4,gloo@3.2e-4,hint8,nvfp4,nvfp4-sr,hint4",
              "moe": "moe-gloo@5e-4,moe-gloo@1e-3,moe-gloo@2e-3,moe-fp8-dispatch,moe-fp8-a2a,"
                     "moe-fp8-all"}
-LOSS_LR = {"lm": 5e-4, "minilm": 1.6e-4, "moe": 1e-3}
+LOSS_LR = {"lm": 5e-4, "lm-small": 4e-3, "minilm": 1.6e-4, "moe": 1e-3}
 
 
 def loss_study(argv=None) -> int:
