@@ -188,6 +188,7 @@ def main(argv=None) -> int:
                 p.grad = torch.from_numpy(exact[sl[name]].reshape(p.shape).copy())
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
+    print("\n" + "\n".join(summary(out)))
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"args": vars(args), "results": out}, indent=1))
@@ -204,6 +205,25 @@ def print_rows(r: dict) -> None:
         print(f"| {k} | {e['mag']:.2e} | {100 * e['grad']:.2f} | {100 * e['rs']:.2f} | "
               f"{100 * e['ag']:.2f} | {100 * e['tensor']:.2f} | {100 * e['adam']:.2f} | "
               f"{100 * e['adam_lowv']:.2f} |", flush=True)
+
+
+def summary(results: List[dict]) -> List[str]:
+    """One line per rate and codec: the whole bucket's errors in percent, the mean over the
+    measured steps, and the range of the gradient's error over the layer kinds."""
+    lines = ["| peak lr | codec | grad % | layer kinds' range % | rs only % | ag only % | "
+             "ag's share of the squared error | per tensor % | adam % | adam low-v % |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for lr, codec in dict.fromkeys((r["lr"], r["codec"]) for r in results):
+        got = [r["errors"] for r in results if (r["lr"], r["codec"]) == (lr, codec)]
+        m = {k: 100 * float(np.mean([e["all"][k] for e in got]))
+             for k in ("grad", "rs", "ag", "tensor", "adam", "adam_lowv")}
+        kinds = [100 * float(np.mean([e[k]["grad"] for e in got])) for k in KINDS
+                 if all(k in e for e in got)]
+        share = m["ag"] ** 2 / (m["ag"] ** 2 + m["rs"] ** 2) if m["ag"] + m["rs"] else 0.0
+        lines.append(f"| {lr:g} | {codec} | {m['grad']:.2f} | {min(kinds):.1f}-{max(kinds):.1f}"
+                     f" | {m['rs']:.2f} | {m['ag']:.2f} | {100 * share:.0f}% | "
+                     f"{m['tensor']:.2f} | {m['adam']:.2f} | {m['adam_lowv']:.2f} |")
+    return lines
 
 
 if __name__ == "__main__":
