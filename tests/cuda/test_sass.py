@@ -88,10 +88,6 @@ EXCEPTIONS = {
         "no_spill": "rotation 512 decoded to a dtype: two stack accesses (16 values a lane)"},
     "taco_encode_kernel": {"wide_load": _WARP_ELEMENT, "code_store": _WARP_ELEMENT},
     "taco_decode_kernel": {"wide_load": _WARP_ELEMENT, "wide_store": _WARP_ELEMENT},
-    "fourbit::encode_kernel": {
-        "code_store": "the group scales, one or two bytes a group written by its first lane, "
-                      "and a piece's last partial code word; a lane stores its 8 codes as one "
-                      "32-bit word"},
     "fourbit::decode_kernel": {
         "wide_load": "its input is 4 bits a value: a lane reads its 8 codes as one 32-bit "
                      "word (the decode-accumulate's 16-byte loads of its accumulators are "

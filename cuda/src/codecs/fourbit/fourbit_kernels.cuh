@@ -18,22 +18,23 @@
 // piece (64 Ki elements: 128 or 256 KiB of input) in one launch for the call: a first pass
 // over the piece takes its amax (a lane's maximum in registers, the warp's by a shuffle
 // reduction, the block's from one word per warp), a second pass reads the piece again, from
-// L2 where the first left it (the resident blocks' pieces fit in it), and writes codes and
-// group scales, and the block writes the run scale and the pad last. No atomics, no scratch,
-// no other launch. Decoding needs no amax: a warp per tile, any block, one launch.
+// L2 where the first left it (the resident blocks' pieces fit in it), and stores each lane's
+// codes as a 32-bit word. The group scales (1 or 2 bytes each), a partial last code word,
+// the pad and the run scale are gathered in shared memory (the piece's wire tail) and stored
+// as 32-bit words once the piece is done. No atomics, no scratch, no other launch. Decoding
+// needs no amax: a warp per tile, any block, one launch.
 //
 // The ring hop runs the same kernel, each pass loading a tile as decode(wire) + x
 // (decode_lane, the decode kernel's own code, then the input added) instead of x. In place
-// (dst = wire) this is safe because:
-//  - a warp tile's codes [base/2, (base + 256)/2) and group scales (its own groups: a group
-//    never straddles two tiles) are disjoint from every other tile's; in the second pass a
-//    warp reads all of its tile's bytes (decode_lane ends with __syncwarp) before any lane
-//    writes one, and the first pass, which every warp of the block finishes before the
-//    second starts (__syncthreads), writes no wire byte;
-//  - the one shared datum, the old run scale every tile of the piece needs to decode, is
-//    read by every thread before the first pass, and the block writes the new one (and the
-//    pad before it) only after a __syncthreads that follows the second pass; only this block
-//    touches the piece's wire section.
+// (dst = wire) this is safe because only the piece's own block touches its wire section, and
+// within it:
+//  - a warp tile's whole code words [base/2, (base + 256)/2) are disjoint from every other
+//    tile's, and in the second pass a warp reads all of its tile's bytes (decode_lane ends
+//    with __syncwarp) before any lane stores one; the first pass, which every warp finishes
+//    before the second starts (__syncthreads), stores no wire byte;
+//  - everything else every tile may read, the group scales, a partial last code word and the
+//    old run scale (read by every thread before the first pass), is stored only after a
+//    __syncthreads that follows the second pass.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -60,6 +61,11 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxGridX = 1024;               // decode: CUDA blocks per piece (tile-stride loops)
 constexpr int kMaxGridY = 65535;              // pieces at once; piece-stride loops cover any count
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
+constexpr int kMinGroup = 16;                 // the 4-bit codecs' smallest group
+// The tail of a piece's wire section that its CUDA block gathers in shared memory and stores
+// as 32-bit words: a partial last code word, the group scales (at most 2 bytes per 16
+// elements of a 65,536-element piece), the pad and the run scale.
+constexpr int kTailWords = (4 + (codecs::kFourbitRunBlock / kMinGroup) * 2 + 8) / 4;
 
 struct Params {
   int64_t n;           // elements of the call
@@ -259,10 +265,14 @@ __device__ __forceinline__ int32_t group_amax(int32_t m, int g) {
   return m;
 }
 
-// Writes the scale code of the group starting at element j of piece c.
-__device__ __forceinline__ void write_scale(uint8_t* dst, const Params& p, const Piece& c,
-                                            int64_t j, uint32_t code) {
-  uint8_t* at = dst + c.wire + c.lay.scales + j / p.group * (p.scale_bits / 8);
+// Where the block's gathered tail of piece c starts in its wire section: the 4-byte word of
+// its last partial run of codes (the scales when the piece is a multiple of 8).
+__device__ __forceinline__ int64_t tail_start(const Piece& c) { return (c.n & ~int64_t(7)) / 2; }
+
+// Gathers the scale code of the group starting at element j of piece c into the tail.
+__device__ __forceinline__ void gather_scale(uint8_t* tail, const Params& p, const Piece& c,
+                                             int64_t j, uint32_t code) {
+  uint8_t* at = tail + (c.lay.scales - tail_start(c)) + j / p.group * (p.scale_bits / 8);
   at[0] = static_cast<uint8_t>(code);
   if (p.scale_bits == 16) at[1] = static_cast<uint8_t>(code >> 8);
 }
@@ -286,19 +296,26 @@ __device__ __forceinline__ int32_t piece_amax_lane(const void* src, DType t, con
 
 // dst <- the wire sections of every piece (see the file comment): a CUDA block per piece.
 // dst may be the hop's wire (in place), hence no __restrict__. A lane stores its 8 codes as
-// one 32-bit word (bytes in a piece's last partial word); a group's first lane stores its
-// scale.
+// one 32-bit word; a group's first lane puts its scale, and a piece's last partial run of
+// codes its bytes, into the tail the block gathers in shared memory (scales are 1 or 2 bytes
+// each: stored from there as 32-bit words once the piece is done, with the pad and the run
+// scale).
 template <class Q, bool kHop>
 __global__ void __launch_bounds__(kThreads, 1)
     encode_kernel(const void* __restrict__ src, DType t, const uint8_t* wire, Params p,
                   uint8_t* dst) {
   __shared__ int32_t warp_max[kWarps];
+  __shared__ uint32_t tail_words[kTailWords];
+  uint8_t* tail = reinterpret_cast<uint8_t*>(tail_words);
   const int64_t pieces = (p.n + p.piece - 1) / p.piece;
   const int warp = threadIdx.x >> 5;
   const uint64_t prefix = codecs::sr_prefix(p.ctx.seed, p.ctx.step, p.ctx.rank);
   for (int64_t q = blockIdx.x; q < pieces; q += gridDim.x) {
     const Piece c = piece_at(p, q);
     const float wire_s = kHop ? wire_run_scale(wire, c) : 0.0f;
+    const int64_t t0 = tail_start(c);
+    const int tail_n = static_cast<int>((c.lay.total - t0) / 4);
+    for (int i = threadIdx.x; i < tail_n; i += kThreads) tail_words[i] = 0;  // the pad's zeros
     int32_t amax = __reduce_max_sync(kFullMask, piece_amax_lane<Q, kHop>(src, t, wire, wire_s, p, c));
     if (lane_id() == 0) warp_max[warp] = amax;
     __syncthreads();
@@ -317,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       a = group_amax(a, p.group);
       const uint32_t code = codecs::encode_group_scale(a, Q::kQMax, s, p.scale_bits, p.stochastic);
       const float d = codecs::group_step(code, s, p.scale_bits);
-      if (len > 0 && j0 % p.group == 0) write_scale(dst, p, c, j0, code);
+      if (len > 0 && j0 % p.group == 0) gather_scale(tail, p, c, j0, code);
       uint32_t word = 0;
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
@@ -328,20 +345,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           word |= uint32_t(codecs::fourbit_quantize<Q>(v[k], d, p.stochastic, u)) << (4 * k);
         }
       }
-      uint8_t* codes = dst + c.wire + j0 / 2;
       if (len == kPerLane) {
-        *reinterpret_cast<uint32_t*>(codes) = word;
-      } else {
-        for (int i = 0; i < (len + 1) / 2; ++i) codes[i] = static_cast<uint8_t>(word >> (8 * i));
+        *reinterpret_cast<uint32_t*>(dst + c.wire + j0 / 2) = word;
+      } else if (len > 0) {  // j0 / 2 == t0; an odd piece's last high nibble is 0
+        for (int i = 0; i < (len + 1) / 2; ++i) tail[i] = static_cast<uint8_t>(word >> (8 * i));
       }
     }
-    __syncthreads();  // every read of the old run scale and of warp_max is done
-    if (threadIdx.x == 0) {
-      uint8_t* w = dst + c.wire;
-      const int64_t scales_end = c.lay.scales + (c.n + p.group - 1) / p.group * (p.scale_bits / 8);
-      for (int64_t i = scales_end; i < c.lay.run_scale; ++i) w[i] = 0;
-      *reinterpret_cast<float*>(w + c.lay.run_scale) = s;
-    }
+    // Every read of the wire (the old run scale, a tile's scales and codes) and of warp_max
+    // is done, and the tail gathered: store it, the run scale last.
+    __syncthreads();
+    uint32_t* out = reinterpret_cast<uint32_t*>(dst + c.wire + t0);
+    for (int i = threadIdx.x; i < tail_n; i += kThreads)
+      out[i] = i + 1 < tail_n ? tail_words[i] : codecs::f32_bits(s);
+    __syncthreads();  // the tail and warp_max are reused by the next piece
   }
 }
 
@@ -388,13 +404,15 @@ inline int encode_grid(const Params& p) {
 
 inline void check_args(const Codec& c, int64_t n, const void* wire) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
-  CC_CHECK(c.group >= kPerLane && c.group <= kWarpTile && (c.group & (c.group - 1)) == 0,
-           "4-bit codec group " << c.group << " must be a power of two in 8..256");
+  CC_CHECK(c.group >= kMinGroup && c.group <= kWarpTile && (c.group & (c.group - 1)) == 0,
+           "4-bit codec group " << c.group << " must be a power of two in 16..256");
   CC_CHECK(c.rotation >= 0 && c.rotation <= kWarpTile && (c.rotation & (c.rotation - 1)) == 0,
            "4-bit codec rotation " << c.rotation << " must be a power of two up to 256");
   CC_CHECK(c.scale_bits == 8 || c.scale_bits == 16, "4-bit codec scales are 8 or 16 bits");
-  CC_CHECK(c.run_block <= 0 || c.run_block % kWarpTile == 0,
-           "4-bit codec run block " << c.run_block << " must be a multiple of " << kWarpTile);
+  CC_CHECK(c.run_block > 0 && c.run_block % kWarpTile == 0 &&
+               c.run_block <= codecs::kFourbitRunBlock,
+           "4-bit codec run block " << c.run_block << " must be a multiple of " << kWarpTile
+                                    << " up to " << codecs::kFourbitRunBlock);
   CC_CHECK(reinterpret_cast<uintptr_t>(wire) % 4 == 0, "wire buffer must be 4-byte aligned");
 }
 
