@@ -23,9 +23,9 @@ CODECS = ["none", "bf16", "fp16", "bf16:sr", "fp8_e4m3:g32", "fp8_e5m2:g128", "f
           "hint8:g16:h64:s16:rs", "hint8:sr", "nvfp4", "hnvfp4:h64", "nvfp4:sr", "hint4",
           "hint4:g32:h64:s16", "hint4:sr", "mxfp8", "mxfp8_e5m2", "mxfp4",
           # the kernels' other paths: fp8 groups of several warp steps and of no power of two,
-          # hint8 runs of 32 elements a lane with groups inside a lane; 4-bit rotations of a
-          # whole warp tile (random signs) and inside a lane, a group of the whole warp
-          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024", "hnvfp4:h256:rs",
+          # hint8 runs of 32 elements a lane with groups inside a lane; 4-bit rotations across
+          # lanes with random signs and inside a lane, a group of the whole warp
+          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024", "hnvfp4:h32:rs",
           "hint4:g256:h2:s16:sr"]
 SIZES = [1, 33, 4097, 70001]  # tails of every kind, and more than one 65536-element piece
 
