@@ -49,7 +49,9 @@ ccompress backend with a codec (``hint8``, ``fp8``, ``nvfp4``, ``auto``, ``auto-
 (``auto:nvfp4``), ...; error feedback on; ``hint8-noef`` and ``fp8-noef`` without it, the
 backend's default), ``hier-*`` (algo ``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*``
 (FSDP2 on gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
-(the hook with GIFT) and ``tsr`` (TSR-Adam, rank 32; ``tsr-r64``: rank 64). A row
+(the hook with GIFT), ``tsr`` (TSR-Adam, rank 32; ``tsr-r64``: rank 64) and, for ``--model
+moe``, ``moe-*`` (``moe-gloo`` exact, ``moe-compute`` its step without communication, the
+all-to-all and gradient codecs of the others in :data:`ROWS`). A row
 ``NAME@LR`` is that row at its own peak learning rate. Writes ``<out>/e2e.json``, ``<out>/e2e.md`` and
 ``<out>/e2e.png`` (step time against link rate); ``python -m perf.bench.train_e2e report
 <out>/e2e.json`` writes the last two again from the first. Needs root, iproute2 and the .venv of
