@@ -1,8 +1,9 @@
 """A small mixture-of-experts byte-level LM with expert parallelism, for the examples and the
 MoE rows of perf/bench/train_e2e.py.
 
-examples/tinylm.py's GPT with every block's MLP replaced by ``experts`` experts (a GELU MLP
-each) behind a top-``top_k`` softmax router with a capacity factor (Switch/GShard style).
+examples/tinylm.py's GPT (its attention: :func:`examples.tinylm.causal_attention`) with every
+block's MLP replaced by ``experts`` experts (a GELU MLP of ``hidden`` units each) behind a
+top-``top_k`` softmax router with a capacity factor (Switch/GShard style).
 The experts are sharded over the ranks of the expert-parallel group (``experts / world``
 each); a token reaches its experts' ranks by ``all_to_all_single`` (dispatch) and their outputs
 come back by a second one (combine), through ``torch.distributed.nn.functional`` so that
@@ -13,7 +14,10 @@ backend's ``all_to_all`` option; a gloo group is exact).
 Every expert's slot buffer holds ``capacity = ceil(capacity_factor * tokens * top_k /
 experts)`` rows (zero rows where fewer tokens chose it; tokens beyond it are dropped from
 that expert, first choices before second choices), so every rank sends every other rank the
-same number of rows: equal splits.
+same number of rows: equal splits. Routing and dispatch are batched tensor ops (a one-hot
+cumulative sum numbers each expert's slots, ``index_copy`` fills the send buffer, one batched
+matrix product runs a rank's experts on what it received, ``index_add`` sums each token's
+gated expert outputs): no Python loop over tokens or experts.
 
 Data-parallel training wraps only the dense weights in DDP (:func:`dense_ddp`); each rank
 owns its experts, whose gradients are complete after backward, since every rank's tokens
@@ -28,14 +32,20 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, List
+from typing import Any, List, Optional
+
+if __package__:
+    from .tinylm import causal_attention
+else:  # imported by a script run from examples/
+    from tinylm import causal_attention
 
 AUX_LOSS = 0.01  # the load-balancing loss's weight (Switch Transformer's)
 
 
 def build_model(torch, d: int, layers: int, heads: int, ctx: int, *, experts: int = 8,
-                top_k: int = 2, capacity_factor: float = 1.25, dispatch_group: Any = None,
-                combine_group: Any = None, seed: int = 0):
+                top_k: int = 2, capacity_factor: float = 1.25, hidden: Optional[int] = None,
+                dispatch_group: Any = None, combine_group: Any = None, exchange: bool = True,
+                seed: int = 0):
     """The MoE GPT of this module for the calling rank.
 
     Parameters
@@ -50,9 +60,16 @@ def build_model(torch, d: int, layers: int, heads: int, ctx: int, *, experts: in
         Experts each token goes to.
     capacity_factor : float
         Slots per expert, as a multiple of an even share of the ``tokens * top_k`` choices.
+    hidden : int, optional
+        Each expert's hidden units (default ``4 * d``, a dense MLP's; fine-grained experts,
+        as in DeepSeek-V3 and Qwen-MoE, have fewer than ``d``).
     dispatch_group, combine_group : ProcessGroup, optional
         The groups of the dispatch and of the combine all-to-all (the default group where
         None); both span the same ranks in the same order.
+    exchange : bool
+        False: no all-to-all; each rank's experts run on the rank's own send buffer in place
+        of what the other ranks would send it (the same shapes and arithmetic, nothing sent:
+        the step's compute alone, for timing; not a model to train).
     seed : int
         Seeds every expert by its global index, so an expert's initial weights do not depend
         on the number of ranks.
@@ -66,7 +83,8 @@ def build_model(torch, d: int, layers: int, heads: int, ctx: int, *, experts: in
     Raises
     ------
     ValueError
-        Where ``experts`` is not a multiple of the group's size or ``top_k`` exceeds it.
+        Where ``experts`` is not a multiple of the group's size, ``top_k`` exceeds it, or
+        ``hidden`` is below 1.
     """
     import torch.distributed as dist
     from torch.distributed.nn.functional import all_to_all_single
@@ -83,21 +101,21 @@ def build_model(torch, d: int, layers: int, heads: int, ctx: int, *, experts: in
                          "expert-parallel group")
     if not 1 <= top_k <= experts:
         raise ValueError(f"top_k={top_k} must be between 1 and experts={experts}")
+    hidden = 4 * d if hidden is None else hidden
+    if hidden < 1:
+        raise ValueError(f"hidden={hidden} must be 1 or more")
     local = experts // world
 
     class Expert(nn.Module):
         def __init__(self, index: int) -> None:
             super().__init__()
-            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.up, self.down = nn.Linear(d, hidden), nn.Linear(hidden, d)
             g = torch.Generator().manual_seed(seed * 1000 + index)
             with torch.no_grad():  # GPT-2 initialisation, from the expert's own generator
                 self.up.weight.normal_(0.0, 0.02, generator=g)
                 self.down.weight.normal_(0.0, 0.02 / math.sqrt(2 * layers), generator=g)
                 self.up.bias.zero_()
                 self.down.bias.zero_()
-
-        def forward(self, x):
-            return self.down(F.gelu(self.up(x)))
 
     class MoE(nn.Module):
         def __init__(self) -> None:
@@ -126,12 +144,19 @@ def build_model(torch, d: int, layers: int, heads: int, ctx: int, *, experts: in
             token, weight = token[keep], weight[keep]
             send = x.new_zeros(experts * cap, d).index_copy(0, slot, x[token])
             # rows [r * local * cap, (r + 1) * local * cap) go to rank r: equal splits
-            got = all_to_all_single(torch.empty_like(send), send, group=dispatch_group)
-            got = got.view(world, local, cap, d)
-            out = torch.stack([e(got[:, j].reshape(world * cap, d)).view(world, cap, d)
-                               for j, e in enumerate(self.experts)], dim=1)
-            back = all_to_all_single(torch.empty_like(send), out.reshape(-1, d),
-                                     group=combine_group)
+            got = all_to_all_single(torch.empty_like(send), send, group=dispatch_group) \
+                if exchange else send
+            # (local, world * cap, d): each local expert's rows from every rank, and the
+            # experts' GELU MLPs as one batched matrix product each way
+            got = got.view(world, local, cap, d).transpose(0, 1).reshape(local, -1, d)
+            ex = self.experts
+            up = torch.stack([e.up.weight for e in ex]).transpose(1, 2)  # (local, d, hidden)
+            down = torch.stack([e.down.weight for e in ex]).transpose(1, 2)
+            h = torch.baddbmm(torch.stack([e.up.bias for e in ex])[:, None], got, up)
+            out = torch.baddbmm(torch.stack([e.down.bias for e in ex])[:, None], F.gelu(h), down)
+            out = out.view(local, world, cap, d).transpose(0, 1).reshape(-1, d)
+            back = all_to_all_single(torch.empty_like(send), out, group=combine_group) \
+                if exchange else out
             y = x.new_zeros(n, d).index_add(0, token, back[slot] * weight[:, None])
             # Switch's balance loss: experts x sum over experts of (share of first choices
             # x mean router probability)
@@ -147,11 +172,7 @@ def build_model(torch, d: int, layers: int, heads: int, ctx: int, *, experts: in
             self.moe = MoE()
 
         def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.attn_qkv(self.ln1(x)).split(d, dim=2)
-            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.attn_out(a.transpose(1, 2).reshape(b, t, d))
+            x = x + causal_attention(F, self.attn_qkv, self.attn_out, self.ln1(x), heads)
             return x + self.moe(self.ln2(x))
 
     class MoEGPT(nn.Module):

@@ -170,6 +170,17 @@ def load_text(files: List[str], desc: str) -> Tuple[np.ndarray, np.ndarray, Dict
 
 
 # ---------------------------------------------------------------- model
+def causal_attention(F, qkv, out, x, heads: int):
+    """Causal multi-head self-attention of ``x`` (batch, time, d) through the block's
+    ``qkv`` (d -> 3d) and ``out`` (d -> d) projections: the attention half of a block of
+    this module's GPT and of examples/moelm.py's MoE GPT (``F`` is torch.nn.functional)."""
+    b, t, d = x.shape
+    q, k, v = qkv(x).split(d, dim=2)
+    q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return out(a.transpose(1, 2).reshape(b, t, d))
+
+
 def build_model(torch, d: int, layers: int, heads: int, ctx: int):
     """Byte-level pre-LayerNorm GPT: tied embeddings, GELU MLP 4x, GPT-2 initialisation."""
     nn, F = torch.nn, torch.nn.functional
@@ -182,11 +193,7 @@ def build_model(torch, d: int, layers: int, heads: int, ctx: int):
             self.mlp_up, self.mlp_down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
 
         def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.attn_qkv(self.ln1(x)).split(d, dim=2)
-            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.attn_out(a.transpose(1, 2).reshape(b, t, d))
+            x = x + causal_attention(F, self.attn_qkv, self.attn_out, self.ln1(x), heads)
             return x + self.mlp_down(F.gelu(self.mlp_up(self.ln2(x))))
 
     class GPT(nn.Module):

@@ -25,6 +25,13 @@ from ._options import OP_CODECS, env_flag  # noqa: F401 - env_flag: the hook's n
 LOGGER = logging.getLogger("ccompress.torch")
 OPS = tuple(OP_CODECS)
 REASONS = ("codec none", "auto", "op", "dtype", "layout", "small", "shape", "device")
+# What the plan line adds where a gradient op sends fewer than LOW_BITS bits per element: the
+# rate sensitivity measured in perf/results/training.md ("4-bit at a high learning rate").
+LOW_BITS = 6.0
+LOW_BIT_NOTE = ("4-bit gradients ended within 0.11% of tuned exact at peak rates 5e-4 and 1.6e-4; "
+                "on a model tuned to 4e-3 nvfp4 and hint4:g16 held, mxfp4 lost 3.0% and "
+                "nvfp4 with GIFT 0.8%: check the loss at your learning rate "
+                "(perf/results/training.md)")
 # A configured (not "none") codec that has not compressed one of the first ENGAGE_CHECK_CALLS
 # calls of its op gets a warning (once per op), with the reasons counted so far.
 ENGAGE_CHECK_CALLS = 20
@@ -101,9 +108,13 @@ def plan_line(config: Any, given: Any = None) -> str:
             extra = f", algo {options.algo}" if op == "all_reduce" else ""
             ef = ", error feedback" if options.error_feedback and OP_CODECS[op].feedback else ""
             parts.append(f"{op}: {codec.spec}{extra}{ef}")
+    low = sorted({c.name for op in ("all_reduce", "reduce_scatter")
+                  for c in (config.codecs[op].codec, config.codecs[op].candidate)
+                  if c is not None and c.wire_bytes(1 << 16) * 8 < LOW_BITS * (1 << 16)})
     return ("ccompress backend: " + "; ".join(parts) +
             f" (float32/bfloat16/float16 tensors of >= {options.min_numel} elements; "
-            "compressed_group().stats() counts what ran)")
+            "compressed_group().stats() counts what ran)" +
+            (f". {', '.join(low)}: {LOW_BIT_NOTE}" if low else ""))
 
 
 class OpStats:

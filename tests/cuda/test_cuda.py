@@ -23,10 +23,11 @@ CODECS = ["none", "bf16", "fp16", "bf16:sr", "fp8_e4m3:g32", "fp8_e5m2:g128", "f
           "hint8:g16:h64:s16:rs", "hint8:sr", "nvfp4", "hnvfp4:h64", "nvfp4:sr", "hint4",
           "hint4:g32:h64:s16", "hint4:sr", "mxfp8", "mxfp8_e5m2", "mxfp4",
           # the kernels' other paths: fp8 groups of several warp steps and of no power of two,
-          # hint8 runs of 32 elements a lane with groups inside a lane
-          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024",
-          # taco groups of several 128-element chunks a warp
-          "taco:g512"]
+          # hint8 runs of 32 elements a lane with groups inside a lane; 4-bit rotations across
+          # lanes with random signs and inside a lane, a group of the whole warp; taco groups
+          # of several 128-element chunks a warp
+          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024", "hnvfp4:h32:rs",
+          "hint4:g256:h2:s16:sr", "taco:g512"]
 SIZES = [1, 33, 4097, 70001]  # tails of every kind, and more than one 65536-element piece
 
 
@@ -183,6 +184,38 @@ def test_mx_scale_extremes_and_non_finite_bit_identical_to_cpu(backend, rng, cod
     backend.decode(c, dst.ptr, n, out.ptr, "float32")
     backend.synchronize()
     assert same_bits_or_nan([out.download(ref), ref])
+
+
+@gpu
+@pytest.mark.parametrize("codec", ["nvfp4", "hnvfp4:h256:rs", "hint4:g32:h64:s16:sr"])
+def test_fourbit_extremes_and_non_finite_bit_identical_to_cpu(backend, rng, codec):
+    """Groups of zeros, groups far below the run's largest (scales that underflow), fp32
+    subnormals and NaN / Inf, over two pieces with a short tail: the 4-bit kernels give the
+    CPU's bytes and values, plain and as the in-place ring hop."""
+    n = 65536 + 32 * 40 + 7
+    x = rng.standard_normal(n) * np.repeat(10.0 ** rng.uniform(-44, 37, n // 32 + 1), 32)[:n]
+    x[64:96] = 0.0
+    x[[5, 99, 100, 700, 65536 + 3]] = [np.nan, np.inf, -np.inf, np.nan, np.inf]
+    x = np.clip(x, -3.4e38, 3.4e38).astype(np.float32)
+    c, want = cpu_encode(codec, x, 1.0, (7, 5, 2, 12345))
+    src, dst = DeviceBuffer.of(x), DeviceBuffer(want.size)
+    backend.encode(c, src.ptr, "float32", n, 1.0, dst.ptr, 7, 5, 2, 12345)
+    backend.synchronize()
+    assert np.array_equal(dst.bytes(want.size), want)
+    ref = np.empty(n, np.float32)
+    _core.decode(c, host_ptr(want), n, host_ptr(ref), "float32")
+    out = DeviceBuffer(ref.nbytes)
+    backend.decode(c, dst.ptr, n, out.ptr, "float32")
+    backend.synchronize()
+    assert same_bits_or_nan([out.download(ref), ref])
+    y = np.flip(x).copy()
+    hop = np.zeros_like(want)
+    _core.decode_reduce_encode(c, host_ptr(want), host_ptr(y), "float32", n, 2.0, host_ptr(hop),
+                               3, 1, 1, 64)
+    yd = DeviceBuffer.of(y)
+    backend.decode_reduce_encode(c, dst.ptr, yd.ptr, "float32", n, 2.0, dst.ptr, 3, 1, 1, 64)
+    backend.synchronize()
+    assert np.array_equal(dst.bytes(want.size), hop)
 
 
 @gpu

@@ -52,9 +52,7 @@ KERNELS = {
     "taco_encode_kernel": "codes",
     "taco_decode_kernel": "values",
     # the 4-bit families nvfp4, hnvfp4, hint4 (codecs/fourbit/fourbit_kernels.cuh)
-    "fourbit::amax_kernel": "count",
     "fourbit::encode_kernel": "codes",
-    "fourbit::finalize_kernel": "finalize",
     "fourbit::decode_kernel": "values",
     # mxfp8*, mxfp4 (codecs/mxfp8/mx_kernels.cuh)
     "mx::encode_kernel": "codes",
@@ -90,9 +88,10 @@ EXCEPTIONS = {
         "wide_load": "its input is one byte a value: a lane reads each quad's 4 codes as one "
                      "32-bit word (decode-accumulate's 16-byte loads are of the accumulators); "
                      "a warp still reads whole 128-byte lines"},
-    "fourbit::amax_kernel": {"wide_load": _BLOCK_TILE},
-    "fourbit::encode_kernel": {"wide_load": _BLOCK_TILE, "code_store": _BLOCK_TILE},
-    "fourbit::decode_kernel": {"wide_load": _BLOCK_TILE, "wide_store": _BLOCK_TILE},
+    "fourbit::decode_kernel": {
+        "wide_load": "its input is 4 bits a value: a lane reads its 8 codes as one 32-bit "
+                     "word (the decode-accumulate's 16-byte loads of its accumulators are "
+                     "wide); a warp still reads whole 128-byte lines"},
     "mx::encode_kernel": {"wide_load": _BLOCK_TILE, "code_store": _BLOCK_TILE},
     "mx::decode_kernel": {"wide_load": _BLOCK_TILE, "wide_store": _BLOCK_TILE},
 }

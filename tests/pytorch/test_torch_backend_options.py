@@ -231,3 +231,18 @@ def test_torch_modules_import_one_way():
 
     for m in sorted(mods):
         visit(m)
+
+
+def test_plan_line_states_the_rate_sensitivity_of_4_bit(monkeypatch):
+    """A gradient op at 4 bits (fixed, or auto's candidate) gets the measured rate
+    sensitivity in the plan line; 8-bit codecs and exact do not."""
+    from ccompress.torch import _engagement
+
+    for spec, low in (("nvfp4", "nvfp4"), ("auto:hint4:g16", "hint4:g16"), ("hint8", None),
+                      ("auto", None), ("none", None)):
+        monkeypatch.setenv("CCOMPRESS_CODEC", spec)
+        line = _engagement.plan_line(resolve(BackendOptions()))
+        if low is None:
+            assert _engagement.LOW_BIT_NOTE not in line, (spec, line)
+        else:
+            assert line.endswith(f". {low}: {_engagement.LOW_BIT_NOTE}"), (spec, line)

@@ -74,11 +74,13 @@ def test_loss_table_against_tuned_exact():
 
 def test_moe_loss_table_tunes_on_the_exact_moe_rows():
     """--model moe: the exact rows are moe-gloo's (gradients and both all-to-alls exact); a
-    row that compresses only the dispatch is not one, even where its loss is lowest."""
+    row that compresses only the dispatch is not one, nor the compute row that sends nothing,
+    even where their loss is lowest."""
     runs = []
     for seed in (1, 2):
         run = seed_run(seed, {"moe-gloo@1e-3": 2.0, "moe-gloo@2e-3": 1.9,
-                              "moe-fp8-dispatch": 1.8, "moe-fp8-all": 1.919})
+                              "moe-fp8-dispatch": 1.8, "moe-fp8-all": 1.919,
+                              "moe-compute": 1.7})
         for r in run["rows"].values():
             r.update(dense_parameters=500_000, a2a_exact_bytes=3e6)
         run["args"]["model"] = "moe"
@@ -91,7 +93,9 @@ def test_moe_loss_table_tunes_on_the_exact_moe_rows():
     # count and the exact combine
     assert "| 0.001 | 11.0 |" in next(x for x in lines if x.startswith("| moe-gloo@2e-3 |"))
     assert "| 0.001 | 8.0 |" in next(x for x in lines if x.startswith("| moe-fp8-dispatch |"))
+    assert "| 0.001 | 0.0 |" in next(x for x in lines if x.startswith("| moe-compute |"))
     assert not train_e2e.is_exact("moe-fp8-dispatch") and train_e2e.is_exact("moe-gloo@1e-3")
+    assert not train_e2e.is_exact("moe-compute")
 
 
 def test_loss_study_runs_under_torchrun(tmp_path):

@@ -33,7 +33,7 @@ g = torch.Generator().manual_seed(7)
 idx = torch.randint(0, 256, (2 * size, CTX + 1), generator=g)
 x, y = idx[:, :-1], idx[:, 1:]
 mine = slice(2 * rank, 2 * rank + 2)
-kw = dict(experts=EXPERTS, top_k=2, capacity_factor=EXPERTS / 2, seed=3)
+kw = dict(experts=EXPERTS, top_k=2, capacity_factor=EXPERTS / 2, hidden=48, seed=3)
 ref = moelm.build_model(torch, D, LAYERS, HEADS, CTX, dispatch_group=own, combine_group=own, **kw)
 ref_loss = ref(x, y)
 ref_loss.backward()

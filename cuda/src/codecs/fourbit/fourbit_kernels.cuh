@@ -1,27 +1,40 @@
 // CUDA kernels of the 4-bit codecs (nvfp4_kernels.cu, hint4_kernels.cu), templated on the
-// grid policy Q of codecs/fourbit/fourbit.h. They compute exactly what codecs/fourbit/fourbit_cpu.h computes:
-// every value goes through the same fp32 operations, and the rotation evaluates the same
-// butterfly network (each butterfly's operands are fixed by the network, whatever order the
-// threads run them in), so wire bytes and decoded values are bit-identical to the CPU's.
+// grid policy Q of codecs/fourbit/fourbit.h. They compute exactly what codecs/fourbit/fourbit_cpu.h
+// computes: every value goes through the same fp32 operations, and the rotation evaluates the
+// same butterfly network (each butterfly's operands are fixed by the network, whatever lane
+// runs it), so wire bytes and decoded values are bit-identical to the CPU's.
 //
-// A run is processed in tiles of kTile elements from the run start: kTile is a multiple of
-// every group and rotation size, so no group or rotation block straddles two tiles. Encoding
-// needs the run's amax before any group scale, so it takes three launches: amax (atomicMax
-// of |y| bits, which order like the values, into the run-scale slot of the wire buffer),
-// quantize (reads that amax; every block derives the same s from it), then finalize (turns
-// the slot into s and zeroes the pad).
+// Layout. A call covers all the pieces of its run (Codec::run_block elements each, every piece
+// its own wire section, as codecs/registry.h's for_each_piece lays them out) in one launch per
+// kernel. A piece is cut into warp tiles of kWarpTile = 256 elements from its start: lane l of
+// a warp holds the 8 consecutive elements 8l .. 8l + 7 of its tile in registers, so it reads
+// them with 16-byte loads (two for fp32) and writes their 8 codes as one 32-bit word. Every
+// group (8 <= G <= 256) and rotation block (H <= 256) lies in one tile: a group is G / 8
+// consecutive lanes (its amax by shuffles); a rotation stage of
+// distance d < 8 pairs slots of a lane, one of d >= 8 pairs lane l with lane l ^ (d / 8).
+// Neither touches shared memory.
 //
-// The ring hop runs the same three launches, each loading a tile as decode(wire) + x
-// (decode_tile, the decode kernel's own code, then load_tile's add) instead of x, so both
-// passes decode the incoming piece. In place (dst = wire) this is safe because:
-//  - a tile's codes [base/2, (base + len + 1)/2) and group scales (groups of G | kTile from
-//    the run start) are disjoint from every other tile's, a CUDA block reads its tile
-//    entirely (decode_tile ends with __syncthreads) before writing any of it, and the amax
-//    pass writes no wire byte at all;
-//  - the one shared datum, the old run scale every tile needs to decode, stays in the wire
-//    untouched until finalize: the hop accumulates the new run's amax in a separate device
-//    word (amax_scratch) instead of the run-scale slot, and finalize, which runs after both
-//    passes (stream order), is the only writer of the slot and of the pad before it.
+// Encoding needs a piece's amax before any group scale, so one CUDA block encodes a whole
+// piece (64 Ki elements: 128 or 256 KiB of input) in one launch for the call: a first pass
+// over the piece takes its amax (a lane's maximum in registers, the warp's by a shuffle
+// reduction, the block's from one word per warp), a second pass reads the piece again, from
+// L2 where the first left it (the resident blocks' pieces fit in it), and stores each lane's
+// codes as a 32-bit word. The group scales (1 or 2 bytes each), a partial last code word,
+// the pad and the run scale are gathered in shared memory (the piece's wire tail) and stored
+// as 32-bit words once the piece is done. No atomics, no scratch, no other launch. Decoding
+// needs no amax: a warp per tile, any block, one launch.
+//
+// The ring hop runs the same kernel, each pass loading a tile as decode(wire) + x
+// (decode_lane, the decode kernel's own code, then the input added) instead of x. In place
+// (dst = wire) this is safe because only the piece's own block touches its wire section, and
+// within it:
+//  - a warp tile's whole code words [base/2, (base + 256)/2) are disjoint from every other
+//    tile's, and in the second pass a warp reads all of its tile's bytes (decode_lane ends
+//    with __syncwarp) before any lane stores one; the first pass, which every warp finishes
+//    before the second starts (__syncthreads), stores no wire byte;
+//  - everything else every tile may read, the group scales, a partial last code word and the
+//    old run scale (read by every thread before the first pass), is stored only after a
+//    __syncthreads that follows the second pass.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,295 +54,401 @@
 
 namespace ccompress::cuda::fourbit {
 
-constexpr int kTile = 1024;          // >= and a multiple of every G (<= 256) and H (<= 256)
-constexpr int kThreads = kTile / 2;  // one output byte (two elements) per thread
+constexpr int kPerLane = 8;                   // elements a lane holds: 4 code bytes
+constexpr int kWarpTile = 32 * kPerLane;      // >= and a multiple of every G and H (<= 256)
+constexpr int kThreads = 512;                 // 16 warps per CUDA block
 constexpr int kWarps = kThreads / 32;
-constexpr int64_t kMaxGrid = 4096;   // grid-stride loops cover any run
+constexpr int kMaxGridX = 1024;               // decode: CUDA blocks per piece (tile-stride loops)
+constexpr int kMaxGridY = 65535;              // pieces at once; piece-stride loops cover any count
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+constexpr int kMinGroup = 16;                 // the 4-bit codecs' smallest group
+// The tail of a piece's wire section that its CUDA block gathers in shared memory and stores
+// as 32-bit words: a partial last code word, the group scales (at most 2 bytes per 16
+// elements of a 65,536-element piece), the pad and the run scale.
+constexpr int kTailWords = (4 + (codecs::kFourbitRunBlock / kMinGroup) * 2 + 8) / 4;
 
 struct Params {
-  int64_t n;
+  int64_t n;           // elements of the call
+  int64_t piece;       // elements of a whole piece (Codec::run_block, or n)
+  int64_t piece_wire;  // wire bytes of a whole piece
   int32_t group, rotation, scale_bits;
   bool random_signs, stochastic;
+  bool vec;            // the input (encode) is 16-byte aligned and pieces are multiples of 8
   float divisor;
   EncodeContext ctx;
 };
 
-inline Params make_params(int64_t n, const Codec& c, float divisor, const EncodeContext& ctx) {
-  return Params{n, c.group, c.rotation, c.scale_bits, c.random_signs, c.stochastic, divisor, ctx};
+inline int64_t piece_elems(const Codec& c, int64_t n) {
+  return c.run_block > 0 ? c.run_block : std::max<int64_t>(n, 1);
+}
+
+inline int64_t piece_count(const Codec& c, int64_t n) {
+  const int64_t p = piece_elems(c, n);
+  return (n + p - 1) / p;
+}
+
+inline Params make_params(int64_t n, const Codec& c, float divisor, const EncodeContext& ctx,
+                          const void* src) {
+  const int64_t piece = piece_elems(c, n);
+  const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0 && (piece % 8 == 0 || piece >= n);
+  return Params{n,
+                piece,
+                codecs::fourbit_layout(piece, c.group, c.scale_bits / 8).total,
+                c.group,
+                c.rotation,
+                c.scale_bits,
+                c.random_signs,
+                c.stochastic,
+                vec,
+                divisor,
+                ctx};
+}
+
+// Piece q of a call: its first element, its length, where its wire section starts and its
+// layout there.
+struct Piece {
+  int64_t off, n, wire;
+  codecs::FourBitLayout lay;
+};
+
+__device__ __forceinline__ Piece piece_at(const Params& p, int64_t q) {
+  Piece c;
+  c.off = q * p.piece;
+  c.n = min(p.piece, p.n - c.off);
+  c.wire = q * p.piece_wire;
+  c.lay = codecs::fourbit_layout(c.n, p.group, p.scale_bits / 8);
+  return c;
+}
+
+__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
+
+// Elements this lane holds of the tile at base (0 past the piece's end).
+__device__ __forceinline__ int lane_len(const Piece& c, int64_t j0) {
+  return static_cast<int>(max(int64_t(0), min(int64_t(kPerLane), c.n - j0)));
 }
 
 // Forward (v <- WHT(sign * v) / sqrt(p)) or inverse (v <- sign * WHT(v) / sqrt(p)) rotation of
-// the tile [base, base + len) of a run, in shared memory; each element's rotation block comes
-// from rotation_block_of, so the run's tail blocks work like the CPU's.
-__device__ inline void rotate_tile(float* v, const Params& p, int64_t base, int len, bool inverse) {
+// the lane's elements j0 .. j0 + 7 of the tile at base, each in its rotation block of p
+// elements (rotation_block_of: the piece's tail blocks are shorter, like the CPU's). The
+// stages run in the host's order (distance 1, 2, 4, ...); a pair's lower element becomes
+// a + b, the upper a + (-b). warp_rotation.cuh holds one block per warp; here a warp holds
+// 256 / H blocks, so the stages stop at H and the distances >= 8 cross lanes.
+__device__ __forceinline__ void rotate_lane(float (&v)[kPerLane], const Params& p, const Piece& c,
+                                            int64_t base, int64_t j0, bool inverse) {
   const int h = p.rotation;
-  auto signs = [&]() {
-    if (!p.random_signs) return;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) {
-      int64_t start;
-      codecs::rotation_block_of(base + i, p.n, h, &start);
-      v[i] = codecs::mul_rn(v[i], codecs::random_sign(static_cast<uint32_t>(base + i - start)));
+  int len[kPerLane];
+  uint32_t pos[kPerLane];
+  if (base + kWarpTile <= c.n - c.n % h) {  // warp-uniform: whole blocks of h only
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      len[k] = h;
+      pos[k] = static_cast<uint32_t>((j0 + k) & (h - 1));
     }
-    __syncthreads();
-  };
-  if (!inverse) signs();
-  for (int stride = 1; stride < h; stride <<= 1) {
-    for (int b = threadIdx.x; b < kTile / 2; b += blockDim.x) {
-      int lo = (b / stride) * 2 * stride + b % stride;
-      int64_t start;
-      if (lo >= len || codecs::rotation_block_of(base + lo, p.n, h, &start) <= stride) continue;
-      float a = v[lo], c = v[lo + stride];
-      v[lo] = codecs::add_rn(a, c);
-      v[lo + stride] = codecs::add_rn(a, -c);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      len[k] = 1;  // past the piece's end: no butterfly (its partners are past it too)
+      pos[k] = 0;
+      if (j0 + k < c.n) {
+        int64_t start;
+        len[k] = codecs::rotation_block_of(j0 + k, c.n, h, &start);
+        pos[k] = static_cast<uint32_t>(j0 + k - start);
+      }
     }
-    __syncthreads();
   }
-  for (int i = threadIdx.x; i < len; i += blockDim.x) {
-    int64_t start;
-    v[i] = codecs::mul_rn(v[i], codecs::wht_norm(codecs::rotation_block_of(base + i, p.n, h, &start)));
+  if (p.random_signs && !inverse) {
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) v[k] = codecs::mul_rn(v[k], codecs::random_sign(pos[k]));
   }
-  __syncthreads();
-  if (inverse) signs();
+#pragma unroll
+  for (int s = 1; s < kPerLane; s <<= 1) {
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      if (!(k & s) && len[k] > s) {  // len[k] > s: k and k | s share a block
+        const float a = v[k], b = v[k | s];
+        v[k] = codecs::add_rn(a, b);
+        v[k | s] = codecs::add_rn(a, -b);
+      }
+    }
+  }
+  const int lane = lane_id();
+  for (int d = kPerLane; d < h; d <<= 1) {  // warp-uniform trip count
+    const bool upper = (lane & (d / kPerLane)) != 0;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const float o = __shfl_xor_sync(kFullMask, v[k], d / kPerLane);
+      if (len[k] > d) v[k] = upper ? codecs::add_rn(o, -v[k]) : codecs::add_rn(v[k], o);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) v[k] = codecs::mul_rn(v[k], codecs::wht_norm(len[k]));
+  if (p.random_signs && inverse) {
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) v[k] = codecs::mul_rn(v[k], codecs::random_sign(pos[k]));
+  }
 }
 
-// The run scale stored in the wire buffer src of a run of p.n elements.
-__device__ inline float wire_run_scale(const uint8_t* src, const Params& p) {
-  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, p.scale_bits / 8);
-  return *reinterpret_cast<const float*>(src + lay.run_scale);
-}
-
-// v[0..len) <- the decoded tile [base, base + len) of the wire buffer src under run scale s:
-// dequantized, then inverse-rotated (v past len is left as it is). Ends with __syncthreads.
-template <class Q>
-__device__ inline void decode_tile(const uint8_t* src, const Params& p, float s, int64_t base,
-                                   int len, float* v) {
+// The group-scale code of the group at element j of a piece, from its wire section.
+__device__ __forceinline__ uint32_t read_scale(const uint8_t* wire, const Params& p,
+                                               const Piece& c, int64_t j) {
   const int sb = p.scale_bits / 8;
-  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
-  const int i0 = 2 * threadIdx.x;
-  if (i0 < len) {
-    const int64_t j = base + i0;
-    uint32_t code = 0;
-    for (int k = 0; k < sb; ++k) code |= uint32_t(src[lay.scales + j / p.group * sb + k]) << (8 * k);
-    const float d = codecs::group_step(code, s, p.scale_bits);
-    const uint8_t byte = src[j / 2];
-    v[i0] = codecs::fourbit_dequantize<Q>(byte & 15u, d);
-    if (i0 + 1 < len) v[i0 + 1] = codecs::fourbit_dequantize<Q>(byte >> 4, d);
+  const uint8_t* at = wire + c.wire + c.lay.scales + j / p.group * sb;
+  return sb == 1 ? uint32_t(at[0]) : uint32_t(at[0]) | (uint32_t(at[1]) << 8);
+}
+
+// v <- the lane's decoded elements j0 .. j0 + 7 of the wire buffer `wire` under run scale s:
+// its 8 codes as one 32-bit word (bytes in the piece's last word), dequantized, then
+// inverse-rotated (zeros past the piece's end). Ends with __syncwarp: the warp has read all
+// of its tile's bytes.
+template <class Q>
+__device__ __forceinline__ void decode_lane(const uint8_t* wire, const Params& p, const Piece& c,
+                                            float s, int64_t base, int64_t j0,
+                                            float (&v)[kPerLane]) {
+  const int len = lane_len(c, j0);
+  const uint8_t* codes = wire + c.wire + j0 / 2;
+  uint32_t word = 0;
+  if (len == kPerLane) {
+    word = *reinterpret_cast<const uint32_t*>(codes);  // 4-byte aligned: j0 % 8 == 0
+  } else {
+    for (int i = 0; i < (len + 1) / 2; ++i) word |= uint32_t(codes[i]) << (8 * i);
   }
-  __syncthreads();
-  if (p.rotation > 0) rotate_tile(v, p, base, len, true);
+  const float d = len > 0 ? codecs::group_step(read_scale(wire, p, c, j0), s, p.scale_bits) : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k)
+    v[k] = k < len ? codecs::fourbit_dequantize<Q>(static_cast<uint8_t>((word >> (4 * k)) & 15u), d)
+                   : 0.0f;
+  __syncwarp();
+  if (p.rotation > 0) rotate_lane(v, p, c, base, j0, true);
 }
 
-// v[0..kTile) <- rotated float(src[base + i]) / divisor, zeros past the run's end. With
-// @p add (the hop, v[0..len) holding a decoded tile) the value is v[i] + float(src[base + i]),
-// in that operand order, before the division: the CPU's decode, add_block, encode.
-__device__ inline void load_tile(const void* src, DType t, const Params& p, int64_t base, int len,
-                                 float* v, bool add) {
-  for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
-    float x = 0.0f;
-    if (i < len) {
-      x = codecs::load_as_float(src, t, base + i);
-      if (add) x = codecs::add_rn(v[i], x);
-      if (p.divisor != 1.0f) x = codecs::div_rn(x, p.divisor);
-    }
-    v[i] = x;
-  }
-  __syncthreads();
-  if (p.rotation > 0) rotate_tile(v, p, base, len, false);
-}
-
-// What an encode pass loads: the input src, or (kHop) decode(wire) + src, where wire_scale
-// is the wire's run scale (see the file comment).
-template <class Q, bool kHop>
-__device__ inline void source_tile(const void* src, DType t, const uint8_t* wire,
-                                   float wire_scale, const Params& p, int64_t base, int len,
-                                   float* v) {
-  if constexpr (kHop) decode_tile<Q>(wire, p, wire_scale, base, len, v);
-  load_tile(src, t, p, base, len, v, kHop);
-}
-
-template <class Q, bool kHop>
-__global__ void __launch_bounds__(kThreads)
-    amax_kernel(const void* __restrict__ src, DType t, const uint8_t* wire, Params p,
-                int32_t* amax_slot) {
-  __shared__ float v[kTile];
-  __shared__ int32_t warp_max[kWarps];
-  const float wire_scale = kHop ? wire_run_scale(wire, p) : 0.0f;
-  for (int64_t base = int64_t(blockIdx.x) * kTile; base < p.n; base += int64_t(gridDim.x) * kTile) {
-    const int len = static_cast<int>(min(int64_t(kTile), p.n - base));
-    source_tile<Q, kHop>(src, t, wire, wire_scale, p, base, len, v);
-    int32_t m = 0;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) m = max(m, codecs::finite_abs_bits(v[i]));
-    m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 0; w < kWarps; ++w) m = max(m, warp_max[w]);
-      atomicMax(amax_slot, m);
-    }
-    __syncthreads();  // v and warp_max are reused by the next tile
+// x <- elements i .. i + len (len <= 8) of src as fp32, zeros past len: 16-byte loads when
+// the run is whole and @p vec.
+__device__ __forceinline__ void load_lane_input(const void* src, DType t, int64_t i, int len,
+                                                bool vec, float (&x)[kPerLane]) {
+  if (t == DType::Float32) {
+    load_run8_as_float<DType::Float32>(src, i, len, vec, x);
+  } else if (t == DType::BFloat16) {
+    load_run8_as_float<DType::BFloat16>(src, i, len, vec, x);
+  } else {
+    load_run8_as_float<DType::Float16>(src, i, len, vec, x);
   }
 }
 
-// dst may be the hop's wire (in place), hence no __restrict__.
+// v <- the lane's rotated float(src) / divisor, zeros past the piece's end. kHop: v <-
+// rotated (decode(wire) + float(src)) / divisor, the sum in that operand order before the
+// division (the CPU's decode, add_block, encode), wire_s the wire's run scale.
 template <class Q, bool kHop>
-__global__ void __launch_bounds__(kThreads)
+__device__ __forceinline__ void load_lane(const void* src, DType t, const uint8_t* wire,
+                                          float wire_s, const Params& p, const Piece& c,
+                                          int64_t base, int64_t j0, float (&v)[kPerLane]) {
+  const int len = lane_len(c, j0);
+  if constexpr (kHop) decode_lane<Q>(wire, p, c, wire_s, base, j0, v);
+  float x[kPerLane];
+  load_lane_input(src, t, c.off + j0, len, p.vec, x);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    float y = x[k];
+    if constexpr (kHop) y = k < len ? codecs::add_rn(v[k], y) : 0.0f;
+    v[k] = p.divisor != 1.0f ? codecs::div_rn(y, p.divisor) : y;
+  }
+  if (p.rotation > 0) rotate_lane(v, p, c, base, j0, false);
+}
+
+// The wire's run scale of piece c (the hop's source).
+__device__ __forceinline__ float wire_run_scale(const uint8_t* wire, const Piece& c) {
+  return *reinterpret_cast<const float*>(wire + c.wire + c.lay.run_scale);
+}
+
+// The largest of m over this lane's scale group of g >= 8 elements: g / 8 lanes (shuffles).
+__device__ __forceinline__ int32_t group_amax(int32_t m, int g) {
+  for (int o = 1; o < g / kPerLane; o <<= 1) m = max(m, __shfl_xor_sync(kFullMask, m, o));
+  return m;
+}
+
+// Where the block's gathered tail of piece c starts in its wire section: the 4-byte word of
+// its last partial run of codes (the scales when the piece is a multiple of 8).
+__device__ __forceinline__ int64_t tail_start(const Piece& c) { return (c.n & ~int64_t(7)) / 2; }
+
+// Gathers the scale code of the group starting at element j of piece c into the tail.
+__device__ __forceinline__ void gather_scale(uint8_t* tail, const Params& p, const Piece& c,
+                                             int64_t j, uint32_t code) {
+  uint8_t* at = tail + (c.lay.scales - tail_start(c)) + j / p.group * (p.scale_bits / 8);
+  at[0] = static_cast<uint8_t>(code);
+  if (p.scale_bits == 16) at[1] = static_cast<uint8_t>(code >> 8);
+}
+
+// The largest finite |y| bits of the lane's tiles of piece c (pass 1 of the encode).
+template <class Q, bool kHop>
+__device__ __forceinline__ int32_t piece_amax_lane(const void* src, DType t, const uint8_t* wire,
+                                                   float wire_s, const Params& p, const Piece& c) {
+  int32_t m = 0;
+  for (int64_t base = int64_t(threadIdx.x >> 5) * kWarpTile; base < c.n; base += kWarps * kWarpTile) {
+    const int64_t j0 = base + kPerLane * lane_id();
+    float v[kPerLane];
+    load_lane<Q, kHop>(src, t, wire, wire_s, p, c, base, j0, v);
+    const int len = lane_len(c, j0);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k)
+      if (k < len) m = max(m, codecs::finite_abs_bits(v[k]));
+  }
+  return m;
+}
+
+// dst <- the wire sections of every piece (see the file comment): a CUDA block per piece.
+// dst may be the hop's wire (in place), hence no __restrict__. A lane stores its 8 codes as
+// one 32-bit word; a group's first lane puts its scale, and a piece's last partial run of
+// codes its bytes, into the tail the block gathers in shared memory (scales are 1 or 2 bytes
+// each: stored from there as 32-bit words once the piece is done, with the pad and the run
+// scale).
+template <class Q, bool kHop>
+__global__ void __launch_bounds__(kThreads, 1)
     encode_kernel(const void* __restrict__ src, DType t, const uint8_t* wire, Params p,
-                  const int32_t* amax_slot, uint8_t* dst) {
-  __shared__ float v[kTile];
+                  uint8_t* dst) {
   __shared__ int32_t warp_max[kWarps];
-  const int sb = p.scale_bits / 8, pairs = p.group / 2, lane = threadIdx.x & 31;
-  const float s = codecs::fourbit_run_scale(*amax_slot, Q::kQMax, p.scale_bits);
-  const float wire_scale = kHop ? wire_run_scale(wire, p) : 0.0f;
-  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
-  for (int64_t base = int64_t(blockIdx.x) * kTile; base < p.n; base += int64_t(gridDim.x) * kTile) {
-    const int len = static_cast<int>(min(int64_t(kTile), p.n - base));
-    source_tile<Q, kHop>(src, t, wire, wire_scale, p, base, len, v);
-    const int i0 = 2 * threadIdx.x;
-    // Group amax over the group's pairs: a butterfly within the warp, then across warps.
-    int32_t a = max(i0 < len ? codecs::finite_abs_bits(v[i0]) : 0,
-                    i0 + 1 < len ? codecs::finite_abs_bits(v[i0 + 1]) : 0);
-    for (int o = 1; o < min(pairs, 32); o <<= 1) a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
-    if (pairs > 32) {
-      if (lane == 0) warp_max[threadIdx.x >> 5] = a;
-      __syncthreads();
-      const int per = pairs / 32, w0 = (threadIdx.x >> 5) / per * per;
-      for (int k = 0; k < per; ++k) a = max(a, warp_max[w0 + k]);
-    }
-    if (i0 < len) {
-      const int64_t j = base + i0;
+  __shared__ uint32_t tail_words[kTailWords];
+  uint8_t* tail = reinterpret_cast<uint8_t*>(tail_words);
+  const int64_t pieces = (p.n + p.piece - 1) / p.piece;
+  const int warp = threadIdx.x >> 5;
+  const uint64_t prefix = codecs::sr_prefix(p.ctx.seed, p.ctx.step, p.ctx.rank);
+  for (int64_t q = blockIdx.x; q < pieces; q += gridDim.x) {
+    const Piece c = piece_at(p, q);
+    const float wire_s = kHop ? wire_run_scale(wire, c) : 0.0f;
+    const int64_t t0 = tail_start(c);
+    const int tail_n = static_cast<int>((c.lay.total - t0) / 4);
+    for (int i = threadIdx.x; i < tail_n; i += kThreads) tail_words[i] = 0;  // the pad's zeros
+    int32_t amax = __reduce_max_sync(kFullMask, piece_amax_lane<Q, kHop>(src, t, wire, wire_s, p, c));
+    if (lane_id() == 0) warp_max[warp] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) amax = max(amax, warp_max[w]);
+    const float s = codecs::fourbit_run_scale(amax, Q::kQMax, p.scale_bits);
+    for (int64_t base = int64_t(warp) * kWarpTile; base < c.n; base += kWarps * kWarpTile) {
+      const int64_t j0 = base + kPerLane * lane_id();
+      const int len = lane_len(c, j0);
+      float v[kPerLane];
+      load_lane<Q, kHop>(src, t, wire, wire_s, p, c, base, j0, v);
+      int32_t a = 0;
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k)
+        if (k < len) a = max(a, codecs::finite_abs_bits(v[k]));
+      a = group_amax(a, p.group);
       const uint32_t code = codecs::encode_group_scale(a, Q::kQMax, s, p.scale_bits, p.stochastic);
       const float d = codecs::group_step(code, s, p.scale_bits);
-      if (j % p.group == 0)
-        for (int k = 0; k < sb; ++k) dst[lay.scales + j / p.group * sb + k] = uint8_t(code >> (8 * k));
-      float u0 = 0.0f, u1 = 0.0f;
-      if (p.stochastic) {
-        u0 = codecs::sr_uniform(p.ctx.seed, p.ctx.step, p.ctx.rank, p.ctx.index + j);
-        u1 = codecs::sr_uniform(p.ctx.seed, p.ctx.step, p.ctx.rank, p.ctx.index + j + 1);
+      if (len > 0 && j0 % p.group == 0) gather_scale(tail, p, c, j0, code);
+      uint32_t word = 0;
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        if (k < len) {
+          const float u = p.stochastic
+                              ? codecs::sr_uniform_at(prefix, p.ctx.index + c.off + j0 + k)
+                              : 0.0f;
+          word |= uint32_t(codecs::fourbit_quantize<Q>(v[k], d, p.stochastic, u)) << (4 * k);
+        }
       }
-      uint8_t q0 = codecs::fourbit_quantize<Q>(v[i0], d, p.stochastic, u0);
-      uint8_t q1 = i0 + 1 < len ? codecs::fourbit_quantize<Q>(v[i0 + 1], d, p.stochastic, u1) : 0;
-      dst[j / 2] = static_cast<uint8_t>(q0 | (q1 << 4));
+      if (len == kPerLane) {
+        *reinterpret_cast<uint32_t*>(dst + c.wire + j0 / 2) = word;
+      } else if (len > 0) {  // j0 / 2 == t0; an odd piece's last high nibble is 0
+        for (int i = 0; i < (len + 1) / 2; ++i) tail[i] = static_cast<uint8_t>(word >> (8 * i));
+      }
     }
+    // Every read of the wire (the old run scale, a tile's scales and codes) and of warp_max
+    // is done, and the tail gathered: store it, the run scale last.
     __syncthreads();
+    uint32_t* out = reinterpret_cast<uint32_t*>(dst + c.wire + t0);
+    for (int i = threadIdx.x; i < tail_n; i += kThreads)
+      out[i] = i + 1 < tail_n ? tail_words[i] : codecs::f32_bits(s);
+    __syncthreads();  // the tail and warp_max are reused by the next piece
   }
 }
 
-// The run-scale slot of dst <- s from the run's amax bits in *amax (which may be that very
-// slot: read before written), and zero the pad before it.
-template <class Q>
-__global__ void finalize_kernel(Params p, const int32_t* amax, uint8_t* dst) {
-  const int sb = p.scale_bits / 8;
-  const codecs::FourBitLayout lay = codecs::fourbit_layout(p.n, p.group, sb);
-  const int64_t scales_end = lay.scales + (p.n + p.group - 1) / p.group * sb;
-  if (scales_end + threadIdx.x < lay.run_scale) dst[scales_end + threadIdx.x] = 0;
-  if (threadIdx.x == 0) {
-    const float s = codecs::fourbit_run_scale(*amax, Q::kQMax, p.scale_bits);
-    *reinterpret_cast<float*>(dst + lay.run_scale) = s;
-  }
-}
-
+// The decode's destination <- decode(src): a lane's 8 values with 16-byte stores (@p vec:
+// the destination 16-byte aligned), element stores in a piece's last partial run.
 template <class Q, bool kCast>
-__global__ void __launch_bounds__(kThreads)
-    decode_kernel(const uint8_t* __restrict__ src, Params p, DecodeOut o) {
-  __shared__ float v[kTile];
-  const float s = wire_run_scale(src, p);
-  for (int64_t base = int64_t(blockIdx.x) * kTile; base < p.n; base += int64_t(gridDim.x) * kTile) {
-    const int len = static_cast<int>(min(int64_t(kTile), p.n - base));
-    decode_tile<Q>(src, p, s, base, len, v);
-    for (int i = threadIdx.x; i < len; i += blockDim.x) store_decoded<kCast>(o, base + i, v[i]);
-    __syncthreads();
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_kernel(const uint8_t* __restrict__ src, Params p, DecodeOut o, bool vec) {
+  const int64_t pieces = (p.n + p.piece - 1) / p.piece;
+  const int warp = threadIdx.x >> 5;
+  for (int64_t q = blockIdx.y; q < pieces; q += gridDim.y) {
+    const Piece c = piece_at(p, q);
+    const float s = wire_run_scale(src, c);
+    for (int64_t base = (int64_t(blockIdx.x) * kWarps + warp) * kWarpTile; base < c.n;
+         base += int64_t(gridDim.x) * kWarps * kWarpTile) {
+      const int64_t j0 = base + kPerLane * lane_id();
+      const int len = lane_len(c, j0);
+      float v[kPerLane];
+      decode_lane<Q>(src, p, c, s, base, j0, v);
+      if (vec && len == kPerLane) {
+        store_decoded8<kCast>(o, c.off + j0, v);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k)
+          if (k < len) store_decoded<kCast>(o, c.off + j0 + k, v[k]);
+      }
+    }
   }
 }
 
+// The launch shape of a call: CUDA blocks of kThreads, x over a piece's warp tiles, y over
+// pieces (the kernels loop over what the grid does not cover).
+inline dim3 grid_for(const Params& p) {
+  const int64_t tiles = (p.piece + kWarpTile - 1) / kWarpTile;
+  const int64_t x = std::min<int64_t>(std::max<int64_t>((tiles + kWarps - 1) / kWarps, 1), kMaxGridX);
+  const int64_t y = std::min<int64_t>(std::max<int64_t>((p.n + p.piece - 1) / p.piece, 1), kMaxGridY);
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y), 1);
+}
 
-inline int grid_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + kTile - 1) / kTile, 1), kMaxGrid));
+// The encode's grid: a CUDA block per piece (the kernel loops over pieces past kMaxGridY).
+inline int encode_grid(const Params& p) {
+  return static_cast<int>(std::min<int64_t>(std::max<int64_t>((p.n + p.piece - 1) / p.piece, 1), kMaxGridY));
 }
 
 inline void check_args(const Codec& c, int64_t n, const void* wire) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
-  CC_CHECK(c.group >= 2 && c.group <= 256 && kTile % c.group == 0,
-           "4-bit codec group " << c.group << " must be a power of two up to 256");
-  CC_CHECK(c.rotation >= 0 && c.rotation <= 256 && (c.rotation == 0 || kTile % c.rotation == 0),
+  CC_CHECK(c.group >= kMinGroup && c.group <= kWarpTile && (c.group & (c.group - 1)) == 0,
+           "4-bit codec group " << c.group << " must be a power of two in 16..256");
+  CC_CHECK(c.rotation >= 0 && c.rotation <= kWarpTile && (c.rotation & (c.rotation - 1)) == 0,
            "4-bit codec rotation " << c.rotation << " must be a power of two up to 256");
   CC_CHECK(c.scale_bits == 8 || c.scale_bits == 16, "4-bit codec scales are 8 or 16 bits");
+  CC_CHECK(c.run_block > 0 && c.run_block % kWarpTile == 0 &&
+               c.run_block <= codecs::kFourbitRunBlock,
+           "4-bit codec run block " << c.run_block << " must be a multiple of " << kWarpTile
+                                    << " up to " << codecs::kFourbitRunBlock);
   CC_CHECK(reinterpret_cast<uintptr_t>(wire) % 4 == 0, "wire buffer must be 4-byte aligned");
 }
 
-// One piece (Codec::run_block elements at most) under one run scale: dst <- encode(src /
-// divisor), or with wire_in (the hop) encode((decode(wire_in) + src) / divisor), the run's
-// amax then gathered in amax_scratch (see the file comment).
-template <class Q>
-void launch_encode_piece(const void* src, DType src_dtype, const void* wire_in, int64_t n,
-                         const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
-                         int32_t* amax_scratch, cudaStream_t stream, const char* what) {
-  check_args(codec, n, dst);
-  if (n == 0) return;
-  const bool hop = wire_in != nullptr;
-  CC_CHECK(!hop || (reinterpret_cast<uintptr_t>(wire_in) % 4 == 0 && amax_scratch != nullptr),
-           what << ": the hop needs a 4-byte aligned wire source and an amax scratch word");
-  const Params p = make_params(n, codec, divisor, ctx);
-  uint8_t* wire = static_cast<uint8_t*>(dst);
-  const codecs::FourBitLayout lay = codecs::fourbit_layout(n, codec.group, codec.scale_bits / 8);
-  int32_t* amax = hop ? amax_scratch : reinterpret_cast<int32_t*>(wire + lay.run_scale);
-  CC_CUDA_CHECK(cudaMemsetAsync(amax, 0, 4, stream), "clearing the run amax");
-  const uint8_t* in = static_cast<const uint8_t*>(wire_in);
-  with_flag(hop, [&](auto k) {
-    amax_kernel<Q, decltype(k)::value>
-        <<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, in, p, amax);
-    CC_CUDA_CHECK_LAUNCH(what);
-    encode_kernel<Q, decltype(k)::value>
-        <<<grid_for(n), kThreads, 0, stream>>>(src, src_dtype, in, p, amax, wire);
-    CC_CUDA_CHECK_LAUNCH(what);
-  });
-  finalize_kernel<Q><<<1, 32, 0, stream>>>(p, amax, wire);
-  CC_CUDA_CHECK_LAUNCH(what);
-}
-
-template <class Q>
-void launch_decode_piece(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
-                         cudaStream_t stream, const char* what) {
-  check_args(codec, n, src);
-  if (n == 0) return;
-  const Params p = make_params(n, codec, 1.0f, EncodeContext{});
-  with_flag(o.out != nullptr, [&](auto cast) {
-    decode_kernel<Q, decltype(cast)::value><<<grid_for(n), kThreads, 0, stream>>>(
-        static_cast<const uint8_t*>(src), p, o);
-  });
-  CC_CUDA_CHECK_LAUNCH(what);
-}
-
-// A run is its pieces one after the other, each with its own wire section, exactly as the
-// CPU backend lays it out (codecs/registry.h: for_each_piece).
-inline int64_t piece_wire_bytes(const Codec& codec, int64_t len) {
-  return codecs::fourbit_layout(len, codec.group, codec.scale_bits / 8).total;
-}
-
-// dst <- encode(src / divisor) piece by piece; with wire_in (the hop, same pieces, dst may be
-// wire_in) encode((decode(wire_in) + src) / divisor), amax_scratch one device word.
+// dst <- encode(src / divisor), every piece of the call (Codec::run_block elements) under its
+// own run scale; with wire_in (the hop, same pieces, dst may be wire_in) encode((decode(wire_in)
+// + src) / divisor). One launch, whatever n.
 template <class Q>
 void launch_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
                    const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
-                   int32_t* amax_scratch, cudaStream_t stream, const char* what) {
-  for_each_piece(codec, n, [&](int64_t off, int64_t len) {
-    EncodeContext at = ctx;
-    at.index += off;
-    launch_encode_piece<Q>(static_cast<const char*>(src) + off * dtype_size(src_dtype),
-                           src_dtype, wire_in, len, codec, divisor, at, dst, amax_scratch,
-                           stream, what);
-    const int64_t bytes = piece_wire_bytes(codec, len);
-    dst = static_cast<uint8_t*>(dst) + bytes;
-    if (wire_in != nullptr) wire_in = static_cast<const uint8_t*>(wire_in) + bytes;
+                   cudaStream_t stream, const char* what) {
+  check_args(codec, n, dst);
+  if (n == 0) return;
+  const bool hop = wire_in != nullptr;
+  CC_CHECK(!hop || reinterpret_cast<uintptr_t>(wire_in) % 4 == 0,
+           what << ": the hop's wire source must be 4-byte aligned");
+  const Params p = make_params(n, codec, divisor, ctx, src);
+  with_flag(hop, [&](auto k) {
+    encode_kernel<Q, decltype(k)::value><<<encode_grid(p), kThreads, 0, stream>>>(
+        src, src_dtype, static_cast<const uint8_t*>(wire_in), p, static_cast<uint8_t*>(dst));
   });
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
+// The decode of every piece of src into @p o (kernels/decode_out.h): one launch.
 template <class Q>
 void launch_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
                    cudaStream_t stream, const char* what) {
-  for_each_piece(codec, n, [&](int64_t off, int64_t len) {
-    launch_decode_piece<Q>(src, len, codec, decode_at(o, off), stream, what);
-    src = static_cast<const uint8_t*>(src) + piece_wire_bytes(codec, len);
+  check_args(codec, n, src);
+  if (n == 0) return;
+  const Params p = make_params(n, codec, 1.0f, EncodeContext{}, nullptr);
+  const bool vec = decode_out_aligned16(o) && p.piece % 8 == 0;
+  with_flag(o.out != nullptr, [&](auto cast) {
+    decode_kernel<Q, decltype(cast)::value><<<grid_for(p), kThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(src), p, o, vec);
   });
+  CC_CUDA_CHECK_LAUNCH(what);
 }
 
 }  // namespace ccompress::cuda::fourbit

@@ -15,20 +15,18 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace ccompress::cuda {
 
-// dst <- encode(src / divisor) of one run of n elements of src_dtype (device pointers) for a
-// hint4 codec; dst holds codec.wire_bytes(n) bytes, 4-byte aligned. ctx places the run for
-// `:sr`. Three launches per piece on @p stream (amax, quantize, finalize); asynchronous.
-// With wire_in (the ring hop) dst <- encode((decode(wire_in) + float(src)) / divisor), the
-// sum in that order, each launch decoding the incoming piece itself (no fp32 scratch); dst
-// may be wire_in (in place). The hop needs amax_scratch: one 4-byte aligned device word that
-// no other work on another stream uses meanwhile (the run's amax; the run-scale slot of an
-// in-place wire_in still holds the scale that decodes it). A plain encode passes nullptr.
+// dst <- encode(src / divisor) of one run of n elements of src_dtype (device pointers) for
+// a hint4 codec; dst holds codec.wire_bytes(n) bytes, 4-byte aligned. ctx places the run for
+// `:sr`. One launch on @p stream, whatever n (a CUDA block per Codec::run_block piece:
+// codecs/fourbit/fourbit_kernels.cuh); asynchronous. With wire_in (the ring hop) dst <-
+// encode((decode(wire_in) + float(src)) / divisor), the sum in that order, the kernel
+// decoding the incoming pieces itself (no fp32 scratch); dst may be wire_in (in place).
 void launch_int4_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
                         const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
-                        void* amax_scratch, cudaStream_t stream);
+                        cudaStream_t stream);
 
 // The decode of src into @p o (kernels/decode_out.h): fp32 accumulators, assigned or added
-// to, or a cast to a dtype (round-to-nearest-even), in one pass per piece.
+// to, or a cast to a dtype (round-to-nearest-even), in one launch.
 void launch_int4_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
                         cudaStream_t stream);
 

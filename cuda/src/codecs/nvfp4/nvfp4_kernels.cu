@@ -9,10 +9,10 @@ namespace ccompress::cuda {
 
 void launch_nvfp4_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
                          const Codec& codec, float divisor, const EncodeContext& ctx, void* dst,
-                         void* amax_scratch, cudaStream_t stream) {
+                         cudaStream_t stream) {
   const char* what = wire_in != nullptr ? "nvfp4 decode_reduce_encode" : "nvfp4 encode";
   fourbit::launch_encode<codecs::E2M1>(src, src_dtype, wire_in, n, codec, divisor, ctx, dst,
-                                       static_cast<int32_t*>(amax_scratch), stream, what);
+                                       stream, what);
 }
 
 void launch_nvfp4_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o,
@@ -24,12 +24,12 @@ void launch_nvfp4_decode(const void* src, int64_t n, const Codec& codec, const D
 namespace {
 
 void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
-               float divisor, const EncodeContext& ctx, void* dst, void* hop_scratch,
+               float divisor, const EncodeContext& ctx, void* dst, void*,
                cudaStream_t s) {
-  launch_nvfp4_encode(src, src_dtype, wire_in, n, c, divisor, ctx, dst, hop_scratch, s);
+  launch_nvfp4_encode(src, src_dtype, wire_in, n, c, divisor, ctx, dst, s);
 }
 
-constexpr DeviceOps kDeviceOps = {encode_op, launch_nvfp4_decode, true};
+constexpr DeviceOps kDeviceOps = {encode_op, launch_nvfp4_decode, false};
 [[maybe_unused]] const bool kAttached = attach_device_ops("nvfp4", kDeviceOps);
 
 }  // namespace
