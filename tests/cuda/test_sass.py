@@ -93,8 +93,6 @@ EXCEPTIONS = {
     "fourbit::amax_kernel": {"wide_load": _BLOCK_TILE},
     "fourbit::encode_kernel": {"wide_load": _BLOCK_TILE, "code_store": _BLOCK_TILE},
     "fourbit::decode_kernel": {"wide_load": _BLOCK_TILE, "wide_store": _BLOCK_TILE},
-    "mx::encode_kernel": {"wide_load": _BLOCK_TILE, "code_store": _BLOCK_TILE},
-    "mx::decode_kernel": {"wide_load": _BLOCK_TILE, "wide_store": _BLOCK_TILE},
 }
 
 
