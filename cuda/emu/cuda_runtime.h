@@ -94,6 +94,27 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
+// The emulated device's shape, for grids sized from it (kernels/kernel_util.cuh's
+// occupancy_grid): 4 SMs (a fixed count, every device alike), each holding as many blocks as
+// sm_80's limits of 2048 threads and 32 blocks per SM allow (registers and shared memory are
+// not modelled). Blocks run one at a time, so a grid of one such wave is also the fastest here.
+namespace emu {
+constexpr int kSmCount = 4;
+constexpr int kSmThreads = 2048;
+constexpr int kSmBlocks = 32;
+}  // namespace emu
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+template <class T>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, T, int block_size,
+                                                          size_t shared) {
+  if (blocks == nullptr || block_size <= 0 || block_size > 1024 || shared > 48 * 1024)
+    return cudaErrorInvalidValue;
+  *blocks = emu::kSmThreads / block_size < emu::kSmBlocks ? emu::kSmThreads / block_size
+                                                          : emu::kSmBlocks;
+  return cudaSuccess;
+}
+
 namespace emu {
 
 /// Errors the emulator found so far (bad launches, divergent barriers, stray pointers).
@@ -284,6 +305,16 @@ inline int atomicMax(int* p, int v) {
 inline unsigned atomicMax(unsigned* p, unsigned v) {
   unsigned old = *p;
   if (v > old) *p = v;
+  return old;
+}
+inline unsigned atomicAnd(unsigned* p, unsigned v) {
+  unsigned old = *p;
+  *p = old & v;
+  return old;
+}
+inline unsigned atomicOr(unsigned* p, unsigned v) {
+  unsigned old = *p;
+  *p = old | v;
   return old;
 }
 

@@ -561,6 +561,18 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  {
+    Lock lock(g_mu);
+    if (device < 0 || device >= emu::device_count()) return cudaErrorInvalidDevice;
+  }
+  if (value == nullptr) return cudaErrorInvalidValue;
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = emu::kSmCount; return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
+}
+
 cudaError_t cudaSetDevice(int device) {
   Lock lock(g_mu);
   if (device < 0 || device >= emu::device_count()) return cudaErrorInvalidDevice;

@@ -94,6 +94,20 @@ std::map<std::string, bool> selftest() {
   }
   r["warp_primitives"] = ok;
 
+  // The device's shape: 4 SMs, blocks per SM from sm_80's thread and block limits.
+  int sms = 0, per_sm_256 = 0, per_sm_32 = 0, per_sm_bad = -1, unused = 0;
+  ok = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess &&
+       sms == kSmCount;
+  ok &= cudaDeviceGetAttribute(&unused, cudaDevAttrMultiProcessorCount, 1 << 20) ==
+        cudaErrorInvalidDevice;
+  ok &= cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_256, fill_kernel, 256, 0) ==
+            cudaSuccess && per_sm_256 == 8;
+  ok &= cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_32, fill_kernel, 32, 0) ==
+            cudaSuccess && per_sm_32 == 32;
+  ok &= cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_bad, fill_kernel, 2048, 0) ==
+        cudaErrorInvalidValue;
+  r["device_shape_and_occupancy"] = ok;
+
   // Mistakes: each must be an error of the launch or of the next synchronisation.
   const int64_t before = emu_error_count();
   early_exit_kernel % Config{1, 32, 0, nullptr}(d);

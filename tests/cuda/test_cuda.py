@@ -219,6 +219,34 @@ def test_fourbit_extremes_and_non_finite_bit_identical_to_cpu(backend, rng, code
 
 
 @gpu
+@pytest.mark.parametrize("codec", ["mxfp8", "mxfp4"])
+def test_mx_every_scale_offset_bit_identical_to_cpu(backend, rng, codec):
+    """The MX encoder writes its E8M0 scales as aligned 32-bit words and the word that codes
+    and scales share byte-masked: counts whose scales start at every offset modulo 4, with
+    tails of every length, encoded, hopped in place and decoded as on the CPU."""
+    for n in (1, 2, 3, 6, 8, 31, 32, 63, 96, 258, 260, 262, 264, 1031, 2053):
+        a, x = gaussian_parts(rng, 2, n, "bfloat16")
+        c, want = cpu_encode(codec, a)
+        src, dst = DeviceBuffer.of(a), DeviceBuffer(want.size)
+        backend.encode(c, src.ptr, "bfloat16", n, 1.0, dst.ptr, 0, 0, 0, 0)
+        backend.synchronize()
+        assert np.array_equal(dst.bytes(want.size), want), f"{codec} n={n}: wire bytes differ"
+        hop = np.zeros_like(want)
+        _core.decode_reduce_encode(c, host_ptr(want), host_ptr(x), "bfloat16", n, 2.0,
+                                   host_ptr(hop), 0, 0, 0, 0)
+        xd = DeviceBuffer.of(x)
+        backend.decode_reduce_encode(c, dst.ptr, xd.ptr, "bfloat16", n, 2.0, dst.ptr, 0, 0, 0, 0)
+        backend.synchronize()
+        assert np.array_equal(dst.bytes(want.size), hop), f"{codec} n={n}: hop in place"
+        ref = np.empty(n, np.float32)
+        _core.decode(c, host_ptr(hop), n, host_ptr(ref), "float32")
+        out = DeviceBuffer(ref.nbytes)
+        backend.decode(c, dst.ptr, n, out.ptr, "float32")
+        backend.synchronize()
+        assert same_bits_or_nan([out.download(ref), ref]), f"{codec} n={n}: decode"
+
+
+@gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_load_accumulate_and_finalize_bit_identical_to_cpu(backend, rng, dtype):
     for n in (1, 7, 8, 9, 1000, 65543):
@@ -253,7 +281,7 @@ def test_unaligned_buffers_take_the_scalar_path(backend, rng):
     backend.synchronize()
     assert same_bits_or_nan([acc.download(ref), ref])
     # encoders reading from an odd element, decoders writing to one
-    for codec in ("fp8_e4m3:g32", "hint8"):
+    for codec in ("fp8_e4m3:g32", "hint8", "mxfp8", "mxfp4"):
         c, want = cpu_encode(codec, x[1:])
         dst = DeviceBuffer(want.size)
         backend.encode(c, xd.ptr + 2, "bfloat16", n, 1.0, dst.ptr, 0, 0, 0, 0)

@@ -31,7 +31,8 @@ def test_emulator_selftest():
         "fresh_memory_is_0xff", "block_barrier_sum", "warp_primitives",
         "exited_lane_in_mask_is_an_error", "barrier_against_warp_op_is_an_error",
         "host_pointer_argument_is_an_error", "copy_past_an_allocation_is_an_error",
-        "errors_counted", "unordered_streams_see_old_data", "event_orders_streams"}
+        "errors_counted", "unordered_streams_see_old_data", "event_orders_streams",
+        "device_shape_and_occupancy"}
     assert all(results.values()), {k: v for k, v in results.items() if not v}
     assert out.stderr.count("[cuda emulator] ERROR") == 4
 

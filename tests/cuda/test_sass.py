@@ -61,8 +61,6 @@ KERNELS = {
 
 # kernel -> {rule: why it does not hold}. Rules: "wide_load", "code_store", "wide_store",
 # "no_spill".
-_BLOCK_TILE = ("not yet rewritten: a block per tile through a shared-memory array, element "
-               "loads and byte stores")
 _SHORT_ROTATION = ("rotations of 16 and 32 hold one element a lane: element accesses (the "
                    "kernel's wide form serves rotations of 128 and more)")
 EXCEPTIONS = {
@@ -92,8 +90,6 @@ EXCEPTIONS = {
         "wide_load": "its input is 4 bits a value: a lane reads its 8 codes as one 32-bit "
                      "word (the decode-accumulate's 16-byte loads of its accumulators are "
                      "wide); a warp still reads whole 128-byte lines"},
-    "mx::encode_kernel": {"wide_load": _BLOCK_TILE, "code_store": _BLOCK_TILE},
-    "mx::decode_kernel": {"wide_load": _BLOCK_TILE, "wide_store": _BLOCK_TILE},
 }
 
 

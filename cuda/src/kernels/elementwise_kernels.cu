@@ -18,8 +18,7 @@ namespace ccompress::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVec = 8;                  // elements per thread and step
-constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride loops cover the rest
+constexpr int kVec = 8;  // elements per thread and step
 
 template <DType T>
 __device__ __forceinline__ float load1(const void* p, int64_t i) {
@@ -176,10 +175,9 @@ __global__ void __launch_bounds__(kThreads)
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-int grid_for(int64_t n) {
-  const int64_t blocks = ceil_div(ceil_div(n, kVec), kThreads);
-  return static_cast<int>(std::min(std::max<int64_t>(blocks, 1), kMaxBlocks));
-}
+// Blocks of work for n elements; a launch takes occupancy_grid of them (grid-stride loops
+// cover the rest).
+int64_t work_blocks(int64_t n) { return ceil_div(ceil_div(n, kVec), kThreads); }
 
 
 }  // namespace
@@ -205,7 +203,8 @@ void launch_cast(const void* src, DType src_dtype, const void* x, DType x_dtype,
       codecs::sr_prefix(rounding.ctx.seed, rounding.ctx.step, rounding.ctx.rank);
   with_dtype(src_dtype, [&](auto s) {
     with_dtype(dst_dtype, [&](auto d) {
-      cast_kernel<decltype(s)::value, decltype(d)::value><<<grid_for(n), kThreads, 0, stream>>>(
+      auto kernel = cast_kernel<decltype(s)::value, decltype(d)::value>;
+      kernel<<<occupancy_grid(kernel, kThreads, work_blocks(n)), kThreads, 0, stream>>>(
           src, x, x_dtype, n, divisor, dst, vec, rounding.stochastic, prefix, rounding.ctx.index);
     });
   });
@@ -218,8 +217,9 @@ void launch_accumulate(const void* src, DType src_dtype, int64_t n, float* acc, 
   if (n == 0) return;
   const bool vec = aligned16(src) && aligned16(acc);
   with_dtype(src_dtype, [&](auto s) {
-    accumulate_kernel<decltype(s)::value>
-        <<<grid_for(n), kThreads, 0, stream>>>(src, n, acc, assign, vec);
+    auto kernel = accumulate_kernel<decltype(s)::value>;
+    kernel<<<occupancy_grid(kernel, kThreads, work_blocks(n)), kThreads, 0, stream>>>(
+        src, n, acc, assign, vec);
   });
   CC_CUDA_CHECK_LAUNCH("accumulate");
 }
@@ -229,8 +229,9 @@ void launch_count_nonfinite(const void* src, DType t, int64_t n, int64_t* count,
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   if (n == 0) return;
   with_dtype(t, [&](auto d) {
-    count_nonfinite_kernel<decltype(d)::value>
-        <<<grid_for(n), kThreads, 0, stream>>>(src, n, aligned16(src), count);
+    auto kernel = count_nonfinite_kernel<decltype(d)::value>;
+    kernel<<<occupancy_grid(kernel, kThreads, work_blocks(n)), kThreads, 0, stream>>>(
+        src, n, aligned16(src), count);
   });
   CC_CUDA_CHECK_LAUNCH("count_nonfinite");
 }
@@ -240,8 +241,8 @@ void launch_feedback_residual(const float* v, const float* decoded, int64_t n, f
   CC_CHECK(n >= 0, "element count " << n << " is negative");
   if (n == 0) return;
   const bool vec = aligned16(v) && aligned16(decoded) && aligned16(residual);
-  feedback_residual_kernel<<<grid_for(n), kThreads, 0, stream>>>(v, decoded, n, vec, residual,
-                                                                 count);
+  feedback_residual_kernel<<<occupancy_grid(feedback_residual_kernel, kThreads, work_blocks(n)),
+                             kThreads, 0, stream>>>(v, decoded, n, vec, residual, count);
   CC_CUDA_CHECK_LAUNCH("feedback_residual");
 }
 

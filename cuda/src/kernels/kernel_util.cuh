@@ -1,11 +1,13 @@
 // Pieces shared by the codec kernels of every family (codecs/fp8/fp8_kernels.cu, warp_rotation.cuh,
-// fourbit_kernels.cuh): storing a decoded value (kernels/decode_out.h), and a runtime flag as
-// a template argument. Decode to a dtype is one pass, bit-identical with decoding into fp32
-// and casting that.
+// fourbit_kernels.cuh): storing a decoded value (kernels/decode_out.h), a runtime flag as
+// a template argument, and the grid of a launch (occupancy_grid). Decode to a dtype is one
+// pass, bit-identical with decoding into fp32 and casting that.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -142,6 +144,34 @@ __device__ __forceinline__ void store_decoded4(DecodeOut o, int64_t i, const flo
 inline bool decode_out_aligned16(const DecodeOut& o) {
   const void* p = o.out != nullptr ? o.out : static_cast<const void*>(o.acc);
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+/// The current device's SM count, read once per device (cudaDevAttrMultiProcessorCount).
+inline int device_sm_count() {
+  constexpr int kCached = 64;  // devices whose count is kept
+  static std::atomic<int> cached[kCached] = {};
+  int device = 0;
+  CC_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  int count = device >= 0 && device < kCached ? cached[device].load(std::memory_order_relaxed) : 0;
+  if (count > 0) return count;
+  CC_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+                "reading the device's SM count");
+  if (device >= 0 && device < kCached) cached[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+/// The grid of a launch of @p kernel with @p threads threads a block (no dynamic shared
+/// memory) over @p work_blocks blocks of work: min(work_blocks, SMs x the blocks of kernel an
+/// SM holds at once), at least 1. The kernel's grid-stride loop covers the rest, so one wave
+/// of resident blocks streams the whole input:
+///   kernel<<<occupancy_grid(kernel, kThreads, work), kThreads, 0, stream>>>(...);
+template <class K>
+int occupancy_grid(K kernel, int threads, int64_t work_blocks) {
+  int per_sm = 0;
+  CC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0),
+                "the occupancy query of a kernel launch");
+  const int64_t resident = int64_t(std::max(per_sm, 1)) * device_sm_count();
+  return static_cast<int>(std::clamp<int64_t>(work_blocks, 1, std::max<int64_t>(resident, 1)));
 }
 
 /// Runs fn(std::true_type{}) or fn(std::false_type{}): a runtime flag as a template argument.

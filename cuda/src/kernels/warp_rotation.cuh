@@ -23,7 +23,6 @@ namespace ccompress::cuda::rot {
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int kThreads = 128;  // four warps per CUDA block, one rotation block each
 constexpr int kWarps = kThreads / 32;
-constexpr int64_t kMaxGrid = int64_t(1) << 20;  // warp-stride loops cover any count
 
 /// The butterfly stages between this lane's slots k and k | m for m = from, 2 from, ...
 /// below @p limit (warp-uniform), in that order: the lower slot becomes a + b, the upper
@@ -155,11 +154,6 @@ __device__ __forceinline__ int64_t global_warp() {
 }
 __device__ __forceinline__ int64_t grid_warps() { return int64_t(gridDim.x) * kWarps; }
 
-/// CUDA blocks for @p rot_blocks rotation blocks (at least 1, at most kMaxGrid).
-inline int grid_for_blocks(int64_t rot_blocks) {
-  int64_t g = (rot_blocks + kWarps - 1) / kWarps;
-  return static_cast<int>(std::min(std::max<int64_t>(g, 1), kMaxGrid));
-}
 
 
 /// Runs fn(std::integral_constant<int, kSlots>) with the register slots a block of h needs.

@@ -397,10 +397,6 @@ inline dim3 grid_for(const Params& p) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y), 1);
 }
 
-// The encode's grid: a CUDA block per piece (the kernel loops over pieces past kMaxGridY).
-inline int encode_grid(const Params& p) {
-  return static_cast<int>(std::min<int64_t>(std::max<int64_t>((p.n + p.piece - 1) / p.piece, 1), kMaxGridY));
-}
 
 inline void check_args(const Codec& c, int64_t n, const void* wire) {
   CC_CHECK(n >= 0, "element count " << n << " is negative");
@@ -430,7 +426,10 @@ void launch_encode(const void* src, DType src_dtype, const void* wire_in, int64_
            what << ": the hop's wire source must be 4-byte aligned");
   const Params p = make_params(n, codec, divisor, ctx, src);
   with_flag(hop, [&](auto k) {
-    encode_kernel<Q, decltype(k)::value><<<encode_grid(p), kThreads, 0, stream>>>(
+    // a CUDA block per piece, up to the blocks the GPU holds at once (the kernel loops over
+    // the pieces past its grid)
+    auto kernel = encode_kernel<Q, decltype(k)::value>;
+    kernel<<<occupancy_grid(kernel, kThreads, ceil_div(p.n, p.piece)), kThreads, 0, stream>>>(
         src, src_dtype, static_cast<const uint8_t*>(wire_in), p, static_cast<uint8_t*>(dst));
   });
   CC_CUDA_CHECK_LAUNCH(what);

@@ -39,8 +39,6 @@ constexpr int kThreads = 256;
 constexpr int kMinBlocks = 4;
 constexpr int kRun = 8;
 constexpr int kWarpRun = 32 * kRun;  // elements of a warp per step
-// Grid-stride loops cover any count; this only bounds the launch.
-constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
 // Codes of elements i..i+8 (len of them valid, zeros past len: the payload's zero pad) as
 // two 32-bit words: one 8-byte store when @p vec (dst 8-byte aligned) and the run is whole,
@@ -270,11 +268,6 @@ void check_fp8(const Codec& codec, int64_t n) {
 
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// Blocks for work_items items at per_block items per block, at least 1, at most kMaxBlocks.
-int grid_for(int64_t work_items, int per_block) {
-  int64_t blocks = (work_items + per_block - 1) / per_block;
-  return static_cast<int>(std::min(std::max<int64_t>(blocks, 1), kMaxBlocks));
-}
 
 }  // namespace
 
@@ -300,15 +293,16 @@ void launch_fp8_encode(const void* src, DType src_dtype, const void* wire_in, in
       if ((group & (group - 1)) == 0) {  // a power of two: a warp per group
         const bool vec = aligned(src, 16) && aligned(dst, 8) && aligned(wire_in, 8);
         const int64_t tile = std::max<int64_t>(kWarpRun, group);
-        const int grid = grid_for(ceil_div(n, tile), kThreads / 32);
+        const int64_t work = ceil_div(ceil_div(n, tile), kThreads / 32);
         with_dtype(src_dtype, [&](auto t) {
-          fp8_encode_kernel<F, kHop, decltype(t)::value><<<grid, kThreads, 0, stream>>>(
+          auto kernel = fp8_encode_kernel<F, kHop, decltype(t)::value>;
+          kernel<<<occupancy_grid(kernel, kThreads, work), kThreads, 0, stream>>>(
               in, n, group, divisor, wire, scales, codec.stochastic, ctx, vec);
         });
       } else {
-        fp8_encode_any_group_kernel<F, kHop><<<grid_for(ceil_div(n, group), 1), kGroupThreads, 0,
-                                               stream>>>(in, n, group, divisor, wire, scales,
-                                                         codec.stochastic, ctx);
+        auto kernel = fp8_encode_any_group_kernel<F, kHop>;
+        kernel<<<occupancy_grid(kernel, kGroupThreads, ceil_div(n, group)), kGroupThreads, 0,
+                 stream>>>(in, n, group, divisor, wire, scales, codec.stochastic, ctx);
       }
     };
     if (codec.fp8_format == 0) {
@@ -329,16 +323,14 @@ void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Dec
   const float* scales = reinterpret_cast<const float*>(wire + codecs::fp8_scales_offset(n));
   const bool vec = aligned(src, 16) && decode_out_aligned16(o);
   const bool one_scale = codec.group % kDecodeVec == 0;
-  const int grid = grid_for(ceil_div(n, kDecodeVec), kThreads);
+  const int64_t work = ceil_div(ceil_div(n, kDecodeVec), kThreads);
   auto go = [&](auto fmt) {
     using F = decltype(fmt);
-    if (o.out != nullptr) {
-      fp8_decode_kernel<F, true><<<grid, kThreads, 0, stream>>>(wire, n, codec.group, scales, o,
-                                                               vec, one_scale);
-    } else {
-      fp8_decode_kernel<F, false><<<grid, kThreads, 0, stream>>>(wire, n, codec.group, scales, o,
-                                                                vec, one_scale);
-    }
+    with_flag(o.out != nullptr, [&](auto cast) {
+      auto kernel = fp8_decode_kernel<F, decltype(cast)::value>;
+      kernel<<<occupancy_grid(kernel, kThreads, work), kThreads, 0, stream>>>(
+          wire, n, codec.group, scales, o, vec, one_scale);
+    });
   };
   if (codec.fp8_format == 0) {
     go(Fp8E4M3{});

@@ -236,12 +236,12 @@ void launch_hint8_encode(const void* src, DType src_dtype, const void* wire_in, 
            "wire buffers must be 4-byte aligned");
   const uint8_t* in = static_cast<const uint8_t*>(wire_in);
   const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0;
-  const int grid = rot::grid_for_blocks(codecs::rot_block_count(n, p.rotation));
+  const int64_t work = ceil_div(codecs::rot_block_count(n, p.rotation), rot::kWarps);
   rot::with_slots(p.rotation, [&](auto slots) {
     with_flag(in != nullptr, [&](auto hop) {
-      hint8_encode_kernel<decltype(slots)::value, decltype(hop)::value>
-          <<<grid, rot::kThreads, 0, stream>>>(src, src_dtype, in, divisor, p, ctx, vec,
-                                               static_cast<uint8_t*>(dst));
+      auto kernel = hint8_encode_kernel<decltype(slots)::value, decltype(hop)::value>;
+      kernel<<<occupancy_grid(kernel, rot::kThreads, work), rot::kThreads, 0, stream>>>(
+          src, src_dtype, in, divisor, p, ctx, vec, static_cast<uint8_t*>(dst));
     });
   });
   CC_CUDA_CHECK_LAUNCH(what);
@@ -253,12 +253,12 @@ void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const D
   const Hint8Params p = params_of(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
-  const int grid = rot::grid_for_blocks(codecs::rot_block_count(n, p.rotation));
+  const int64_t work = ceil_div(codecs::rot_block_count(n, p.rotation), rot::kWarps);
   rot::with_slots(p.rotation, [&](auto slots) {
     with_flag(o.out != nullptr, [&](auto cast) {
-      hint8_decode_kernel<decltype(slots)::value, decltype(cast)::value>
-          <<<grid, rot::kThreads, 0, stream>>>(static_cast<const uint8_t*>(src), p, o,
-                                               decode_out_aligned16(o));
+      auto kernel = hint8_decode_kernel<decltype(slots)::value, decltype(cast)::value>;
+      kernel<<<occupancy_grid(kernel, rot::kThreads, work), rot::kThreads, 0, stream>>>(
+          static_cast<const uint8_t*>(src), p, o, decode_out_aligned16(o));
     });
   });
   CC_CUDA_CHECK_LAUNCH(what);

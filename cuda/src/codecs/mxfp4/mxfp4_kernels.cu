@@ -13,21 +13,13 @@ namespace {
 
 struct E2M1Elements {
   static constexpr int32_t kEmax = codecs::kE2M1Emax;
+  static constexpr int kBits = 4;
   CC_HOST_DEVICE static int64_t code_bytes(int64_t n) { return codecs::mxfp4_scales_offset(n); }
-  CC_HOST_DEVICE static uint8_t quantize(float x, uint32_t code) {
+  CC_HOST_DEVICE static uint32_t quantize(float x, uint32_t code) {
     return codecs::mxfp4_quantize(x, codecs::mx_inv_scale(code));
   }
-  CC_HOST_DEVICE static float dequantize(uint8_t q, float s) {
-    return codecs::fourbit_dequantize<codecs::E2M1>(q, s);
-  }
-  CC_HOST_DEVICE static uint8_t load_code(const uint8_t* wire, int64_t i) {
-    return static_cast<uint8_t>((wire[i / 2] >> (4 * (i & 1))) & 15u);
-  }
-  // Lane 2k writes the byte of elements 2k and 2k + 1 (a block starts at an even element);
-  // an element past n has code 0, so an odd run's last high nibble is 0.
-  __device__ static void store_codes(uint8_t* dst, int64_t i, int64_t n, uint8_t q) {
-    const uint32_t hi = __shfl_down_sync(0xFFFFFFFFu, uint32_t(q), 1);
-    if (i < n && (i & 1) == 0) dst[i / 2] = static_cast<uint8_t>(q | (hi << 4));
+  CC_HOST_DEVICE static float dequantize(uint32_t q, float s) {
+    return codecs::fourbit_dequantize<codecs::E2M1>(static_cast<uint8_t>(q), s);
   }
 };
 

@@ -14,16 +14,13 @@ namespace {
 template <class F>
 struct Fp8Elements {
   static constexpr int32_t kEmax = codecs::fp8_emax<F>();
+  static constexpr int kBits = 8;
   CC_HOST_DEVICE static int64_t code_bytes(int64_t n) { return n; }
-  CC_HOST_DEVICE static uint8_t quantize(float x, uint32_t code) {
+  CC_HOST_DEVICE static uint32_t quantize(float x, uint32_t code) {
     return codecs::group_quantize<F>(x, codecs::mx_scale(code));
   }
-  CC_HOST_DEVICE static float dequantize(uint8_t q, float s) {
-    return codecs::group_dequantize<F>(q, s);
-  }
-  CC_HOST_DEVICE static uint8_t load_code(const uint8_t* wire, int64_t i) { return wire[i]; }
-  __device__ static void store_codes(uint8_t* dst, int64_t i, int64_t n, uint8_t q) {
-    if (i < n) dst[i] = q;
+  CC_HOST_DEVICE static float dequantize(uint32_t q, float s) {
+    return codecs::group_dequantize<F>(static_cast<uint8_t>(q), s);
   }
 };
 

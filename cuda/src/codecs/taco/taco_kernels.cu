@@ -454,14 +454,15 @@ void launch_taco_encode(const void* src, DType src_dtype, const void* wire_in, i
   float* pairs = reinterpret_cast<float*>(wire + codecs::rot_scales_offset(n));
   const uint8_t* in = static_cast<const uint8_t*>(wire_in);
   const Items it = items_of(n, codec.group);
-  const int grid = rot::grid_for_blocks(it.count);
+  const int64_t work = ceil_div(it.count, rot::kWarps);
   const bool vec = aligned(src, 16);
   with_format(codec, [&](auto fmt) {
     with_quads(codec.group, [&](auto slots) {
       with_flag(in != nullptr, [&](auto hop) {
-        taco_encode_kernel<decltype(fmt), decltype(slots)::value, decltype(hop)::value>
-            <<<grid, rot::kThreads, 0, stream>>>(src, src_dtype, in, it, divisor, ctx,
-                                                 codec.stochastic, vec, wire, pairs);
+        auto kernel =
+            taco_encode_kernel<decltype(fmt), decltype(slots)::value, decltype(hop)::value>;
+        kernel<<<occupancy_grid(kernel, rot::kThreads, work), rot::kThreads, 0, stream>>>(
+            src, src_dtype, in, it, divisor, ctx, codec.stochastic, vec, wire, pairs);
       });
     });
   });
@@ -477,12 +478,14 @@ void launch_taco_decode(const void* src, int64_t n, const Codec& codec, const De
   const uint8_t* wire = static_cast<const uint8_t*>(src);
   const float* pairs = reinterpret_cast<const float*>(wire + codecs::rot_scales_offset(n));
   const Items it = items_of(n, codec.group);
-  const int grid = rot::grid_for_blocks(it.count);
+  const int64_t work = ceil_div(it.count, rot::kWarps);
   with_format(codec, [&](auto fmt) {
     with_quads(codec.group, [&](auto slots) {
       with_flag(o.out != nullptr, [&](auto cast) {
-        taco_decode_kernel<decltype(fmt), decltype(slots)::value, decltype(cast)::value>
-            <<<grid, rot::kThreads, 0, stream>>>(wire, it, pairs, o, decode_out_aligned16(o));
+        auto kernel =
+            taco_decode_kernel<decltype(fmt), decltype(slots)::value, decltype(cast)::value>;
+        kernel<<<occupancy_grid(kernel, rot::kThreads, work), rot::kThreads, 0, stream>>>(
+            wire, it, pairs, o, decode_out_aligned16(o));
       });
     });
   });
