@@ -2,9 +2,9 @@
 //
 // A compiled JAX program calls these handlers directly (no Python per call). Each is a thin
 // decode layer over jax_ffi_registry.h's run_call, which holds the registry of communicator
-// ids and the call path, apart from any one platform's handlers. The pieces of the decode
-// that do not depend on the platform (the attributes, the residuals, the error reply) are
-// in jax_ffi_decode.h.
+// ids and the call path that the CUDA handlers (jax_ffi_cuda.cc, in ccompress._cuda) share.
+// The shared pieces of the decode (the attributes, the residuals, the error reply) are in
+// jax_ffi_decode.h, for both.
 //
 // Every handler takes XLA's ordering token first and returns a new one (the ordered effect
 // of ccompress.jax), then the input, then optionally the two error-feedback residuals;

@@ -1,6 +1,6 @@
-// The decode layer of ccompress.jax's XLA FFI handlers, whatever their platform: XLA's
-// buffers, attributes and residuals into a Call of jax_ffi_registry.h, the handlers'
-// signature, and an error into XLA's reply.
+// The decode layer that the CPU handlers (jax_ffi.cc) and the CUDA handlers
+// (jax_ffi_cuda.cc) share: XLA's buffers, attributes and residuals into a Call of
+// jax_ffi_registry.h, the handlers' signature, and an error into XLA's reply.
 #pragma once
 
 #include <cstddef>
@@ -89,8 +89,8 @@ inline ffi::Error to_ffi(const std::exception& ex) {
                     tagged_message(ex));
 }
 
-/// The handlers' arguments after what @p b binds first (nothing on the CPU; a platform's
-/// stream elsewhere): the ordering token, the input and the residuals; the token, the output and the
+/// The handlers' arguments after what @p b binds first (nothing on the CPU; XLA's stream on
+/// CUDA): the ordering token, the input and the residuals; the token, the output and the
 /// updated residuals; the attributes of ccompress.jax's lowering.
 template <typename Binding>
 inline auto bind_collective(Binding b) {
