@@ -23,14 +23,6 @@ namespace ccompress::py_bindings {
 
 namespace {
 
-// One rank's ends: what moves bytes, what runs kernels, and what must outlive both.
-struct DeviceRank {
-  std::shared_ptr<Transport> transport;
-  std::shared_ptr<cuda::CudaBackend> backend;
-  std::shared_ptr<void> keepalive;
-  std::shared_ptr<cuda::NcclTransport> nccl;  // set for NCCL ranks
-};
-
 cuda::NcclUniqueId unique_id_from(const py::bytes& b) {
   std::string s = b;
   CC_CHECK(s.size() == sizeof(cuda::NcclUniqueId),

@@ -151,6 +151,7 @@ PYBIND11_MODULE(_cuda, m) {
   ccompress::py_bindings::bind_memory(m);
   ccompress::py_bindings::bind_backend(m);
   ccompress::py_bindings::bind_device_collectives(m);
+  ccompress::py_bindings::bind_jax(m);
 #if defined(CCOMPRESS_CUDA_EMULATOR)
   m.attr("emulated") = true;
   m.def("emulator_errors", &emu::emu_error_count,

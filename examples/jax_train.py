@@ -121,28 +121,34 @@ def windows(data: np.ndarray, rng: np.random.Generator, b: int, t: int) -> Tuple
 
 
 # ---------------------------------------------------------------- training
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse(argv)
-    if args.nproc and args.rank < 0:
-        return launch(args, argv)
-    import jax
+def require(name: str) -> Any:
+    """Imports ``name`` (jax, optax), or exits naming the command that installs it."""
+    import importlib
 
-    jax.config.update("jax_platforms", "cpu")
-    if args.reduce == "psum":
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if args.rank >= 0:
-        jax.distributed.initialize(f"{args.coordinator}:{args.port}",
-                                   int(os.environ["CCOMPRESS_JAX_WORLD"]), args.rank)
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise SystemExit(f"examples/jax_train.py needs {name} ({e}): pip install -e '.[jax]' "
+                         "(jax and optax), or bash scripts/setup.sh") from None
+
+
+def make_step(args: argparse.Namespace, size: int) -> Tuple[Any, Any, Any, Any]:
+    """The initial state and the training step of ``args.reduce``.
+
+    Returns
+    -------
+    (params, opt_state, ef, step)
+        ``step(params, opt_state, ef, x, y)`` returns the next ``(params, opt_state, ef)``
+        and the loss of ``params`` (before this step's update) on this rank's batch; ``ef``
+        is the error-feedback state (None without it). The update applies the gradients'
+        average across processes, as ``args.reduce`` computes it.
+    """
+    jax, optax = require("jax"), require("optax")
     import jax.numpy as jnp
-    import optax
     from jax.flatten_util import ravel_pytree
 
     import ccompress.jax as ccj
 
-    comm = ccj.default_communicator()  # also checks the replicas at the end
-    rank, size = comm.rank, comm.size
-    train, val, info = tinylm.load_text(*tinylm.find_corpus(args.corpus))
     params = init_params(jax.random.PRNGKey(args.seed), args)  # the same on every rank
     flat0, unravel = ravel_pytree(params)
     lrs = jnp.asarray([tinylm.lr_at(i, args.steps, args.lr) for i in range(args.steps + 1)])
@@ -184,7 +190,33 @@ def main(argv=None) -> int:
                                          error_feedback=ef)
             params, opt_state = update(params, opt_state, flat)
             return params, opt_state, ef, loss
+    return params, opt_state, ef, step
 
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse(argv)
+    if args.nproc and args.rank < 0:
+        return launch(args, argv)
+    jax = require("jax")
+    require("optax")
+    jax.config.update("jax_platforms", "cpu")
+    if args.reduce == "psum":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if args.rank >= 0:
+        jax.distributed.initialize(f"{args.coordinator}:{args.port}",
+                                   int(os.environ["CCOMPRESS_JAX_WORLD"]), args.rank)
+    from jax.flatten_util import ravel_pytree
+
+    import ccompress.jax as ccj
+
+    comm = ccj.default_communicator()  # also checks the replicas at the end
+    rank, size = comm.rank, comm.size
+    train, val, info = tinylm.load_text(*tinylm.find_corpus(args.corpus))
+    params, opt_state, ef, step = make_step(args, size)
+    flat0 = ravel_pytree(params)[0]
+    codec = None if args.reduce in ("psum", "mpi4jax") else SHORT.get(args.reduce, args.reduce)
+    use_ef = ef is not None
     rng = np.random.default_rng(args.seed * 1000 + rank)
     losses, times, t0 = [], [], time.perf_counter()
     for s in range(args.steps):
@@ -194,7 +226,7 @@ def main(argv=None) -> int:
         losses.append(float(loss))  # waits for the step
         times.append(time.perf_counter() - t)
         if rank == 0 and (s % 50 == 0 or s == args.steps - 1):
-            print(f"step {s:4d}  loss {losses[-1]:.4f}", flush=True)
+            print(f"step {s:4d}  loss {losses[-1]:.6f}", flush=True)
     seconds = time.perf_counter() - t0
     vx, vy = windows(val, np.random.default_rng(99), 32, args.ctx)
     val_loss = float(jax.jit(lambda p: loss_fn(p, vx, vy, args.heads))(params))

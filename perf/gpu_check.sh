@@ -3,7 +3,8 @@
 # codec's kernels bit-identical to the CPU backend, every algorithm on 2-4 virtual ranks of
 # the GPU bit-identical to the host collectives, stream ordering; the torch and CuPy CUDA
 # tests: CuPy arrays and torch CUDA tensors on virtual ranks through the adapters,
-# tp_all_reduce and the DDP hook's CUDA buckets), then times every kernel of every codec family
+# tp_all_reduce and the DDP hook's CUDA buckets; ccompress.jax's CUDA handlers, and a jitted
+# call on a GPU array where a CUDA jaxlib is present), then times every kernel of every codec family
 # (MX included) at 256 MiB of bfloat16 and of float32 against the device-to-device copy
 # bandwidth measured in the same run, and the loopback pipeline of every codec
 # (perf/bench/gpu_bench.py). Writes logs, table.md and kernels.json under $OUT (default
@@ -68,7 +69,7 @@ tests_ok=1
 JOBS="$(( $(nproc) < 8 ? $(nproc) : 8 ))"
 CCOMPRESS_REQUIRE_GPU=1 timeout 240 "$PY" -m pytest -q -rfEs -p no:cacheprovider -n "$JOBS" \
   tests/cuda/test_cuda.py tests/cuda/test_cuda_state.py tests/collectives/test_ordered_executor.py \
-  >"$OUT/tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40 >&2 || true; }
+  tests/jax/test_jax_cuda.py >"$OUT/tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40 >&2 || true; }
 tail -3 "$OUT/tests.log" >&2
 
 # The torch and CuPy CUDA tests: torch CUDA tensors and CuPy arrays on virtual ranks of the
@@ -84,6 +85,20 @@ if grep -E "^SKIPPED" "$OUT/torch_tests.log" | grep -v "needs 2 CUDA" >&2; then
   tests_ok=0; echo "[gpu_check] torch CUDA tests skipped (above): they must run here" >&2
 fi
 tail -1 "$OUT/torch_tests.log" >&2
+
+# ccompress.jax's CUDA handlers from a jitted program on a GPU array: only where this Python
+# has a CUDA jaxlib (jax[cuda], which this script does not install); there it must not skip.
+if "$PY" -c "import jax; jax.devices('cuda')" >/dev/null 2>&1; then
+  step "ccompress.jax on the GPU (log $OUT/jax_tests.log)"
+  timeout 120 "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/jax/test_jax_cuda.py -k jit_on_gpu \
+    >"$OUT/jax_tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/jax_tests.log" | head -20 >&2 || true; }
+  if grep -E "^SKIPPED" "$OUT/jax_tests.log" >&2; then
+    tests_ok=0; echo "[gpu_check] the ccompress.jax GPU test skipped (above): it must run here" >&2
+  fi
+  tail -1 "$OUT/jax_tests.log" >&2
+else
+  echo "[gpu_check] no CUDA jaxlib here: the jitted ccompress.jax GPU test is left out" >&2
+fi
 
 step "timings (kernels at ${GPU_CHECK_MIB:-256} MiB of bfloat16 and float32, loopback pipeline at ${GPU_CHECK_PIPE_MIB:-64} MiB)"
 "$PY" -m perf.bench.gpu_bench --mib "${GPU_CHECK_MIB:-256}" --dtypes bfloat16,float32 \

@@ -77,7 +77,7 @@ pytest_run -n "$JOBS" \
   "$T/collectives/test_call_seam.py" "$T/collectives/test_hier.py" \
   "$T/cuda/test_cuda.py" "$T/cuda/test_cuda_state.py" "$T/cuda/test_cuda_emulator.py" \
   "$T/cuda/test_device_paths.py" "$T/cuda/test_launch_bounds.py" \
-  "$T/collectives/test_alltoall.py" "$T/cuda/test_alltoall_cuda.py" "$@"
+  "$T/collectives/test_alltoall.py" "$T/cuda/test_alltoall_cuda.py" "$T/jax/test_jax_cuda.py" "$@"
 # Apart, in one process: once the NCCL stand-in is loaded it stays loaded.
 pytest_run "$T/cuda/test_nccl_emulated.py" "$@"
 if [ "$EMPTY_RUNS" -eq 2 ] || { [ "$EMPTY_RUNS" -gt 0 ] && [ "$#" -eq 0 ]; }; then

@@ -5,8 +5,9 @@
 #   test        pytest, pytest-xdist and the fidelity extras (safetensors, matplotlib)
 #   torch       CPU torch, for the DLPack and ccompress.torch tests (best effort)
 #   frameworks  Lightning and Accelerate, for the framework tests and their examples
-#   jax         CPU jax, for ccompress.jax (installed before the core is built: the build
-#               compiles its XLA FFI module only where jax is present)
+#   jax         CPU jax and optax (the jax extra), for ccompress.jax and its example
+#               (installed before the core is built: the build compiles its XLA FFI module
+#               only where jax is present)
 # By default every group; `--core` installs the core alone, `--with GROUP` adds a group to
 # that (`bash scripts/setup.sh --core --with torch`). A group is a function group_NAME below
 # and a name in DEFAULT_GROUPS (or OPTIONAL_GROUPS, installed only when named with --with).
@@ -90,11 +91,40 @@ export CCOMPRESS_CUDA
 # The jax group, before the core: the build compiles ccompress._jax_ffi (the XLA FFI module
 # of ccompress.jax) only where jax is installed. Best effort like torch; CCOMPRESS_SKIP_JAX=1
 # leaves it out, CCOMPRESS_REQUIRE_JAX=1 (CI) fails instead of skipping the JAX tests.
+# The requirements of the pyproject.toml extras named as arguments, one a line (markers kept).
+extra_reqs() {
+  "$PY" - "$@" <<'PYEOF'
+import re, sys
+text = open("pyproject.toml").read()
+block = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+for extra in sys.argv[1:]:
+    line = re.search(rf"^{extra}\s*=\s*\[(.*)\]", block, re.M).group(1)
+    print("\n".join(re.findall(r'"([^"]+)"', line)))
+PYEOF
+}
+
+# Whether every requirement on stdin that applies to this machine is installed.
+reqs_installed() {
+  "$PY" -c "
+import importlib.metadata as m, sys
+from pip._vendor.packaging.requirements import Requirement
+for line in sys.stdin.read().split():
+    r = Requirement(line)
+    if r.marker is None or r.marker.evaluate():
+        m.version(r.name)
+" 2>/dev/null
+}
+
 JAX_VERSION=0.10.2
+# The jax extra's other requirements: optax, for examples/jax_train.py and its benchmark.
+JAX_EXTRA="$(extra_reqs jax | grep -v '^jax[<>=! ]' || true)"
 if [[ " ${GROUPS_WANTED[*]-} " == *" jax "* ]] && [ "${CCOMPRESS_SKIP_JAX:-0}" != 1 ] \
-   && ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('jax') != '$JAX_VERSION')" 2>/dev/null; then
-  say "jax: installing jax==$JAX_VERSION (CPU) for ccompress.jax"
-  if ! pip_q "jax==$JAX_VERSION"; then
+   && ! { "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('jax') != '$JAX_VERSION')" 2>/dev/null \
+          && printf '%s\n' "$JAX_EXTRA" | reqs_installed; }; then
+  # shellcheck disable=SC2086,SC2116
+  say "jax: installing jax==$JAX_VERSION (CPU) and $(echo $JAX_EXTRA) for ccompress.jax"
+  # shellcheck disable=SC2086
+  if ! pip_q "jax==$JAX_VERSION" $JAX_EXTRA; then
     if [ "${CCOMPRESS_REQUIRE_JAX:-0}" = 1 ]; then
       say "ERROR: jax==$JAX_VERSION could not be installed and CCOMPRESS_REQUIRE_JAX=1"
       exit 1
@@ -177,27 +207,11 @@ fi
 # The test tools: pytest, pytest-xdist (the test extra) and the fidelity extras, from
 # pyproject.toml's lists, without rebuilding (the core is installed already).
 group_test() {
-  # The test and fidelity extras of pyproject.toml, as pip requirements (markers kept).
   local reqs
-  reqs="$("$PY" - <<'PYEOF'
-import re
-text = open("pyproject.toml").read()
-block = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
-for extra in ("test", "fidelity"):
-    line = re.search(rf"^{extra}\s*=\s*\[(.*)\]", block, re.M).group(1)
-    print("\n".join(re.findall(r'"([^"]+)"', line)))
-PYEOF
-)"
+  reqs="$(extra_reqs test fidelity)"
   # Up to date when every one that applies to this machine is installed (an extra added
   # to pyproject.toml gets installed into an existing .venv too).
-  if printf '%s\n' "$reqs" | "$PY" -c "
-import importlib.metadata as m, sys
-from pip._vendor.packaging.requirements import Requirement
-for line in sys.stdin.read().split():
-    r = Requirement(line)
-    if r.marker is None or r.marker.evaluate():
-        m.version(r.name)
-" 2>/dev/null; then
+  if printf '%s\n' "$reqs" | reqs_installed; then
     say "test: up to date"; return 0
   fi
   # shellcheck disable=SC2086,SC2116

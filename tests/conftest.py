@@ -20,6 +20,7 @@ MODULE_MARKERS = {
     "test_soak.py": ("mpi", "slow"), "test_torch_ddp_mpi.py": ("torch",),
     "test_torchrun.py": ("slow",), "test_torch_backend.py": ("slow",),
     "test_jax_multiprocess.py": ("mpi", "slow"),
+    "test_jax_cuda.py": ("cuda_emulated",),
 }
 
 

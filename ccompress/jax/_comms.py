@@ -4,7 +4,10 @@ default communicator of a launch (``comm=None``).
 A compiled program names its communicator by an integer id (an attribute of its custom
 calls), never by an address: :func:`comm_id` registers a communicator's transport once and
 releases the id when the communicator is closed or collected, after which a program that
-still names it fails with :class:`InvalidArgument` instead of reaching freed memory.
+still names it fails with :class:`InvalidArgument` instead of reaching freed memory. Host
+and device communicators share one registry (in the core library): a host one is run by
+the CPU handlers (ccompress._jax_ffi), a device one (``Communicator.from_nccl``) by the CUDA
+handlers (ccompress._cuda) on XLA's stream.
 
 ``comm=None`` means every process of the launch (:func:`default_communicator`):
 
@@ -61,14 +64,16 @@ def comm_id(comm: Communicator) -> int:
     ident = getattr(comm, "_jax_id", None)
     if ident is not None:
         return ident
-    if comm.device is not None:
-        raise Unsupported("ccompress.jax runs host (CPU) communicators; this one reduces CUDA "
-                          f"memory of cuda:{comm.device}")
     if not comm.usable:
         raise InvalidArgument(f"comm is unusable ({comm._broken}); make a new one (all ranks)")
     ffi = ffi_module()
-    ident = ffi.register(comm._t, comm._timeout, comm._slice, comm._seed,
-                         comm.ranks_per_node or 0)
+    options = (comm._timeout, comm._slice, comm._seed, comm.ranks_per_node or 0)
+    if comm.device is not None:  # a device communicator: the CUDA handlers run it
+        from .. import _cuda
+
+        ident = _cuda.jax_register(comm._t, *options)
+    else:
+        ident = ffi.register(comm._t, *options)
     comm._jax_id = ident
     comm._on_close.insert(0, lambda: ffi.unregister(ident))
     weakref.finalize(comm, ffi.unregister, ident)

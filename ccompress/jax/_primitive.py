@@ -1,6 +1,11 @@
 """The JAX primitive behind ccompress.jax's collectives: one primitive for the three kinds,
 an ordered effect, its lowering to an XLA FFI custom call, and its JVP and transposes.
 
+**Platforms.** On the CPU the custom call runs ccompress._jax_ffi's handlers; on a GPU
+(where ccompress._cuda has its CUDA handlers and jaxlib a CUDA backend) the same target
+runs ccompress._cuda's, which take XLA's stream and run the core's device collective on it
+with a device communicator (``Communicator.from_nccl``).
+
 The primitive works on flat (1-D) arrays; ccompress.jax reshapes around it. Its
 parameters are hashable and the same on every rank: ``kind`` ("allreduce",
 "reduce_scatter", "allgather"), ``comm`` (the registry id), ``size`` and ``rank`` (to type
@@ -29,6 +34,7 @@ from jax._src import dispatch, effects
 from jax._src.interpreters import ad, mlir
 from jax.extend.core import Primitive
 
+from .._internal.errors import Unsupported
 from ._comms import ffi_module
 
 
@@ -55,16 +61,37 @@ collective_p.def_impl(partial(dispatch.apply_primitive, collective_p))
 
 _TARGETS = {kind: f"ccompress_{kind}" for kind in ("allreduce", "reduce_scatter", "allgather")}
 _registered = False
+_cuda_registered = False
+
+
+def cuda_handlers() -> Any:
+    """The CUDA handlers of ccompress._cuda (a dict of capsules), or None where jaxlib has no
+    CUDA backend or ccompress was built without them (no nvcc, or no jax at build time)."""
+    try:
+        jax.devices("cuda")
+    except (RuntimeError, ValueError):  # no CUDA backend in this jaxlib, or JAX_PLATFORMS leaves it out
+        return None
+    try:
+        from .. import _cuda
+    except ImportError:
+        return None
+    return getattr(_cuda, "JAX_CUDA_HANDLERS", None)
 
 
 def register_targets() -> None:
-    """Registers the CPU handlers of ccompress._jax_ffi with XLA (once)."""
-    global _registered
+    """Registers the CPU handlers of ccompress._jax_ffi with XLA (once), and the CUDA
+    handlers of ccompress._cuda where this build has them and jaxlib has a CUDA backend."""
+    global _registered, _cuda_registered
     if _registered:
         return
     handlers = ffi_module().CPU_HANDLERS
     for kind, name in _TARGETS.items():
         jax.ffi.register_ffi_target(name, handlers[kind], platform="cpu")
+    cuda = cuda_handlers()
+    if cuda is not None:
+        for kind, name in _TARGETS.items():
+            jax.ffi.register_ffi_target(name, cuda[kind], platform="CUDA")
+        _cuda_registered = True
     _registered = True
 
 
@@ -113,7 +140,17 @@ def _lowering(ctx: Any, x: Any, *residuals: Any, kind: str, comm: int, codec: st
     return results
 
 
+def _lowering_cuda(ctx: Any, *args: Any, **params: Any) -> Sequence[Any]:
+    if not _cuda_registered:
+        raise Unsupported(
+            "ccompress.jax on a GPU array: this ccompress build has no CUDA handlers "
+            "(ccompress._cuda built with nvcc where jax was installed: CCOMPRESS_CUDA=ON bash "
+            "scripts/setup.sh); run the program on the CPU or rebuild")
+    return _lowering(ctx, *args, **params)
+
+
 mlir.register_lowering(collective_p, _lowering, platform="cpu")
+mlir.register_lowering(collective_p, _lowering_cuda, platform="cuda")
 
 
 def _jvp(primals: Sequence[Any], tangents: Sequence[Any], **params: Any):

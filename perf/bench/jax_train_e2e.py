@@ -4,7 +4,8 @@ of averaging the gradients, side by side with JAX's own cross-process psum.
 
     sudo .venv/bin/python -m perf.bench.jax_train_e2e [--nodes 4] [--rates 1,10,none] \\
         [--rows psum,hint8,fp8,nvfp4,hint4,mxfp4] [--steps 40] [--seeds 0,1,2]
-    .venv/bin/python -m perf.bench.jax_train_e2e --loopback [--rows ...,mpi4jax]
+    .venv/bin/python -m perf.bench.jax_train_e2e --loopback [--rows ...,mpi4jax] \\
+        [--lrs 1e-3,3e-3,1e-2] [-- --d-model 64 --layers 2 ...]
 
 With links (root): every rank is a network namespace of perf/bench/emulated_net.py, joined
 by veth pairs rate-limited with tbf at each ``--rates`` value (Gbit/s; ``none``: the veths'
@@ -14,17 +15,29 @@ and JAX's gloo collectives on each namespace's eth0 (the host name resolves to i
 host's loopback instead (no root; one rate, unlimited), where ``mpi4jax`` (its exact
 ``allreduce`` under mpiexec; ``pip install mpi4jax``) is a row too.
 
+The model (:data:`BENCH_MODEL`, options after ``--`` override it) is the byte-level GPT of
+the torch rows (perf/bench/train_e2e.py's lm: 7.2M parameters, 2 sequences of 32 bytes per
+rank per step): a gradient-heavy step, whose exact all-reduce (43 MB a rank sends per step)
+takes about 345 ms at 1 Gbit/s against about 180 ms of compute on two cores, so that the
+link, not the cores, dominates psum's step there.
+
+``--lrs`` tunes the exact row: ``psum`` runs at each peak rate (every seed), the rate with
+the best mean held-out loss is kept, and every other row runs at that rate (the loss study
+of perf/results/jax.md).
+
 Rows: ``psum`` (exact: JAX's ``lax.pmean`` over a mesh of every process's CPU device, a
 program of its own between the gradient and the update), ``exact`` (ccompress, codec none),
 ccompress codecs (``hint8``, ``fp8`` = fp8_e4m3:g128, ``nvfp4``, ``hint4``, ``mxfp4``, or a
 spec; two_shot with error feedback carried in the jitted step), ``mpi4jax``. Each row runs
 once per seed; the table gives rank 0's median step time after the warm-up and its speedup
-over psum at the same rate, the loss of the last 10 steps (mean over seeds) against psum's,
-the held-out loss, and whether the replicas ended bit-identical.
+over psum at the same rate, the loss of the last 10 steps and the held-out loss (means over
+seeds, with their standard errors), each against psum's, and whether the replicas ended
+bit-identical.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import socket
@@ -36,6 +49,9 @@ from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ROWS = "psum,hint8,fp8,nvfp4,hint4,mxfp4"
+# examples/jax_train.py's options for the step-time rows (the module docstring says why).
+BENCH_MODEL = ["--d-model", "256", "--layers", "9", "--heads", "4", "--ctx", "32",
+               "--batch", "2"]
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -46,6 +62,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--seeds", default="0")
+    p.add_argument("--lrs", default="",
+                   help="peak learning rates to tune psum over (comma separated); every "
+                        "other row runs at the best one (default: the example's)")
     p.add_argument("--loopback", action="store_true",
                    help="every rank on this host's loopback (no root, no link limit)")
     p.add_argument("--out", default="build/jax_e2e")
@@ -62,11 +81,15 @@ def _port() -> int:
 
 
 def run_row(row: str, seed: int, args: argparse.Namespace, out: Path, net: Any = None,
-            tag: str = "") -> Dict[str, Any]:
-    """One training run of ``row``: every rank's process, rank 0's result."""
-    result = out / f"{tag}-{row}-{seed}.json"
+            tag: str = "", lr: Optional[float] = None) -> Dict[str, Any]:
+    """One training run of ``row`` (at peak rate ``lr``, else the example's): every rank's
+    process, rank 0's result."""
+    name = f"{tag}-{row}-{seed}" + ("" if lr is None else f"-lr{lr:g}")
+    result = out / f"{name}.json"
     result.unlink(missing_ok=True)
-    extra = [a for a in args.train_args if a != "--"]
+    extra = BENCH_MODEL + [a for a in args.train_args if a != "--"]
+    if lr is not None:
+        extra += ["--lr", repr(lr)]
     train = ["-m", "examples.jax_train", "--reduce", row, "--steps", str(args.steps),
              "--warmup", str(args.warmup), "--seed", str(seed), "--json", str(result), *extra]
     env = dict(os.environ, JAX_PLATFORMS="cpu", CCOMPRESS_JAX_WORLD=str(args.nodes))
@@ -87,9 +110,9 @@ def run_row(row: str, seed: int, args: argparse.Namespace, out: Path, net: Any =
     procs = [subprocess.Popen(c, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for c in cmds]
     logs = [p.communicate(timeout=args.timeout)[0] for p in procs]
-    (out / f"{tag}-{row}-{seed}.log").write_text("\n".join(logs))
+    (out / f"{name}.log").write_text("\n".join(logs))
     if any(p.returncode for p in procs) or not result.exists():
-        raise RuntimeError(f"row {row} (seed {seed}) failed: see {out}/{tag}-{row}-{seed}.log\n"
+        raise RuntimeError(f"row {row} (seed {seed}) failed: see {out}/{name}.log\n"
                            + logs[0][-3000:])
     return json.loads(result.read_text())
 
@@ -107,25 +130,58 @@ def hosts_files(net: Any) -> None:
         net.created.append(["rm", "-rf", str(folder)])
 
 
+def sem(values: List[float]) -> float:
+    """The standard error of the mean of ``values`` (0 for one value)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5
+
+
+def summary(label: str, row: str, runs: List[Dict[str, Any]], lr: Optional[float]) -> Dict:
+    """One row's figures over its seeds' runs."""
+    train = [x["train_loss_last10"] for x in runs]
+    val = [x["val_loss"] for x in runs]
+    return {"rate": label, "row": row, "lr": lr,
+            "step_s": sum(x["step_s"] for x in runs) / len(runs),
+            "loss": sum(train) / len(train), "loss_sem": sem(train),
+            "val": sum(val) / len(val), "val_sem": sem(val),
+            "identical": all(x["replicas_identical"] for x in runs), "runs": runs}
+
+
 def table(rows: List[Dict[str, Any]]) -> List[str]:
-    """One line per (rate, row): step time, speedup and loss against psum at that rate."""
-    lines = [f"{'rate':>9} {'row':>8} {'ms/step':>8} {'vs psum':>8} {'loss':>7} "
-             f"{'vs psum':>8} {'val':>7} identical"]
+    """One line per (rate, row): step time and speedup against psum at that rate; the loss
+    of the last 10 steps and the held-out loss (mean +- standard error over seeds), each
+    against psum's (the tuned one where --lrs tuned it)."""
+    lines = [f"{'rate':>9} {'row':>8} {'lr':>7} {'ms/step':>8} {'vs psum':>8} "
+             f"{'loss':>16} {'vs psum':>8} {'held-out':>16} {'vs psum':>8} identical"]
     for rate in dict.fromkeys(r["rate"] for r in rows):
         at = [r for r in rows if r["rate"] == rate]
-        base = next((r for r in at if r["row"] == "psum"), None)
+        base = next((r for r in at if r["row"] == "psum" and r.get("tuned", True)), None)
         for r in at:
             speed = f"{base['step_s'] / r['step_s']:.2f}x" if base else "-"
-            loss = f"{100 * (r['loss'] / base['loss'] - 1):+.2f}%" if base else "-"
-            lines.append(f"{rate:>9} {r['row']:>8} {1e3 * r['step_s']:8.1f} {speed:>8} "
-                         f"{r['loss']:7.4f} {loss:>8} {r['val']:7.4f} {r['identical']}")
+            loss = f"{100 * (r['loss'] / base['loss'] - 1):+.3f}%" if base else "-"
+            val = f"{100 * (r['val'] / base['val'] - 1):+.3f}%" if base else "-"
+            lr = "-" if r.get("lr") is None else f"{r['lr']:g}"
+            lines.append(f"{rate:>9} {r['row']:>8} {lr:>7} {1e3 * r['step_s']:8.1f} {speed:>8} "
+                         f"{r['loss']:8.5f}+-{r['loss_sem']:.5f} {loss:>8} "
+                         f"{r['val']:8.5f}+-{r['val_sem']:.5f} {val:>8} {r['identical']}")
     return lines
 
 
 def main(argv=None) -> int:
     args = parse(argv)
+    for name in ("jax", "optax"):  # what every rank's examples/jax_train.py imports
+        if importlib.util.find_spec(name) is None:
+            raise SystemExit(f"perf/bench/jax_train_e2e.py trains examples/jax_train.py, which "
+                             f"needs {name}: pip install -e '.[jax]' (jax and optax), or bash "
+                             "scripts/setup.sh")
     rows_wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
     seeds = [int(s) for s in args.seeds.split(",")]
+    lrs = [float(x) for x in args.lrs.split(",") if x.strip()]
+    if lrs and "psum" not in rows_wanted:
+        raise SystemExit("--lrs tunes the psum row: name it in --rows")
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
     rates: List[Optional[float]] = [None] if args.loopback else \
@@ -138,6 +194,15 @@ def main(argv=None) -> int:
         net.create()
         hosts_files(net)
     results: List[Dict[str, Any]] = []
+
+    def record(r: Dict[str, Any], t0: float) -> None:
+        results.append(r)
+        lr = "" if r["lr"] is None else f" lr {r['lr']:g}"
+        print(f"[jax-e2e] {r['rate']} {r['row']}{lr}: {1e3 * r['step_s']:.1f} ms/step, loss "
+              f"{r['loss']:.5f}, held-out {r['val']:.5f} ({time.time() - t0:.0f} s)", flush=True)
+        (out / "jax_e2e.json").write_text(json.dumps({"args": vars(args), "rows": results},
+                                                     indent=1))
+
     try:
         for rate in rates:
             label = "loopback" if net is None else f"{rate or 'none'}G"
@@ -146,19 +211,25 @@ def main(argv=None) -> int:
                     net.limit(rate, *tbf_setting(TBF, rate))
                 else:
                     net.unlimit()
+            lr: Optional[float] = None
+            if lrs:  # tune psum: the best mean held-out loss over the seeds
+                tried = []
+                for x in lrs:
+                    t0 = time.time()
+                    r = summary(label, "psum", [run_row("psum", s, args, out, net, label, x)
+                                                for s in seeds], x)
+                    r["tuned"] = False
+                    record(r, t0)
+                    tried.append(r)
+                best = min(tried, key=lambda r: r["val"])
+                best["tuned"] = True
+                lr = best["lr"]
             for row in rows_wanted:
+                if lrs and row == "psum":
+                    continue
                 t0 = time.time()
-                runs = [run_row(row, s, args, out, net, label) for s in seeds]
-                r = {"rate": label, "row": row,
-                     "step_s": sum(x["step_s"] for x in runs) / len(runs),
-                     "loss": sum(x["train_loss_last10"] for x in runs) / len(runs),
-                     "val": sum(x["val_loss"] for x in runs) / len(runs),
-                     "identical": all(x["replicas_identical"] for x in runs), "runs": runs}
-                results.append(r)
-                print(f"[jax-e2e] {label} {row}: {1e3 * r['step_s']:.1f} ms/step, loss "
-                      f"{r['loss']:.4f} ({time.time() - t0:.0f} s)", flush=True)
-                (out / "jax_e2e.json").write_text(json.dumps(
-                    {"args": vars(args), "rows": results}, indent=1))
+                record(summary(label, row, [run_row(row, s, args, out, net, label, lr)
+                                            for s in seeds], lr), t0)
     finally:
         if net is not None:
             net.destroy()

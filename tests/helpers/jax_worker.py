@@ -114,6 +114,9 @@ def main():
     y2, _ = step(jnp.asarray(x), restored)
     arrays["ef/resume"] = np.stack([np.asarray(y1), np.asarray(y2)])
 
+    if MODE == "dist":
+        example_steps(arrays)
+
     # Bad input: a typed error on every rank, and the communicator still usable after.
     errors = {}
 
@@ -163,6 +166,32 @@ def main():
     with open(os.path.join(OUT, f"rank{rank}.json"), "w") as fh:
         json.dump(facts, fh)
     ccj.shutdown()
+
+
+def example_steps(arrays):
+    """Two steps of examples/jax_train.py's training step, exact (ccompress, codec none) and
+    hint4, from the same parameters on the same batches: the losses it reports and the
+    parameters after each step."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__)))))
+    from jax.flatten_util import ravel_pytree
+
+    from examples import jax_train
+
+    tiny = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ctx", "8", "--batch", "2",
+            "--steps", "4", "--lr", "1e-2"]
+    rng = np.random.default_rng(7 + jax.process_index())
+    batches = [rng.integers(0, 256, size=(2, 9)).astype(np.int32) for _ in range(2)]
+    for row in ("exact", "hint4"):
+        params, opt, ef, step = jax_train.make_step(jax_train.parse(tiny + ["--reduce", row]),
+                                                    jax.process_count())
+        losses, flats = [], [np.asarray(ravel_pytree(params)[0])]
+        for b in batches:
+            params, opt, ef, loss = step(params, opt, ef, b[:, :-1], b[:, 1:])
+            losses.append(np.float32(loss))
+            flats.append(np.asarray(ravel_pytree(params)[0]))
+        arrays[f"example/{row}/loss"] = np.asarray(losses, np.float32)
+        arrays[f"example/{row}/params"] = np.stack(flats)
 
 
 def _mpi_world():
