@@ -163,19 +163,24 @@ def test_decode_reduce_encode_bit_identical_to_cpu(backend, rng, codec, dtype):
         assert np.array_equal(src.bytes(wire.size), want), f"{codec} {dtype} n={n} in place"
 
 
-@gpu
-@pytest.mark.parametrize("codec", ["mxfp8", "mxfp8_e5m2", "mxfp4"])
-def test_mx_scale_extremes_and_non_finite_bit_identical_to_cpu(backend, rng, codec):
-    """The E8M0 scale's clamped and largest codes, all-zero blocks, fp32 subnormals and
-    NaN / Inf: the MX kernels give the CPU's bytes and values."""
-    n = 32 * 40 + 7
-    x = rng.standard_normal(n) * np.repeat(10.0 ** rng.uniform(-44, 37, 41), 32)[:n]
+def extreme_values(rng, n, non_finite):
+    """n float32 values whose 32-element blocks span 1e-44 to 1e37 (scales that clamp or
+    underflow, fp32 subnormals), a block of zeros at 64, and ``non_finite`` ({index: NaN or
+    Inf}) set."""
+    x = rng.standard_normal(n) * np.repeat(10.0 ** rng.uniform(-44, 37, n // 32 + 1), 32)[:n]
     x[64:96] = 0.0
-    x[[5, 99, 100, 700]] = [np.nan, np.inf, -np.inf, np.nan]
-    x = np.clip(x, -3.4e38, 3.4e38).astype(np.float32)
-    c, want = cpu_encode(codec, x)
+    x[list(non_finite)] = list(non_finite.values())
+    return np.clip(x, -3.4e38, 3.4e38).astype(np.float32)
+
+
+def encode_decode_like_cpu(backend, codec, x, ctx):
+    """Encodes float32 ``x`` on the device and on the CPU with the context ``ctx``, asserts
+    the same wire bytes, then decodes the device's wire and asserts the CPU's values.
+    Returns (codec, the CPU's wire, the device buffer holding the device's wire)."""
+    n = x.size
+    c, want = cpu_encode(codec, x, 1.0, ctx)
     src, dst = DeviceBuffer.of(x), DeviceBuffer(want.size)
-    backend.encode(c, src.ptr, "float32", n, 1.0, dst.ptr, 0, 0, 0, 0)
+    backend.encode(c, src.ptr, "float32", n, 1.0, dst.ptr, *ctx)
     backend.synchronize()
     assert np.array_equal(dst.bytes(want.size), want)
     ref = np.empty(n, np.float32)
@@ -184,6 +189,16 @@ def test_mx_scale_extremes_and_non_finite_bit_identical_to_cpu(backend, rng, cod
     backend.decode(c, dst.ptr, n, out.ptr, "float32")
     backend.synchronize()
     assert same_bits_or_nan([out.download(ref), ref])
+    return c, want, dst
+
+
+@gpu
+@pytest.mark.parametrize("codec", ["mxfp8", "mxfp8_e5m2", "mxfp4"])
+def test_mx_scale_extremes_and_non_finite_bit_identical_to_cpu(backend, rng, codec):
+    """The E8M0 scale's clamped and largest codes, all-zero blocks, fp32 subnormals and
+    NaN / Inf: the MX kernels give the CPU's bytes and values."""
+    x = extreme_values(rng, 32 * 40 + 7, {5: np.nan, 99: np.inf, 100: -np.inf, 700: np.nan})
+    encode_decode_like_cpu(backend, codec, x, (0, 0, 0, 0))
 
 
 @gpu
@@ -193,21 +208,9 @@ def test_fourbit_extremes_and_non_finite_bit_identical_to_cpu(backend, rng, code
     subnormals and NaN / Inf, over two pieces with a short tail: the 4-bit kernels give the
     CPU's bytes and values, plain and as the in-place ring hop."""
     n = 65536 + 32 * 40 + 7
-    x = rng.standard_normal(n) * np.repeat(10.0 ** rng.uniform(-44, 37, n // 32 + 1), 32)[:n]
-    x[64:96] = 0.0
-    x[[5, 99, 100, 700, 65536 + 3]] = [np.nan, np.inf, -np.inf, np.nan, np.inf]
-    x = np.clip(x, -3.4e38, 3.4e38).astype(np.float32)
-    c, want = cpu_encode(codec, x, 1.0, (7, 5, 2, 12345))
-    src, dst = DeviceBuffer.of(x), DeviceBuffer(want.size)
-    backend.encode(c, src.ptr, "float32", n, 1.0, dst.ptr, 7, 5, 2, 12345)
-    backend.synchronize()
-    assert np.array_equal(dst.bytes(want.size), want)
-    ref = np.empty(n, np.float32)
-    _core.decode(c, host_ptr(want), n, host_ptr(ref), "float32")
-    out = DeviceBuffer(ref.nbytes)
-    backend.decode(c, dst.ptr, n, out.ptr, "float32")
-    backend.synchronize()
-    assert same_bits_or_nan([out.download(ref), ref])
+    x = extreme_values(rng, n, {5: np.nan, 99: np.inf, 100: -np.inf, 700: np.nan,
+                                65536 + 3: np.inf})
+    c, want, dst = encode_decode_like_cpu(backend, codec, x, (7, 5, 2, 12345))
     y = np.flip(x).copy()
     hop = np.zeros_like(want)
     _core.decode_reduce_encode(c, host_ptr(want), host_ptr(y), "float32", n, 2.0, host_ptr(hop),
