@@ -3,7 +3,8 @@
 # codec's kernels bit-identical to the CPU backend, every algorithm on 2-4 virtual ranks of
 # the GPU bit-identical to the host collectives, stream ordering; the torch and CuPy CUDA
 # tests: CuPy arrays and torch CUDA tensors on virtual ranks through the adapters,
-# tp_all_reduce and the DDP hook's CUDA buckets; ccompress.jax's CUDA handlers, and a jitted
+# tp_all_reduce, the DDP hook's CUDA buckets and the ccompress torch.distributed backend's
+# collectives; ccompress.jax's CUDA handlers, and a jitted
 # call on a GPU array where a CUDA jaxlib is present), then times every kernel of every codec family
 # (MX included) at 256 MiB of bfloat16 and of float32 against the device-to-device copy
 # bandwidth measured in the same run, and the loopback pipeline of every codec
@@ -73,17 +74,24 @@ CCOMPRESS_REQUIRE_GPU=1 timeout 240 "$PY" -m pytest -q -rfEs -p no:cacheprovider
 tail -3 "$OUT/tests.log" >&2
 
 # The torch and CuPy CUDA tests: torch CUDA tensors and CuPy arrays on virtual ranks of the
-# GPU through the adapters (tp_all_reduce, the DDP hook's CUDA buckets). Their skips name what
-# is missing; here a skip is a failure (the GPU image holds torch and CuPy).
+# GPU through the adapters (tp_all_reduce, the DDP hook's CUDA buckets, the backend's
+# collectives on a CompressedProcessGroup per virtual rank). Their skips name what is missing;
+# here a skip is a failure (the GPU image holds torch and CuPy), and so is one of these tests
+# missing from the passed ones (-rA lists them).
 step "torch and CuPy CUDA tests (log $OUT/torch_tests.log)"
 "$PY" -c "import torch, cupy; assert torch.cuda.is_available(), 'torch sees no GPU'" \
   >"$OUT/torch_tests.log" 2>&1 || { tests_ok=0; echo "[gpu_check] torch or CuPy with CUDA missing:" >&2; tail -3 "$OUT/torch_tests.log" >&2; }
-timeout 120 "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/cuda/test_gpu_adapters.py \
+timeout 120 "$PY" -m pytest -q -rA -p no:cacheprovider tests/cuda/test_gpu_adapters.py \
   >>"$OUT/torch_tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/torch_tests.log" | head -20 >&2 || true; }
 # Skipped: only the example under mpiexec that needs two GPUs may skip on one.
 if grep -E "^SKIPPED" "$OUT/torch_tests.log" | grep -v "needs 2 CUDA" >&2; then
   tests_ok=0; echo "[gpu_check] torch CUDA tests skipped (above): they must run here" >&2
 fi
+for t in test_cupy_allreduce_on_callers_stream test_torch_cuda_tp_and_hook \
+    test_torch_cuda_backend_on_virtual_ranks; do
+  grep -qE "^PASSED .*::$t\[" "$OUT/torch_tests.log" \
+    || { tests_ok=0; echo "[gpu_check] $t did not pass" >&2; }
+done
 tail -1 "$OUT/torch_tests.log" >&2
 
 # ccompress.jax's CUDA handlers from a jitted program on a GPU array: only where this Python

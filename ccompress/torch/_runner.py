@@ -25,11 +25,28 @@ from ._work import Async, Outcome, Work
 
 
 def inner_group(store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
-                cuda: bool = True, serve: Optional[dist.ProcessGroup] = None
+                cuda: Optional[str] = "nccl", serve: Optional[dist.ProcessGroup] = None
                 ) -> dist.ProcessGroup:
-    """A plain ProcessGroup with gloo for CPU tensors and, with ``cuda`` where CUDA and NCCL
-    are there, NCCL for CUDA tensors, over ``store`` under ``prefix``; its backends are
-    registered on ``serve`` too, where given (the ops ``serve`` does not override).
+    """A plain ProcessGroup with gloo for CPU tensors over ``store`` under ``prefix``, and
+    for CUDA tensors what ``cuda`` names; its backends are registered on ``serve`` too, where
+    given (the ops ``serve`` does not override).
+
+    Parameters
+    ----------
+    store : torch.distributed.Store
+        The rendezvous.
+    rank, size : int
+        This rank and the group's size.
+    timeout : datetime.timedelta
+        The group's timeout.
+    prefix : str
+        The keys of this group in ``store``.
+    cuda : {"nccl", "gloo", None}, default "nccl"
+        ``"nccl"``: NCCL for CUDA tensors, where CUDA and NCCL are there; ``"gloo"``: gloo
+        for CUDA tensors too (ranks that share a GPU, which NCCL refuses); None: no backend
+        for CUDA tensors.
+    serve : torch.distributed.ProcessGroup, optional
+        A group that gets the same backends.
 
     Returns
     -------
@@ -38,20 +55,19 @@ def inner_group(store: Any, rank: int, size: int, timeout: timedelta, prefix: st
     pg = dist.ProcessGroup(rank, size)
     gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "/gloo/", store), rank, size,
                                  timeout=timeout)
-    pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
-    pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
-    if cuda and torch.cuda.is_available() and dist.is_nccl_available():
+    backends = [(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)]
+    if cuda == "gloo":
+        backends.append((torch.device("cuda"), dist.ProcessGroup.BackendType.GLOO, gloo))
+    elif cuda == "nccl" and torch.cuda.is_available() and dist.is_nccl_available():
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = timeout
         nccl = dist.ProcessGroupNCCL(dist.PrefixStore(prefix + "/nccl/", store), rank, size,
                                      opts)
-        pg._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL, nccl)
-    if serve is not None:
-        serve._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
-        if cuda and torch.cuda.is_available() and dist.is_nccl_available():
-            serve._register_backend(torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL,
-                                    nccl)
-        serve._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        backends.append((torch.device("cuda"), dist.ProcessGroup.BackendType.NCCL, nccl))
+    for group in (pg,) if serve is None else (pg, serve):
+        for device, kind, backend in backends:
+            group._register_backend(device, kind, backend)
+        group._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
     return pg
 
 
@@ -72,26 +88,31 @@ class Runner:
         The inner gloo/NCCL group that runs delegated calls.
     plan_line : callable
         What each op does, in one line: rank 0 logs it at the group's first call.
+    comm : Communicator, optional
+        The communicator of the compressed calls, the caller's (it stays open at
+        :meth:`release`); default: one made at the first compressed call.
     """
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
-                 inner: dist.ProcessGroup, plan_line: Callable[[], str]) -> None:
+                 inner: dist.ProcessGroup, plan_line: Callable[[], str],
+                 comm: Optional[Communicator] = None) -> None:
         self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
         self._prefix, self.inner, self._plan_line = prefix, inner, plan_line
         self._announced = False
         self.stats = _engagement.OpStats()
         self.trace = _trace.GroupTrace(rank, size, _trace.global_rank(rank))  # CCOMPRESS_TRACE
-        self.comm: Optional[Communicator] = None
+        self.comm: Optional[Communicator] = comm
+        self._own_comm = comm is None  # closed at release; a given one is the caller's
         self._comm_pg: Optional[dist.ProcessGroup] = None
-        self._sent_mark = 0
+        self._sent_mark = 0 if comm is None else comm.bytes_sent
         self._lock = threading.Lock()
         self.broken: Optional[str] = None
         self._delegated: List[Tuple[Any, Any]] = []  # (Work, future) not yet seen complete
         self._retired: List[Any] = []  # Works seen complete by the last call: freed at the next
 
     def communicator(self) -> Communicator:
-        """The ccompress communicator over the group's ranks, made at the first compressed
-        call (which every rank makes alike).
+        """The ccompress communicator over the group's ranks: the one given to the group, or
+        one made at the first compressed call (which every rank makes alike).
 
         Returns
         -------
@@ -112,7 +133,7 @@ class Runner:
             else:
                 pg = self._comm_pg = inner_group(self._store, self._rank, self._size,
                                                  self._timeout, self._prefix + "ccompress",
-                                                 cuda=False)
+                                                 cuda=None)
                 self.comm = Communicator.from_torch(pg, store=store, timeout=timeout)
         return self.comm
 
@@ -284,13 +305,14 @@ class Runner:
                   file=sys.stderr, flush=True)
 
     def release(self) -> None:
-        """Refuses later calls; closes the communicator (its pending collectives finish,
-        its threads stop) and shuts its private gloo group down."""
+        """Refuses later calls; closes the communicator it made (its pending collectives
+        finish, its threads stop) and shuts its private gloo group down. A communicator
+        given to the group stays open: its owner closes it."""
         with self._lock:
             if self.broken is None:
                 self.broken = "it was shut down (destroy_process_group)"
         comm, pg, self._comm_pg = self.comm, self._comm_pg, None
-        if comm is not None:  # kept: bytes_sent still reads it
+        if comm is not None and self._own_comm:  # kept: bytes_sent still reads it
             comm.close()
         if pg is not None:
             pg.shutdown()

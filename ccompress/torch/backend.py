@@ -27,6 +27,7 @@ import torch.distributed as dist
 from .._internal.errors import CCompressError, InvalidArgument
 from ..communicator import Communicator
 from . import _alltoall, _engagement, _feedback, _gift_fsdp, _policy
+from ._common import check_matches
 from ._delegating import Delegating
 from ._feedback import BackwardFeedback
 from ._options import BackendOptions, auto_candidate
@@ -52,13 +53,23 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
         The group's timeout.
     options : BackendOptions, optional
         ``pg_options``; unset fields come from the ``CCOMPRESS_*`` environment.
+    comm : Communicator, optional
+        Where the compressed calls run (given on every rank or on none; default: a
+        communicator made over ``store`` at the first compressed call). For ranks that are
+        threads of one process, e.g. virtual ranks of one GPU: each thread makes its group
+        over one shared store with its rank's communicator of
+        :meth:`Communicator.cuda_loopback` (or :meth:`Communicator.inproc`), and its exact
+        calls then go through gloo for CUDA tensors too (NCCL refuses two ranks on one
+        GPU). It stays open when the group shuts down; the group's byte counts hold while
+        nothing else uses it.
 
     Raises
     ------
     InvalidArgument, Unsupported
         This rank's options cannot be used (the other ranks raise MismatchError).
     MismatchError
-        The ranks' options differ, or a rank did not make the group within ``timeout``.
+        The ranks' options differ, ``comm`` is given on some ranks only or is not this
+        rank of this size, or a rank did not make the group within ``timeout``.
 
     Attributes
     ----------
@@ -69,7 +80,8 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
     """
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta,
-                 options: Optional[BackendOptions] = None) -> None:
+                 options: Optional[BackendOptions] = None,
+                 comm: Optional[Communicator] = None) -> None:
         super().__init__(rank, size)
         self._store, self._timeout = store, timeout
         # A store prefix can serve more than one group (one made again after
@@ -80,10 +92,13 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
         config = _policy.agreed(store, rank, size, timeout, options, self._prefix)
         self._policy = Policy(config, rank)
         self.options = config.options
+        _agree_comm(store, rank, size, timeout, comm, self._prefix)
+        in_process = comm is not None and comm.transport in IN_PROCESS
         self._inner = inner_group(store, rank, size, timeout, self._prefix + "inner",
+                                  cuda="gloo" if in_process else "nccl",
                                   serve=self)  # ops not overridden here go straight to it
         self._runner = Runner(store, rank, size, timeout, self._prefix, self._inner,
-                              lambda: _engagement.plan_line(config, options))
+                              lambda: _engagement.plan_line(config, options), comm)
         LIVE.add(self)
         self.feedback = BackwardFeedback()
         self.gift: Any = None  # use_gift
@@ -269,6 +284,34 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
     def _release(self) -> None:
         LIVE.discard(self)
         self._runner.release()
+
+
+# Transports whose ranks are threads of this process (virtual ranks of one GPU among them).
+IN_PROCESS = ("inproc", "inproc_ordered", "cuda_loopback")
+
+
+def _agree_comm(store: Any, rank: int, size: int, timeout: timedelta,
+                comm: Optional[Communicator], prefix: str) -> None:
+    """Checks, on every rank alike, that ``comm`` is given on every rank or on none, and is
+    this rank of this size where given.
+
+    Raises
+    ------
+    MismatchError
+        On every rank, naming the ranks that differ (or this rank's own mismatch).
+    """
+    mine: Any = {"comm": "made over the store" if comm is None else
+                 f"given ({comm.transport})"}
+    if comm is not None:
+        try:
+            check_matches(comm, rank, size, "this ccompress process group")
+        except CCompressError as e:
+            mine = e
+    _policy.agree(store, f"{prefix}ccompress/communicator", rank, size, timeout, mine,
+                  {"comm": "the communicator (comm=)"}, what="ccompress backend settings",
+                  absent="did not make the ccompress process group",
+                  needed="every rank must make the group",
+                  fix="Give comm= on every rank or on none")
 
 
 # torch.compile: dynamo must not trace into the group's Python methods (DDP's bucket rebuild

@@ -1,7 +1,8 @@
 """GPU arrays through the adapters, on the caller's stream: CuPy arrays and torch CUDA
-tensors (tp_all_reduce, the DDP hook) on virtual ranks sharing one GPU (the CUDA loopback
-group), and the CuPy example under mpiexec with one GPU per rank. Skipped, with the
-reason, without CuPy, torch with CUDA, the CUDA collectives, or a GPU."""
+tensors (tp_all_reduce, the DDP hook, the ``ccompress`` torch.distributed backend's
+collectives) on virtual ranks sharing one GPU (the CUDA loopback group), and the CuPy
+example under mpiexec with one GPU per rank. Skipped, with the reason, without CuPy, torch
+with CUDA, the CUDA collectives, or a GPU."""
 import os
 import subprocess
 import sys
@@ -108,6 +109,18 @@ def test_torch_cuda_tp_and_hook(rng, codec):
     assert same_bits([r[0] for r in res]) and same_bits([r[1] for r in res])
     _check(res[0][0], parts, codec, algo=res[0][2])
     _check(res[0][1], parts, codec, op="avg")
+
+
+@_needs("torch")
+@pytest.mark.parametrize("codec", ["hint8", "fp8_e4m3:g128"])
+def test_torch_cuda_backend_on_virtual_ranks(codec):
+    """The backend's four compressed collectives and a delegated one on CUDA tensors, one
+    CompressedProcessGroup per virtual rank over its CUDA loopback communicator (comm=),
+    on a side stream (helpers/torch_backend/virtual_ranks.py; its CPU twin runs in CI:
+    tests/pytorch/test_torch_backend_virtual.py)."""
+    from helpers.torch_backend.virtual_ranks import run_backend
+
+    run_backend(cc.run_cuda_loopback, N, "cuda", codec)
 
 
 @_needs("cupy", gpus=2)  # one GPU per rank
