@@ -7,6 +7,7 @@ interpreter still runs.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -185,6 +186,9 @@ class Runner:
         exact = self.exact_bytes(kind, [x]) if exact is None else exact
         self.stats.compressed(kind, exact)
         start = _trace.now_us() if self.trace.on else 0.0
+        # CUDA: finish() runs on the worker thread, on the caller's stream (taken now), which
+        # w.wait() makes wait for the collective and the caller's later work follows.
+        stream = torch.cuda.current_stream(x.device) if x.is_cuda else None
         out = Outcome()
         try:
             work = call(Async(self.communicator()))
@@ -205,7 +209,9 @@ class Runner:
             try:
                 w.wait()
                 if finish is not None:
-                    finish()
+                    with (contextlib.nullcontext() if stream is None
+                          else torch.cuda.stream(stream)):
+                        finish()
             except Exception as e:  # noqa: BLE001 - handed to torch through the future
                 if not self.comm.usable:  # a lost peer or a timeout, not a MismatchError
                     self.fail(e)

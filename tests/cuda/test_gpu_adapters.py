@@ -114,7 +114,7 @@ def test_torch_cuda_tp_and_hook(rng, codec):
 @_needs("torch")
 @pytest.mark.parametrize("codec", ["hint8", "fp8_e4m3:g128"])
 def test_torch_cuda_backend_on_virtual_ranks(codec):
-    """The backend's four compressed collectives and a delegated one on CUDA tensors, one
+    """The backend's compressed collectives and a delegated one on CUDA tensors, one
     CompressedProcessGroup per virtual rank over its CUDA loopback communicator (comm=),
     on a side stream (helpers/torch_backend/virtual_ranks.py; its CPU twin runs in CI:
     tests/pytorch/test_torch_backend_virtual.py)."""

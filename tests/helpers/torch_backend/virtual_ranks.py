@@ -5,17 +5,18 @@ Communicator.inproc (tests/pytorch/test_torch_backend_virtual.py, in CI) and on 
 over Communicator.cuda_loopback, the ranks sharing one GPU (tests/cuda/test_gpu_adapters.py,
 perf/gpu_check.sh).
 
-Each rank calls, through torch.distributed, the four compressed collectives (all_reduce avg,
+Each rank calls, through torch.distributed, the compressed collectives (all_reduce avg,
 reduce_scatter_tensor sum, all_gather_into_tensor, all_to_all_single with uneven splits and
-an empty piece, asynchronously) and one delegated call (all_reduce max, exact through the
-inner gloo group). On CUDA they run on a side stream whose inputs are still being written by
+an empty piece, asynchronously, and all_to_all, the list form, whose outputs are written back
+from a buffer after the collective) and one delegated call (all_reduce max, exact through
+the inner gloo group). On CUDA they run on a side stream whose inputs are still being written by
 kernels queued behind a spin kernel, and each result is doubled on that stream before any
 host synchronisation: a call that ignored the caller's stream reads or leaves wrong bytes.
 Checked: every result within its stated bound of the fp64 result (ccompress.bounds), the
-all-gather's and all-to-all's parts bit for bit the sender's CPU encode + decode, the
-results bit-identical on every rank, the delegated max exact, the counters (every
-compressed op once, fewer bytes than exact), and the communicator still open after the
-group's shutdown."""
+all-gather's and all-to-all's parts bit for bit the sender's CPU encode + decode (the list
+form's the single form's), the results bit-identical on every rank, the delegated max
+exact, the counters (every compressed op compressed, fewer bytes than exact, all on the
+given communicator), and the communicator still open after the group's shutdown."""
 import contextlib
 from datetime import timedelta
 
@@ -27,7 +28,7 @@ import ccompress as cc
 from ccompress.bounds import allreduce_error_bound
 from ccompress.torch import BackendOptions
 from ccompress.torch.backend import CompressedProcessGroup
-from helpers.alltoall_checks import check_received, inputs, split_table
+from helpers.alltoall_checks import check_received, inputs, piece, split_table
 from helpers.common import same_bits
 from helpers.torch_helpers import check_reduced, rank_tensor, to_numpy
 
@@ -99,9 +100,14 @@ def run_backend(run, size, device, codec):
                                               table[:, r].tolist(), table[r].tolist(),
                                               group=pg, async_op=True)
                 assert work.get_future().wait()[0] is got
+                listed = [torch.full((int(k),) + ROW, float("nan"), device=device)
+                          for k in table[:, r]]  # the list form: written back from a buffer
+                dist.all_to_all(listed, [_late(torch.from_numpy(piece(pieces[r], table, r, j)),
+                                               device) for j in range(size)], group=pg)
+                listed = torch.cat(listed)
                 most = _late(rank_tensor(r, 1000, seed=4), device)
                 dist.all_reduce(most, op=dist.ReduceOp.MAX, group=pg)  # delegated: exact
-                outs = [y, shard, gathered, got, most]
+                outs = [y, shard, gathered, got, most, listed]
                 doubled = [t * 2 for t in outs]  # queued behind the collectives
             wait()
             stats = pg.stats()
@@ -117,8 +123,9 @@ def run_backend(run, size, device, codec):
             assert np.array_equal(t * 2, d), "a result was read before the collective wrote it"
     # all_reduce avg
     assert same_bits([o[0] for o, _, _ in res]), "all_reduce: ranks differ"
-    check_reduced(torch.from_numpy(res[0][0][0]), [rank_tensor(r, N_REDUCE, seed=1) for r in range(size)], codec,
-                  "two_shot", op="avg", what=f"all_reduce avg {codec} on {device}")
+    check_reduced(torch.from_numpy(res[0][0][0]),
+                  [rank_tensor(r, N_REDUCE, seed=1) for r in range(size)], codec, "two_shot",
+                  op="avg", what=f"all_reduce avg {codec} on {device}")
     # reduce_scatter_tensor sum: rank r holds chunk r
     stack = np.stack([to_numpy(rank_tensor(r, size * N_SHARD, seed=2)) for r in range(size)])
     bound = allreduce_error_bound(stack, codec, "reduce_scatter")
@@ -140,12 +147,14 @@ def run_backend(run, size, device, codec):
     # all_to_all_single: piece by piece the sender's encode + decode, within the bound
     for r, (o, _, _) in enumerate(res):
         check_received(o[3], pieces, table, codec, r)
+        assert same_bits([o[5], o[3]]), "all_to_all (list form) differs from all_to_all_single"
     # the delegated max: exact
     want = np.max([to_numpy(rank_tensor(r, 1000, seed=4)) for r in range(size)], axis=0)
     for o, _, _ in res:
         assert np.array_equal(o[4], want), "all_reduce max (delegated)"
     for _, _, stats in res:
-        for op in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
+        for op in ("all_reduce", "reduce_scatter", "all_gather"):
             assert stats[op]["compressed"] == 1, (op, stats[op])
+        assert stats["all_to_all"]["compressed"] == 2, stats["all_to_all"]
         assert stats["all_reduce"]["delegated"]["op"] == 1, stats["all_reduce"]
         assert 0 < stats["total"]["bytes_sent"] < stats["total"]["exact_bytes"], stats["total"]
