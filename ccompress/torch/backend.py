@@ -59,9 +59,9 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
         threads of one process, e.g. virtual ranks of one GPU: each thread makes its group
         over one shared store with its rank's communicator of
         :meth:`Communicator.cuda_loopback` (or :meth:`Communicator.inproc`), and its exact
-        calls then go through gloo for CUDA tensors too (NCCL refuses two ranks on one
-        GPU). It stays open when the group shuts down; the group's byte counts hold while
-        nothing else uses it.
+        calls then go through gloo for CUDA tensors too (NCCL refuses two ranks on one GPU;
+        gloo takes broadcast and all_reduce of CUDA tensors). It stays open when the group
+        shuts down; the group's byte counts hold while nothing else uses it.
 
     Raises
     ------
