@@ -188,7 +188,7 @@ class Runner:
         start = _trace.now_us() if self.trace.on else 0.0
         # CUDA: finish() runs on the worker thread, on the caller's stream (taken now), which
         # w.wait() makes wait for the collective and the caller's later work follows.
-        stream = torch.cuda.current_stream(x.device) if x.is_cuda else None
+        stream = torch.cuda.current_stream(x.device) if finish and x.is_cuda else None
         out = Outcome()
         try:
             work = call(Async(self.communicator()))
