@@ -6,7 +6,8 @@ rows, as stored, or along columns: the "data-driven reshaping"). The ranks then 
 squared errors and squared norms with an exact float32 all-reduce, so all of them see the same
 totals and pick the same (codec, layout): the one with the least relative error within the
 bit budget (8.5 bits per element for auto8, 4.6 for auto4). The choice is reported in
-``comm.last_stats``.
+``comm.last_stats``. auto8 weighs only 8-bit codecs; auto4 weighs ``nvfp4``, ``hnvfp4:g16``
+and ``hint4:g16``, not ``mxfp4``, which lost at a high learning rate (:data:`CANDIDATES`).
 
 For gradients that an Adam-type optimizer consumes, ``auto8:adam`` / ``auto4:adam`` rank the
 candidates by the Adam-normalised error instead (:mod:`ccompress.adam_fidelity`): each
@@ -31,10 +32,13 @@ from ._internal.errors import CCompressError, InvalidArgument
 from .codec import Codec
 
 # Candidates in order of preference on ties; those this build does not register are skipped.
+# auto8 weighs 8-bit codecs only, so it never sends 4 bits. auto4 leaves mxfp4 out: at a small
+# GPT's tuned AdamW rate it ended 3-4% above exact where hint4:g16 held (perf/results/
+# training.md, "4-bit at a high learning rate"); by the plain error it never won there anyway.
 CANDIDATES = {
     "auto8": ("fp8_e4m3:g128", "fp8_e4m3:g32", "taco:g128", "hint8", "hint8:g32",
               "hint8:g16:s8", "hint8:g32:s8", "mxfp8"),
-    "auto4": ("nvfp4", "hnvfp4:g16", "hint4", "mxfp4"),
+    "auto4": ("nvfp4", "hnvfp4:g16", "hint4"),
 }
 BUDGET_BITS = {"auto8": 8.5, "auto4": 4.6}
 SAMPLE_ELEMS = 1 << 15

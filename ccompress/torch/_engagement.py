@@ -28,10 +28,11 @@ REASONS = ("codec none", "auto", "op", "dtype", "layout", "small", "shape", "dev
 # What the plan line adds where a gradient op sends fewer than LOW_BITS bits per element: the
 # rate sensitivity measured in perf/results/training.md ("4-bit at a high learning rate").
 LOW_BITS = 6.0
-LOW_BIT_NOTE = ("4-bit gradients ended within 0.11% of tuned exact at peak rates 5e-4 and 1.6e-4; "
-                "on a model tuned to 4e-3 nvfp4 and hint4:g16 held, mxfp4 lost 3.0% and "
-                "nvfp4 with GIFT 0.8%: check the loss at your learning rate "
-                "(perf/results/training.md)")
+LOW_BIT_NOTE = ("4-bit gradients held within 0.11% of tuned exact at peak rates 5e-4 and "
+                "1.6e-4; on a model tuned to 4e-3 hint4:g16 held (-0.57%, 6 seeds) and nvfp4 "
+                "stayed within the seeds' scatter (+1.0% +- 1.4), but mxfp4 does not hold at a "
+                "high rate (+3.7%): use hint4:g16; at 8x the tuned rate every 4-bit codec lost "
+                "2.8-4.0%. Check the loss at your learning rate (perf/results/training.md)")
 # A configured (not "none") codec that has not compressed one of the first ENGAGE_CHECK_CALLS
 # calls of its op gets a warning (once per op), with the reasons counted so far.
 ENGAGE_CHECK_CALLS = 20

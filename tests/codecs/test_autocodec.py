@@ -97,6 +97,16 @@ def test_async_auto(rng):
     assert same_bits(cc.run_inproc(2, body))
 
 
+def test_auto8_never_weighs_4_bit_and_auto4_leaves_out_mxfp4():
+    """auto8 picks among 8-bit codecs only; auto4 leaves out mxfp4, which lost against exact
+    at a high learning rate (perf/results/training.md)."""
+    for c in autocodec.candidates("auto8"):
+        assert c.wire_bytes(1 << 16) * 8 / (1 << 16) >= 8.0, c.name
+    names = [c.name for c in autocodec.candidates("auto4")]
+    assert "mxfp4" not in names and "mxfp4" not in autocodec.CANDIDATES["auto4"]
+    assert {"nvfp4", "hint4:g16"} <= set(names), names
+
+
 def test_auto_is_not_a_wire_codec():
     with pytest.raises(cc.InvalidArgument):
         cc.Codec.parse("auto8")

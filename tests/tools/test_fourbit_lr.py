@@ -46,3 +46,35 @@ def test_errors_of_exact_8bit_and_4bit(tmp_path):
 def test_rejects_steps_outside_the_run():
     with pytest.raises(SystemExit):
         fourbit_lr.main(["--steps", "4", "--at", "4"])
+
+
+def test_error_feedback_and_auto_choices(tmp_path):
+    """With error feedback every codec runs at every step: the compensated result's momentum
+    errs less than the uncompensated one's, the stages are not re-measured, and every auto
+    choice is one of auto4's candidates, made for the bucket and for every tensor."""
+    from ccompress import autocodec
+
+    out = tmp_path / "d.json"
+    assert fourbit_lr.main(["--lr", "4e-3", "--steps", "8", "--at", "7", "--codecs", "nvfp4",
+                            "--ef", "off,on", "--auto", "auto4", "--d-model", "32",
+                            "--layers", "1", "--seq", "2", "--ctx", "16",
+                            "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    by = {r["ef"]: r["errors"]["all"] for r in got["results"]}
+    assert set(by) == {"off", "on"}
+    assert by["on"]["rs"] is None and by["off"]["rs"] > 0
+    # momentum of 8 steps: the residuals carry what each step dropped into the next
+    assert 0 < by["on"]["mom"] < 0.8 * by["off"]["mom"] < 0.25
+    assert by["on"]["grad"] < 0.5  # one compensated step errs by two residuals at most
+    names = {c.name for c in autocodec.candidates("auto4")}
+    (pick,) = got["auto"]
+    assert pick["spec"] == "auto4" and pick["bucket"][0] in names
+    assert len(pick["tensors"]) == 16 and all(c in names and lay in ("rows", "cols")
+                                              for c, lay, _ in pick["tensors"].values())
+
+
+def test_rejects_bad_ef_and_auto():
+    with pytest.raises(SystemExit):
+        fourbit_lr.main(["--steps", "4", "--at", "2", "--ef", "maybe"])
+    with pytest.raises(SystemExit):
+        fourbit_lr.main(["--steps", "4", "--at", "2", "--auto", "nvfp4"])
