@@ -75,7 +75,7 @@ def _alltoall_layout(size: int, xv: _arrays.ArrayView, in_splits: Any, out_split
     out_splits the output is ``out``'s rows, or x's without ``out``, in equal pieces, as in
     torch's all_to_all_single. Checks what this rank alone can (one split per rank, whole
     non-negative numbers adding up to the rows); whether the ranks agree with each other is
-    the core's check (agree_on_splits)."""
+    the core's call check (check_alltoall_call)."""
     if not xv.shape:
         raise InvalidArgument("all_to_all splits x along dim 0, but x is 0-d; pass an array "
                               "with at least one dimension")
