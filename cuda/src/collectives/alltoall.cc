@@ -1,10 +1,10 @@
 // alltoall: rank r's input is P pieces in rank order, piece j (ctx.send_splits[j]
 // elements) for rank j; rank r's output is the pieces from every rank in rank order
-// (ctx.recv_splits[i] elements from rank i). Each
-// piece is encoded once, on its own: its slices start at the piece's first element, so no
-// scale group, rotation block or run scale spans two pieces, and the bits a rank receives
-// are decode(encode(piece)) whatever the slice size. A rank's piece for itself is encoded
-// and decoded the same way, so every piece meets the codec once wherever it comes from.
+// (ctx.recv_splits[i] elements from rank i). Each piece is encoded once, on its own: its
+// slices start at the piece's first element, so no scale group, rotation block or run scale
+// spans two pieces, and the bits a rank receives are decode(encode(piece)) whatever the
+// slice size. A rank's piece for itself is encoded and decoded the same way, so every piece
+// meets the codec once wherever it comes from.
 //
 // Step k = 1..P-1 sends to rank r + k and receives from rank r - k (the usual pairwise
 // exchange order, so no rank has all its peers sending to it at once); the receives are
