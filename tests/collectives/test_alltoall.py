@@ -183,12 +183,14 @@ def test_swapped_splits_whose_sums_all_hold_raise_on_every_rank():
 def test_splits_travel_in_the_call_check_one_round_before_the_data():
     """The call check of an all-to-all is the size of any collective's (the split table rides
     in it, no second round where the splits agree): header_bytes is one call-check header to
-    each peer plus 16 bytes per message, as for an all-gather."""
+    each peer plus 16 bytes per message, as for an all-gather, and all the bytes sent."""
     table = np.array([[5, 300, 0, 7], [7, 1, 2, 9], [100, 0, 64, 1], [3, 3, 3, 3]])
     xs = inputs(5, table)
     comms = cc.Communicator.inproc(4, slice_elems=128)  # (the codec's alignment)
     exchange(comms, xs, table, "fp8_e4m3:g128")
     a2a = [c.last_stats["header_bytes"] for c in comms]
+    for c in comms:  # every byte the transport sent is counted
+        assert c.bytes_sent == c.last_stats["header_bytes"] + c.last_stats["payload_bytes"]
     run(comms, lambda c: c.allgather(np.zeros(1, np.float32)))
     check = comms[0].last_stats["header_bytes"] - 3 * 16  # one message to each peer
     assert check > 0 and check % 3 == 0
