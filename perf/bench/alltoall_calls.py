@@ -1,7 +1,7 @@
 """Per-call cost of ``Communicator.all_to_all`` over TCP, as ratios measured in one run: what
 an MoE step's small all-to-all calls pay besides their bytes.
 
-    .venv/bin/python -m perf.bench.alltoall_calls [--ranks 4] [--calls 200] [--reps 5] \
+    .venv/bin/python -m perf.bench.alltoall_calls [--ranks 4] [--calls 20] [--reps 50] \
         [--rows 4,320] [--row 256] [--codecs none,fp8_e4m3:g128] [--torch] [--json out]
 
 ``--ranks`` processes on this machine, each a ccompress communicator over the TCP transport
@@ -11,10 +11,10 @@ top-2 x capacity 1.25), cut unevenly over the ranks (rank r sends ``rows / P`` p
 rank r + 1 and one fewer to rank r - 1), with each codec of ``--codecs``. Beside them, in the
 same run, the same ranks make back-to-back all-gathers of one element with codec ``none``:
 a call check and one round of one-element messages, the least any collective costs (the
-reference row, 1.00). The rows take turns within each repetition so a machine shared with
-other jobs slows all of them alike; each figure is the median over ``--reps`` repetitions of
-the slowest rank's microseconds per call, and the ratio column divides it by the reference's
-from the same repetition.
+reference row, 1.00). The rows take turns in short blocks of ``--calls`` calls, ``--reps``
+times, so a machine shared with other jobs slows all of them alike; each figure is the
+median over the repetitions of the slowest rank's microseconds per call, and the ratio
+column the median of its ratio to the reference's block of the same repetition.
 
 With ``--torch`` the calls are torch's ``dist.all_to_all_single`` as an MoE layer makes them
 (equal splits, as examples/moelm.py's capacity slots): the reference row is a gloo group's,
@@ -141,8 +141,8 @@ def _worker(rank: int, size: int, args: Any, addrs: Any, out: Any) -> None:
 def main(argv: Any = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--calls", type=int, default=200)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--rows", default="4,320")
     ap.add_argument("--row", type=int, default=256)
     ap.add_argument("--codecs", default="none,fp8_e4m3:g128")
