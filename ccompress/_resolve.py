@@ -43,7 +43,8 @@ def resolve(comm: Any, kind: str, x: Any, *, codec: Any, out: Any, async_op: boo
     else:
         lo, hi = _core.chunk_range(xv.n, comm.size, comm.rank)
         n_out, shape = hi - lo, (hi - lo,)
-    result, ov = _output(backend, x, xv, out, shape, n_out, kind)
+    result, ov = _output(backend, x, xv, out, shape, n_out, kind,
+                         given if kind == "alltoall" else None)
     if _needs_copy(kind, xv, ov):
         # The output overlaps the input other than as an in-place all-reduce (out=x): an
         # all-gather into a buffer whose own chunk is x (FSDP2), a reduce-scatter into this
@@ -75,7 +76,7 @@ def _alltoall_layout(size: int, xv: _arrays.ArrayView, in_splits: Any, out_split
     out_splits the output is ``out``'s rows, or x's without ``out``, in equal pieces, as in
     torch's all_to_all_single. Checks what this rank alone can (one split per rank, whole
     non-negative numbers adding up to the rows); whether the ranks agree with each other is
-    the core's check (agree_on_splits)."""
+    the core's call check (check_alltoall_call)."""
     if not xv.shape:
         raise InvalidArgument("all_to_all splits x along dim 0, but x is 0-d; pass an array "
                               "with at least one dimension")
@@ -110,11 +111,15 @@ def _alltoall_layout(size: int, xv: _arrays.ArrayView, in_splits: Any, out_split
     return splits, out_rows * row, (out_rows,) + tuple(xv.shape[1:])
 
 
-def _output(backend: Any, x: Any, xv: _arrays.ArrayView, out: Any, shape, n: int, what: str):
+def _output(backend: Any, x: Any, xv: _arrays.ArrayView, out: Any, shape, n: int, what: str,
+            ov: Optional[_arrays.ArrayView] = None):
+    """(the array to return, its view): ``out`` checked against ``n`` elements of x's dtype
+    (``ov``: its view where the caller took one already), or a new array of ``shape``."""
     if out is None:
         out = _arrays.empty_like(x, shape, xv.dtype)
         return out, backend.view(out, "out", writable=True)
-    ov = backend.view(out, "out", writable=True)
+    if ov is None:
+        ov = backend.view(out, "out", writable=True)
     if ov.n != n or ov.dtype != xv.dtype:
         raise InvalidArgument(
             f"out holds {ov.n} elements of {ov.dtype}, but {what} of this x writes {n} "

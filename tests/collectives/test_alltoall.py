@@ -164,6 +164,41 @@ def test_splits_that_sender_and_receiver_disagree_on_raise_on_every_rank():
         assert g[0] == "MismatchError" and "rank 0 sends 3 elements to rank 2" in g[1], g
 
 
+def test_swapped_splits_whose_sums_all_hold_raise_on_every_rank():
+    """Rank 0 sends 3 rows to rank 1 and 2 to rank 2, which expect 2 and 3: every buffer adds
+    up, so only the split table's checksum in the call check sees it; every rank then learns
+    the full table and raises MismatchError naming the first disagreeing pair."""
+    comms = cc.Communicator.inproc(3, timeout=20)
+
+    def call(c):
+        ins = [[2, 3, 2], [2, 2, 2], [2, 2, 2]][c.rank]
+        outs = [[2, 2, 2], [2, 2, 2], [3, 2, 2]][c.rank]
+        return c.all_to_all(np.zeros(sum(ins), np.float32), np.zeros(sum(outs), np.float32),
+                            in_splits=ins, out_splits=outs)
+    got = outcomes(comms, call)
+    for g in got:
+        assert g[0] == "MismatchError" and "rank 0 sends 3 elements to rank 1" in g[1], g
+
+
+def test_splits_travel_in_the_call_check_one_round_before_the_data():
+    """The call check of an all-to-all is the size of any collective's (the split table rides
+    in it, no second round where the splits agree): header_bytes is one call-check header to
+    each peer plus 16 bytes per message, as for an all-gather, and all the bytes sent."""
+    table = np.array([[5, 300, 0, 7], [7, 1, 2, 9], [100, 0, 64, 1], [3, 3, 3, 3]])
+    xs = inputs(5, table)
+    comms = cc.Communicator.inproc(4, slice_elems=128)  # (the codec's alignment)
+    exchange(comms, xs, table, "fp8_e4m3:g128")
+    a2a = [c.last_stats["header_bytes"] for c in comms]
+    for c in comms:  # every byte the transport sent is counted
+        assert c.bytes_sent == c.last_stats["header_bytes"] + c.last_stats["payload_bytes"]
+    run(comms, lambda c: c.allgather(np.zeros(1, np.float32)))
+    check = comms[0].last_stats["header_bytes"] - 3 * 16  # one message to each peer
+    assert check > 0 and check % 3 == 0
+    for r, got in enumerate(a2a):
+        messages = sum(-(-int(table[r][j]) // 128) for j in range(4) if j != r)
+        assert got == check + 16 * messages, (r, got, check, messages)
+
+
 def test_core_checks_the_split_table_on_every_rank():
     """Through the binding (the core's own check, not Python's): a rank whose splits do not
     add up to its buffer makes every rank raise InvalidArgument naming it."""

@@ -1,14 +1,16 @@
-// alltoall: rank r's input is P pieces in rank order, piece j (ctx.splits[r * P + j]
-// elements) for rank j; rank r's output is the pieces from every rank in rank order. Each
-// piece is encoded once, on its own: its slices start at the piece's first element, so no
-// scale group, rotation block or run scale spans two pieces, and the bits a rank receives
-// are decode(encode(piece)) whatever the slice size. A rank's piece for itself is encoded
-// and decoded the same way, so every piece meets the codec once wherever it comes from.
+// alltoall: rank r's input is P pieces in rank order, piece j (ctx.send_splits[j]
+// elements) for rank j; rank r's output is the pieces from every rank in rank order
+// (ctx.recv_splits[i] elements from rank i). Each piece is encoded once, on its own: its
+// slices start at the piece's first element, so no scale group, rotation block or run scale
+// spans two pieces, and the bits a rank receives are decode(encode(piece)) whatever the
+// slice size. A rank's piece for itself is encoded and decoded the same way, so every piece
+// meets the codec once wherever it comes from.
 //
 // Step k = 1..P-1 sends to rank r + k and receives from rank r - k (the usual pairwise
 // exchange order, so no rank has all its peers sending to it at once); the receives are
 // posted first, then the encodes in peer order, each send as soon as its encode is done,
 // and this rank's own piece last (it waits for nobody).
+#include "ccompress/error.h"
 #include "collectives/plan.h"
 
 namespace ccompress {
@@ -20,15 +22,18 @@ constexpr int kStepAll = 0;
 Plan build_alltoall(const PlanContext& ctx) {
   PlanBuilder b(ctx);
   const int r = ctx.rank, P = ctx.size;
-  auto piece = [&](int from, int to) { return ctx.splits[size_t(from) * P + to]; };
+  const std::vector<int64_t>& sends = ctx.send_splits;
+  const std::vector<int64_t>& recvs = ctx.recv_splits;
+  CC_CHECK_AS(Error, sends.size() == size_t(P) && recvs.size() == size_t(P),
+              "an all-to-all plan needs one split per rank each way");
   std::vector<int64_t> in_off(P + 1, 0), out_off(P + 1, 0);
   for (int j = 0; j < P; ++j) {
-    in_off[j + 1] = in_off[j] + piece(r, j);
-    out_off[j + 1] = out_off[j] + piece(j, r);
+    in_off[j + 1] = in_off[j] + sends[j];
+    out_off[j + 1] = out_off[j] + recvs[j];
   }
   for (int k = 1; k < P; ++k) {
     const int src = (r + P - k) % P;
-    auto s = b.slices(0, piece(src, r));
+    auto s = b.slices(0, recvs[src]);
     for (size_t i = 0; i < s.size(); ++i) {
       const int64_t len = s[i].second - s[i].first;
       int64_t w = b.alloc_wire(len);
@@ -38,7 +43,7 @@ Plan build_alltoall(const PlanContext& ctx) {
   }
   for (int k = 1; k <= P; ++k) {  // the peers first, this rank's own piece last
     const int dst = (r + k) % P;
-    auto s = b.slices(0, piece(r, dst));
+    auto s = b.slices(0, sends[dst]);
     for (size_t i = 0; i < s.size(); ++i) {
       const int64_t len = s[i].second - s[i].first, at = in_off[dst] + s[i].first;
       int64_t w = b.alloc_wire(len);

@@ -135,16 +135,18 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
       }
     }
     CC_CHECK(out_elems == 0 || out != nullptr, "null output for " << out_elems << " elements");
-    call.count = 0;  // counts differ between ranks: agree_on_splits checks them
+    call.count = 0;  // counts differ between ranks: check_alltoall_call checks them
   }
   const uint64_t call_number = t.next_call();
   CollectiveStats stats;
-  stats.header_bytes = check_same_call(t, call, opt.timeout_s);
   if (alltoall) {
-    ctx.splits = agree_on_splits(t, n, out_elems, opt.in_splits, opt.out_splits,
-                                 opt.timeout_s, stats.header_bytes);
-    ctx.n = 0;
-    for (int64_t s : ctx.splits) ctx.n = std::max(ctx.n, s);
+    AgreedSplits agreed = check_alltoall_call(t, call, n, out_elems, opt.in_splits,
+                                              opt.out_splits, opt.timeout_s, stats.header_bytes);
+    ctx.send_splits = std::move(agreed.send);
+    ctx.recv_splits = std::move(agreed.recv);
+    ctx.n = agreed.largest;
+  } else {
+    stats.header_bytes = check_same_call(t, call, opt.timeout_s);
   }
   if (hier && !hier_in_one_plan(opt)) {
     const int64_t check_bytes = stats.header_bytes;
@@ -182,15 +184,21 @@ CollectiveStats run(Transport& t, KernelBackend& k, CollectiveKind kind, const v
   ExecBuffers bufs{in, out, dtype, call_number};
   ExecResult done;
   if (OrderedTransport* ordered = t.ordered()) {
-    // Every rank's plan: a message's group follows from its sender's dependencies.
-    std::vector<Plan> plans(ctx.size);
-    for (int p = 0; p < ctx.size; ++p) {
-      PlanContext peer = ctx;
-      peer.rank = p;
-      Algo ran;
-      plans[p] = p == ctx.rank ? plan : build_plan(kind, algo, peer, ran);
+    if (alltoall) {
+      // Every message of the pairwise exchange carries this rank's input alone: one level,
+      // which needs no peer's plan (nor the peers' splits).
+      done = execute_ordered_one_level(plan, ctx, bufs, *ordered, k, opt);
+    } else {
+      // Every rank's plan: a message's group follows from its sender's dependencies.
+      std::vector<Plan> plans(ctx.size);
+      for (int p = 0; p < ctx.size; ++p) {
+        PlanContext peer = ctx;
+        peer.rank = p;
+        Algo ran;
+        plans[p] = p == ctx.rank ? plan : build_plan(kind, algo, peer, ran);
+      }
+      done = execute_ordered(plans, ctx, bufs, *ordered, k, opt);
     }
-    done = execute_ordered(plans, ctx, bufs, *ordered, k, opt);
   } else {
     done = execute(plan, ctx.codec, bufs, t, k, opt);
   }

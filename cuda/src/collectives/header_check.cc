@@ -12,7 +12,7 @@ namespace ccompress {
 namespace {
 
 constexpr uint32_t kMagic = 0x43435031;  // "CCP1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the all-to-all's split summary
 constexpr int kHeaderTag = 0;
 
 struct WireHeader {
@@ -27,6 +27,8 @@ struct WireHeader {
   uint32_t topology;  // algo == hier: ranks per node | inter-node algo << 24; else 0
   int64_t slice_elems;
   char codec_name[32];
+  int64_t largest_piece;  // alltoall: CallDescription::largest_piece; else 0
+  uint64_t split_share;   // alltoall: CallDescription::split_share; else 0
 };
 
 WireHeader pack(const CallDescription& d) {
@@ -44,6 +46,8 @@ WireHeader pack(const CallDescription& d) {
   if (d.algo == Algo::Hier)
     h.topology = uint32_t(d.ranks_per_node & 0xFFFFFF) | (uint32_t(d.inter_algo) << 24);
   std::strncpy(h.codec_name, d.codec.name().c_str(), sizeof h.codec_name - 1);
+  h.largest_piece = d.largest_piece;
+  h.split_share = d.split_share;
   return h;
 }
 
@@ -61,7 +65,7 @@ const char* kind_name(uint32_t k) {
 std::string describe(const WireHeader& h) {
   std::ostringstream os;
   os << kind_name(h.kind);
-  // An all-to-all's counts differ between ranks; agree_on_splits checks them.
+  // An all-to-all's counts differ between ranks; check_alltoall_call checks them.
   if (h.kind != uint32_t(CollectiveKind::AllToAll)) os << "(count=" << h.count << ", ";
   else os << "(";
   os << "dtype=" << dtype_name(DType(h.dtype))
@@ -108,13 +112,14 @@ void exchange_rows(Transport& t, const void* mine, size_t bytes, void* all, doub
 
 }  // namespace
 
-int64_t check_same_call(Transport& t, const CallDescription& mine, double timeout_s) {
+namespace {
+
+// Exchanges this rank's header with every peer and judges the full table, so every rank
+// reaches the same verdict; returns every rank's header, in rank order.
+std::vector<WireHeader> exchange_headers(Transport& t, const WireHeader& own, double timeout_s) {
   const int P = t.size();
-  if (P == 1) return 0;
-  WireHeader own = pack(mine);
   std::vector<WireHeader> theirs(P);
   exchange_rows(t, &own, sizeof(WireHeader), theirs.data(), timeout_s);
-  // Judge from the full table so every rank reaches the same verdict.
   for (int p = 0; p < P; ++p) {
     const WireHeader& h = theirs[p];
     CC_CHECK_AS(MismatchError, h.magic == kMagic && h.version == kVersion,
@@ -126,6 +131,15 @@ int64_t check_same_call(Transport& t, const CallDescription& mine, double timeou
                     << describe(theirs[0]) << " but rank " << p << " called " << describe(h)
                     << "; every rank must make the same call with the same arguments");
   }
+  return theirs;
+}
+
+}  // namespace
+
+int64_t check_same_call(Transport& t, const CallDescription& mine, double timeout_s) {
+  const int P = t.size();
+  if (P == 1) return 0;
+  exchange_headers(t, pack(mine), timeout_s);
   return int64_t(sizeof(WireHeader)) * (P - 1);
 }
 
@@ -162,22 +176,40 @@ std::vector<int64_t> pieces_of(const int64_t* row, int64_t elems, int64_t count,
   return v;
 }
 
-}  // namespace
-
-std::vector<int64_t> agree_on_splits(Transport& t, int64_t n_in, int64_t n_out,
-                                     const std::vector<int64_t>& in_splits,
-                                     const std::vector<int64_t>& out_splits, double timeout_s,
-                                     int64_t& bytes_sent) {
-  const int P = t.size();
-  const size_t width = kSplits + 2 * size_t(P);
-  std::vector<int64_t> own(width, 0);
-  own[kInElems] = n_in;
-  own[kOutElems] = n_out;
-  own[kInCount] = int64_t(in_splits.size());
-  own[kOutCount] = int64_t(out_splits.size());
-  for (size_t j = 0; j < in_splits.size() && j < size_t(P); ++j) own[kSplits + j] = in_splits[j];
+// This rank's row of the split table.
+std::vector<int64_t> split_row(int P, int64_t n_in, int64_t n_out,
+                               const std::vector<int64_t>& in_splits,
+                               const std::vector<int64_t>& out_splits) {
+  std::vector<int64_t> row(kSplits + 2 * size_t(P), 0);
+  row[kInElems] = n_in;
+  row[kOutElems] = n_out;
+  row[kInCount] = int64_t(in_splits.size());
+  row[kOutCount] = int64_t(out_splits.size());
+  for (size_t j = 0; j < in_splits.size() && j < size_t(P); ++j) row[kSplits + j] = in_splits[j];
   for (size_t j = 0; j < out_splits.size() && j < size_t(P); ++j)
-    own[kSplits + size_t(P) + j] = out_splits[j];
+    row[kSplits + size_t(P) + j] = out_splits[j];
+  return row;
+}
+
+// A 64-bit hash of one entry of the split table (splitmix64's finalizer, twice).
+uint64_t mix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t entry_hash(int from, int to, int64_t elems) {
+  return mix(mix((uint64_t(uint32_t(from)) << 32) | uint32_t(to)) ^ uint64_t(elems));
+}
+
+// The second round, where the headers show bad or disagreeing splits: every rank sends its
+// splits and buffer sizes to every peer, and all ranks judge the full table alike, in rank
+// order, so every rank raises the same error (@p own: this rank's split_row).
+void judge_split_table(Transport& t, const std::vector<int64_t>& own, double timeout_s,
+                       int64_t& bytes_sent) {
+  const int P = t.size();
+  const size_t width = own.size();
   std::vector<int64_t> table(width * size_t(P));
   if (P > 1) {
     exchange_rows(t, own.data(), width * sizeof(int64_t), table.data(), timeout_s);
@@ -185,7 +217,6 @@ std::vector<int64_t> agree_on_splits(Transport& t, int64_t n_in, int64_t n_out,
   } else {
     table = own;
   }
-  // Judge from the full table, in rank order, so every rank raises the same error.
   std::vector<int64_t> sends(size_t(P) * P), recvs(size_t(P) * P);
   for (int p = 0; p < P; ++p) {
     const int64_t* row = table.data() + size_t(p) * width;
@@ -205,7 +236,56 @@ std::vector<int64_t> agree_on_splits(Transport& t, int64_t n_in, int64_t n_out,
                           << "]); every rank's in_splits[j] must equal rank j's out_splits "
                              "entry for it");
     }
-  return sends;
+}
+
+}  // namespace
+
+AgreedSplits check_alltoall_call(Transport& t, CallDescription call, int64_t n_in,
+                                 int64_t n_out, const std::vector<int64_t>& in_splits,
+                                 const std::vector<int64_t>& out_splits, double timeout_s,
+                                 int64_t& bytes_sent) {
+  const int P = t.size(), r = t.rank();
+  // This rank's row, judged as the full table's judge reads it: bad splits are refused on
+  // every rank below, with the judge's message.
+  const std::vector<int64_t> own = split_row(P, n_in, n_out, in_splits, out_splits);
+  AgreedSplits agreed;
+  bool valid = true;
+  try {
+    agreed.send = pieces_of(own.data(), n_in, own[kInCount], kSplits, r, P, "in_splits", "input");
+    agreed.recv = pieces_of(own.data(), n_out, own[kOutCount], kSplits + size_t(P), r, P,
+                            "out_splits", "output");
+  } catch (const InvalidArgument&) {
+    valid = false;  // every rank raises it below
+  }
+  call.largest_piece = -1;
+  call.split_share = 0;
+  if (valid) {
+    call.largest_piece = 0;
+    for (int j = 0; j < P; ++j) {
+      call.largest_piece = std::max(call.largest_piece, agreed.send[j]);
+      call.split_share += entry_hash(r, j, agreed.send[j]);
+      call.split_share -= entry_hash(j, r, agreed.recv[j]);
+    }
+  }
+  std::vector<WireHeader> headers{pack(call)};
+  if (P > 1) {
+    headers = exchange_headers(t, headers[0], timeout_s);
+    bytes_sent += int64_t(sizeof(WireHeader)) * (P - 1);
+  }
+  bool agree = true;
+  uint64_t total = 0;
+  for (const WireHeader& h : headers) {
+    agree = agree && h.largest_piece >= 0;
+    total += h.split_share;
+    agreed.largest = std::max(agreed.largest, h.largest_piece);
+  }
+  if (!agree || total != 0) {
+    judge_split_table(t, own, timeout_s, bytes_sent);
+    CC_CHECK_AS(MismatchError, false,
+                "the ranks' split checksums disagree, but their split tables agree; all ranks "
+                "must run the same ccompress version");
+  }
+  return agreed;
 }
 
 }  // namespace ccompress

@@ -97,12 +97,13 @@ class Levels {
 
 class OrderedRunner {
  public:
-  OrderedRunner(const std::vector<Plan>& plans, const PlanContext& ctx, const ExecBuffers& bufs,
-                OrderedTransport& t, KernelBackend& k, const CollectiveOptions& opt)
-      : plan_(plans[ctx.rank]),
+  OrderedRunner(const Plan& plan, std::vector<std::pair<int, int64_t>> keys,
+                const PlanContext& ctx, const ExecBuffers& bufs, OrderedTransport& t,
+                KernelBackend& k, const CollectiveOptions& opt)
+      : plan_(plan),
         t_(t),
         steps_(plan_, ctx.codec, bufs, k, opt, ctx.rank),
-        keys_(transfer_group_keys(plans, ctx)) {}
+        keys_(std::move(keys)) {}
 
   ExecResult run(double timeout_s) {
     const size_t n = plan_.ops.size();
@@ -192,10 +193,35 @@ std::vector<std::pair<int, int64_t>> transfer_group_keys(const std::vector<Plan>
   return keys;
 }
 
+std::vector<std::pair<int, int64_t>> one_level_group_keys(const Plan& plan,
+                                                          const PlanContext& ctx) {
+  // Whether an op waits on a received message, directly or through its dependencies (deps
+  // point to earlier ops, so one pass in op order settles them).
+  std::vector<bool> after_recv(plan.ops.size(), false);
+  std::vector<std::pair<int, int64_t>> keys(plan.ops.size(), {-1, -1});
+  for (size_t i = 0; i < plan.ops.size(); ++i) {
+    const Op& op = plan.ops[i];
+    for (int32_t d : op.deps)
+      after_recv[i] = after_recv[i] || after_recv[d] || plan.ops[d].kind == OpKind::Recv;
+    CC_CHECK_AS(Error, op.kind != OpKind::Send || !after_recv[i],
+                "send " << i << " waits on a received message: the schedule has more than "
+                                "one level (a schedule bug)");
+    if (is_transfer(op.kind)) keys[i] = {0, PlanBuilder::tag_slice(ctx, op.tag)};
+  }
+  return keys;
+}
+
 ExecResult execute_ordered(const std::vector<Plan>& plans, const PlanContext& ctx,
                           const ExecBuffers& bufs, OrderedTransport& t, KernelBackend& k,
                           const CollectiveOptions& opt) {
-  OrderedRunner runner(plans, ctx, bufs, t, k, opt);
+  OrderedRunner runner(plans[ctx.rank], transfer_group_keys(plans, ctx), ctx, bufs, t, k, opt);
+  return runner.run(opt.timeout_s);
+}
+
+ExecResult execute_ordered_one_level(const Plan& plan, const PlanContext& ctx,
+                                     const ExecBuffers& bufs, OrderedTransport& t,
+                                     KernelBackend& k, const CollectiveOptions& opt) {
+  OrderedRunner runner(plan, one_level_group_keys(plan, ctx), ctx, bufs, t, k, opt);
   return runner.run(opt.timeout_s);
 }
 

@@ -27,11 +27,23 @@ namespace ccompress {
 std::vector<std::pair<int, int64_t>> transfer_group_keys(const std::vector<Plan>& plans,
                                                          const PlanContext& ctx);
 
+/// The group keys of a one-level schedule's transfers, from this rank's plan alone: where no
+/// rank's send waits on a message it received (the all-to-all), every message is of level
+/// 0, so the key of a transfer is (0, its slice). Throws Error when a send of @p plan waits
+/// on a receive; that every rank's schedule is one-level is the caller's to know.
+std::vector<std::pair<int, int64_t>> one_level_group_keys(const Plan& plan,
+                                                          const PlanContext& ctx);
+
 /// Runs plans[ctx.rank] over @p t: compute steps on the backend in dependency order, each
 /// transfer group posted once its sends' data is issued, then waits for the transfers
 /// (OrderedTransport::drain) and checks the received message headers.
 ExecResult execute_ordered(const std::vector<Plan>& plans, const PlanContext& ctx,
                           const ExecBuffers& bufs, OrderedTransport& t, KernelBackend& k,
                           const CollectiveOptions& opt);
+
+/// execute_ordered for a one-level schedule (one_level_group_keys): this rank's plan alone.
+ExecResult execute_ordered_one_level(const Plan& plan, const PlanContext& ctx,
+                                     const ExecBuffers& bufs, OrderedTransport& t,
+                                     KernelBackend& k, const CollectiveOptions& opt);
 
 }  // namespace ccompress

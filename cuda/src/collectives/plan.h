@@ -81,10 +81,11 @@ struct PlanContext {
   /// intra_codec (bound to dtype) is the codec inside one; 0 for the flat schedules.
   int ranks_per_node = 0;
   Codec intra_codec;
-  /// All-to-all (alltoall.cc): element [i * size + j] is what rank i sends to rank j, the
-  /// same table on every rank (agree_on_splits), so any rank's plan can be built from it.
-  /// n is then the largest piece, which bounds the slices of every message's tag.
-  std::vector<int64_t> splits;
+  /// All-to-all (alltoall.cc): element j of send_splits is what this rank sends to rank j,
+  /// of recv_splits what it receives from rank j, as the call check agreed them
+  /// (check_alltoall_call). n is then the largest piece any rank sends, the same on every
+  /// rank, which bounds the slices of every message's tag.
+  std::vector<int64_t> send_splits, recv_splits;
 };
 
 /// Appends operations to a Plan, allocating scratch and keeping in-place calls safe: when
