@@ -256,6 +256,7 @@ inline T max(T a, T b) {
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline unsigned __float_as_uint(float f) { return emu::from_bits<unsigned>(emu::to_bits(f)); }
 inline float __uint_as_float(unsigned u) { return emu::from_bits<float>(emu::to_bits(u)); }

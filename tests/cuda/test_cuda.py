@@ -222,6 +222,32 @@ def test_fourbit_extremes_and_non_finite_bit_identical_to_cpu(backend, rng, code
 
 
 @gpu
+@pytest.mark.parametrize("codec", ["hint8", "hint8:g32:h256:s32:sr", "hint8:g8:h1024:s16:rs"])
+def test_hint8_division_extremes_bit_identical_to_cpu(backend, rng, codec):
+    """The hint8 kernels divide without the IEEE division's call (kernels/exact_div.cuh):
+    inputs from fp32 subnormals to 1e37 with zeros, NaN and Inf, divided by divisors from a
+    subnormal to 7e30 and negative, then by group scales down to FLT_MIN, take both its fast
+    and its general path. The CPU's wire bytes, plain and as the in-place ring hop."""
+    n = 1024 * 3 + 32 * 5 + 7
+    x = extreme_values(rng, n, {5: np.nan, 99: np.inf, 2000: -np.inf})
+    y = np.flip(x).copy()
+    ctx = (7, 5, 2, 12345)
+    for divisor in (3.0, 1e-30, 7e30, 1e-40, -0.75):
+        c, want = cpu_encode(codec, x, divisor, ctx)
+        src, dst = DeviceBuffer.of(x), DeviceBuffer(want.size)
+        backend.encode(c, src.ptr, "float32", n, divisor, dst.ptr, *ctx)
+        backend.synchronize()
+        assert np.array_equal(dst.bytes(want.size), want), f"{codec} / {divisor}"
+        hop = np.zeros_like(want)
+        _core.decode_reduce_encode(c, host_ptr(want), host_ptr(y), "float32", n, divisor,
+                                   host_ptr(hop), *ctx)
+        yd = DeviceBuffer.of(y)
+        backend.decode_reduce_encode(c, dst.ptr, yd.ptr, "float32", n, divisor, dst.ptr, *ctx)
+        backend.synchronize()
+        assert np.array_equal(dst.bytes(want.size), hop), f"{codec} hop / {divisor}"
+
+
+@gpu
 @pytest.mark.parametrize("codec", ["mxfp8", "mxfp4"])
 def test_mx_every_scale_offset_bit_identical_to_cpu(backend, rng, codec):
     """The MX encoder writes its E8M0 scales as aligned 32-bit words and the word that codes

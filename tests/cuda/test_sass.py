@@ -72,16 +72,13 @@ EXCEPTIONS = {
         "wide_load": _SHORT_ROTATION,
         "code_store": "the s8 scales, one byte a group written by its first lane, and the "
                       "byte path of blocks shorter than 128 (rotations of 16 and 32, a run's "
-                      "tail blocks); blocks of 128 and more store their codes as 32-bit words",
-        "no_spill": "rotations of 512 and 1024 (16 and 32 values a lane): registers live "
-                    "across the IEEE division's slow-path call go to the stack; rotations "
-                    "up to 256 (the default is 128) do not spill"},
+                      "tail blocks); blocks of 128 and more store their codes as 32-bit words"},
     "hint8_decode_kernel": {
-        "wide_load": "its input is one byte a value: a lane reads its 4 to 32 codes as 32-bit "
-                     "words (bytes for rotations of 16 and 32); a warp still reads whole "
+        "wide_load": "its input is one byte a value: at rotations of 64 and 128 a lane reads "
+                     "its 4 codes as a 32-bit word (bytes for rotations of 16 and 32; from 256 "
+                     "on, 8 to 32 codes, 8- and 16-byte loads); a warp still reads whole "
                      "128-byte lines",
-        "wide_store": _SHORT_ROTATION,
-        "no_spill": "rotation 512 decoded to a dtype: two stack accesses (16 values a lane)"},
+        "wide_store": _SHORT_ROTATION},
     "taco_decode_kernel": {
         "wide_load": "its input is one byte a value: a lane reads each quad's 4 codes as one "
                      "32-bit word (decode-accumulate's 16-byte loads are of the accumulators); "

@@ -16,6 +16,7 @@
 #include "codecs/float_convert.h"
 #include "codecs/hadamard.h"
 #include "codecs/rotation_blocks.h"
+#include "kernels/exact_div.cuh"
 #include "kernels/kernel_util.cuh"
 
 namespace ccompress::cuda::rot {
@@ -67,14 +68,17 @@ __device__ __forceinline__ void wht_runs(float (&v)[kSlots], int len) {
   const int r = runs_of(len);
   butterfly_in_registers(v, 1, r);
   const int lanes = len < 32 ? len : 32;
-  for (int d = 1; d < lanes; d <<= 1) {
-    const bool upper = (lane & d) != 0;
+  // Five stages, each shuffle outside any branch (a shuffle under a condition the compiler
+  // cannot prove uniform becomes a call, across which the block's registers spill); a block
+  // shorter than 32 keeps its values through the stages beyond its length.
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const bool upper = (lane & d) != 0, on = d < lanes;
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
-      if (k < r) {  // warp-uniform: every lane takes part in the shuffle
-        float o = __shfl_xor_sync(kFullMask, v[k], d);
-        v[k] = upper ? __fadd_rn(o, -v[k]) : __fadd_rn(v[k], o);
-      }
+      const float o = __shfl_xor_sync(kFullMask, v[k], d);
+      const float w = upper ? __fadd_rn(o, -v[k]) : __fadd_rn(v[k], o);
+      v[k] = on && k < r ? w : v[k];
     }
   }
   const float norm = codecs::wht_norm(len);
@@ -94,16 +98,16 @@ __device__ __forceinline__ void load4_any(const void* p, DType t, int64_t i, flo
 }
 
 /// v[k] <- float(src[off + j]) / divisor for the lane's elements j < len, 0 beyond (the CPU
-/// backend's load_block). With @p add (the fused ring hop, v holding a decoded block) the
-/// value is v[k] + float(src), in that operand order, before the division. @p vec: src is
-/// 16-byte aligned.
+/// backend's load_block; the division exact_div's, no call). With @p add (the fused ring
+/// hop, v holding a decoded block) the value is v[k] + float(src), in that operand order,
+/// before the division. @p vec: src is 16-byte aligned.
 template <int kSlots>
 __device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off, int len,
-                                          float divisor, bool vec, float (&v)[kSlots],
+                                          const Divisor& divisor, bool vec, float (&v)[kSlots],
                                           bool add = false) {
   const int r = runs_of(len);
   const int j0 = run_elem(0, r);
-  const bool mine = j0 < len;
+  const bool mine = len >= 32 || j0 < len;
   float x[kSlots];
   bool wide = false;
   if constexpr (kSlots >= 4) {
@@ -123,7 +127,7 @@ __device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off,
   for (int k = 0; k < kSlots; ++k) {
     float y = k < r && mine ? x[k] : 0.0f;
     if (add && k < r && mine) y = codecs::add_rn(v[k], y);
-    v[k] = divisor != 1.0f ? codecs::div_rn(y, divisor) : y;
+    v[k] = divisor.b != 1.0f ? exact_div(y, divisor) : y;
   }
 }
 
@@ -134,7 +138,7 @@ __device__ __forceinline__ void store_runs(DecodeOut o, int64_t off, int len, bo
                                            const float (&v)[kSlots]) {
   const int r = runs_of(len);
   const int j0 = run_elem(0, r);
-  if (j0 >= len) return;
+  if (len < 32 && j0 >= len) return;
   if constexpr (kSlots >= 4) {
     if (vec && r >= 4) {
 #pragma unroll
@@ -163,6 +167,8 @@ void with_slots(int32_t h, Fn fn) {
     fn(std::integral_constant<int, 1>{});
   } else if (h <= 128) {
     fn(std::integral_constant<int, 4>{});
+  } else if (h <= 256) {
+    fn(std::integral_constant<int, 8>{});
   } else if (h <= 512) {
     fn(std::integral_constant<int, 16>{});
   } else {

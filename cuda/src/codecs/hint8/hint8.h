@@ -78,11 +78,16 @@ CC_HOST_DEVICE float log_scale_frac(uint32_t j) {
   return f32_from_bits(b);
 }
 
+/// max(q, FLT_MIN) for q = amax / 127 (hint8_base_scale; the CUDA kernels divide their own
+/// way, bit for bit).
+CC_HOST_DEVICE float hint8_base_of_quotient(float q) {
+  float floor = f32_from_bits(kF32MinNormalBits);
+  return q > floor ? q : floor;
+}
+
 /// max(amax / 127, FLT_MIN): the floor keeps every divisor a normal number.
 CC_HOST_DEVICE float hint8_base_scale(int32_t amax_bits) {
-  float s = div_rn(f32_from_bits(static_cast<uint32_t>(amax_bits)), kInt8Max);
-  float floor = f32_from_bits(kF32MinNormalBits);
-  return s > floor ? s : floor;
+  return hint8_base_of_quotient(div_rn(f32_from_bits(static_cast<uint32_t>(amax_bits)), kInt8Max));
 }
 
 /// The s8 block exponent: E with 2^(E-127) the smallest power of two >= the block's largest
@@ -149,22 +154,26 @@ struct Hint8Scale {
 
 /// From the group's max raw |y| bits (>= Inf bits: non-finite group) and, for s8, its block's
 /// exponent E.
-CC_HOST_DEVICE Hint8Scale hint8_make_scale(int scale_bits, int32_t amax_bits, uint32_t e) {
-  const bool bad = amax_bits >= static_cast<int32_t>(kF32InfBits);
+/// The same from @p bad (a non-finite group) and, for a finite one, its base scale.
+CC_HOST_DEVICE Hint8Scale hint8_scale_of_base(int scale_bits, bool bad, float base, uint32_t e) {
   const float nan = f32_from_bits(kF32QNaNBits);
   if (scale_bits == 8) {
     if (bad) return Hint8Scale{nan, kS8NaN};
-    uint32_t c = s8_code(e, hint8_base_scale(amax_bits));
+    uint32_t c = s8_code(e, base);
     return Hint8Scale{s8_decode(e, c), c};
   }
   if (scale_bits == 16) {
     if (bad) return Hint8Scale{nan, 0x7FC0u};
-    uint16_t b = bf16_round_up(hint8_base_scale(amax_bits));
+    uint16_t b = bf16_round_up(base);
     return Hint8Scale{bf16_to_float(b), b};
   }
   if (bad) return Hint8Scale{nan, kF32QNaNBits};
-  float s = hint8_base_scale(amax_bits);
-  return Hint8Scale{s, f32_bits(s)};
+  return Hint8Scale{base, f32_bits(base)};
+}
+
+CC_HOST_DEVICE Hint8Scale hint8_make_scale(int scale_bits, int32_t amax_bits, uint32_t e) {
+  const bool bad = amax_bits >= static_cast<int32_t>(kF32InfBits);
+  return hint8_scale_of_base(scale_bits, bad, bad ? 0.0f : hint8_base_scale(amax_bits), e);
 }
 
 /// Bytes of the scale section before element m of a run (m a block boundary, or n): 4 or 2
@@ -225,11 +234,17 @@ CC_HOST_DEVICE float hint8_read_scale(int scale_bits, const uint8_t* sc, int64_t
 /// the CPU loop free of float branches, so it vectorizes. A finite group's scale is at least
 /// amax / 127 rounded to nearest, so |y / s| <= 127 (1 + 2^-23) and the trick applies.
 /// As an int32 (-127..127), for loops that keep 32-bit lanes (host_loops.h pack_codes).
-CC_HOST_DEVICE int32_t hint8_quantize_code(float y, float s) {
-  float r = add_rn(add_rn(div_rn(y, s), 12582912.0f), -12582912.0f);
+/// The code of the quotient t = y / s (hint8_quantize_code; the CUDA kernels divide their own
+/// way, bit for bit).
+CC_HOST_DEVICE int32_t hint8_code_of_quotient(float t) {
+  float r = add_rn(add_rn(t, 12582912.0f), -12582912.0f);
   int32_t k = static_cast<int32_t>(r);
   k = k < -127 ? -127 : k;
   return k > 127 ? 127 : k;
+}
+
+CC_HOST_DEVICE int32_t hint8_quantize_code(float y, float s) {
+  return hint8_code_of_quotient(div_rn(y, s));
 }
 
 CC_HOST_DEVICE int8_t hint8_quantize(float y, float s) {
@@ -239,12 +254,16 @@ CC_HOST_DEVICE int8_t hint8_quantize(float y, float s) {
 /// Stochastic rounding of t = y / s: floor(t) + 1 with probability frac(t) = t - floor(t)
 /// (exact) for a uniform u in [0, 1), else floor(t); then clamped to +-127 (|t| <= 127
 /// (1 + 2^-23) as above), so E[q] = t. Branch-free for the same reasons as hint8_quantize.
-CC_HOST_DEVICE int8_t hint8_quantize_sr(float y, float s, float u) {
-  float t = div_rn(y, s);
+/// The stochastic code of the quotient t = y / s (hint8_quantize_sr).
+CC_HOST_DEVICE int8_t hint8_sr_code_of_quotient(float t, float u) {
   float k = floor_small(t);
   int32_t q = static_cast<int32_t>(add_rn(k, sr_step(u, add_rn(t, -k))));
   q = q < -127 ? -127 : q;
   return static_cast<int8_t>(q > 127 ? 127 : q);
+}
+
+CC_HOST_DEVICE int8_t hint8_quantize_sr(float y, float s, float u) {
+  return hint8_sr_code_of_quotient(div_rn(y, s), u);
 }
 
 CC_HOST_DEVICE float hint8_dequantize(int8_t q, float s) {

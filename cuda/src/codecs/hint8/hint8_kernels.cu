@@ -4,7 +4,11 @@
 // reads and writes them with vector accesses). Every scale, the s8 block exponent included, depends only on
 // its own block, so each kernel is a single pass. The ring hop is the encode kernel whose
 // load step first decodes the block from the incoming wire (decode_block, the decode
-// kernel's own code) and adds the input to it.
+// kernel's own code) and adds the input to it. No kernel makes a call (a call keeps the
+// block's registers live across it, and they spill): divisions are exact_div's
+// (kernels/exact_div.cuh), block and group offsets shifts, and a lane computes each of its
+// groups' scales once. Whole blocks run with their length a compile-time constant, a run's
+// tail blocks with it at run time.
 //
 // In place (hop dst = its wire source): a warp reads only its block's codes [off, off + len)
 // and its scale bytes (s32 / s16: its groups' entries; s8: the block's run of bytes from
@@ -23,18 +27,117 @@
 namespace ccompress::cuda {
 namespace {
 
+// The run's geometry. H and G are powers of two, so the kernels cut blocks and groups with
+// shifts (a 64-bit division is a call on the device, and registers live across a call
+// spill): the same numbers as codecs/rotation_blocks.h and hint8.h compute by division.
 struct Hint8Params {
   int64_t n;
   int32_t group, rotation, scale_bits;
+  int32_t lg_group, lg_rotation;
   bool signs, stochastic;
 };
 
+__device__ __forceinline__ int32_t log2_of(int32_t pow2) {
+  return codecs::popcount64(static_cast<uint64_t>(pow2 - 1));
+}
+
+/// codecs::rot_block_count.
+__device__ __forceinline__ int64_t block_count(const Hint8Params& p) {
+  return (p.n >> p.lg_rotation) + codecs::popcount64(uint64_t(p.n) & uint64_t(p.rotation - 1));
+}
+
+/// codecs::rot_block.
+__device__ __forceinline__ codecs::RotBlock block_at(const Hint8Params& p, int64_t b) {
+  const int64_t full = p.n >> p.lg_rotation;
+  if (b < full) return codecs::RotBlock{b << p.lg_rotation, p.rotation};
+  const int32_t tail = static_cast<int32_t>(p.n & (p.rotation - 1));
+  int64_t off = full << p.lg_rotation;
+  int64_t t = b - full;
+  for (int32_t piece = p.rotation >> 1; piece > 0; piece >>= 1) {
+    if (!(tail & piece)) continue;
+    if (t == 0) return codecs::RotBlock{off, piece};
+    off += piece;
+    --t;
+  }
+  return codecs::RotBlock{off, 0};
+}
+
+/// codecs::scale_groups_before.
+__device__ __forceinline__ int64_t groups_before(const Hint8Params& p, int64_t m) {
+  return (m >> p.lg_group) + codecs::popcount64(uint64_t(m) & uint64_t(p.group - 1));
+}
+
+/// codecs::s8_layout.
+__device__ __forceinline__ codecs::S8Layout s8_layout_of(const Hint8Params& p,
+                                                         const codecs::RotBlock& blk) {
+  const int64_t m = blk.off;
+  const int64_t full = p.rotation < codecs::kS8SpreadGroups * p.group ? m >> p.lg_rotation : 0;
+  const uint64_t rest = uint64_t(m) & uint64_t(p.rotation - 1) &
+                        uint64_t(codecs::kS8SpreadGroups * p.group - 1);
+  const int32_t k = blk.len > p.group ? blk.len >> p.lg_group : 1;
+  return codecs::S8Layout{groups_before(p, m) + full + codecs::popcount64(rest),
+                          k < codecs::kS8SpreadGroups};
+}
+
+// Where a lane's groups start. A lane holds r consecutive elements; a group of gl = min(G,
+// len) elements covers in_lane = min(gl, r) of its slots. G >= 8, so where r >= 8 groups
+// start at multiples of 8 slots, and where r < 8 a lane's slots are one group: a group can
+// start only at a slot that is a multiple of kChunk = min(kSlots, 8), and per-group work
+// (scales, their division) runs once per chunk that starts one.
+template <int kSlots>
+struct Chunks {
+  static constexpr int kChunk = kSlots < 8 ? kSlots : 8;
+  static constexpr int kCount = kSlots / kChunk;
+};
+
+struct BlockShape {
+  int r, j0, gl, lg_gl, in_lane;
+  bool mine;  // the lane holds elements (blocks shorter than 32 leave lanes idle)
+};
+
+__device__ __forceinline__ BlockShape shape_of(const Hint8Params& p, const codecs::RotBlock& blk) {
+  BlockShape b;
+  b.r = rot::runs_of(blk.len);
+  b.j0 = rot::run_elem(0, b.r);
+  b.gl = p.group < blk.len ? p.group : blk.len;
+  b.lg_gl = p.group < blk.len ? p.lg_group : log2_of(blk.len);
+  b.in_lane = b.gl < b.r ? b.gl : b.r;
+  b.mine = blk.len >= 32 || b.j0 < blk.len;
+  return b;
+}
+
 // Codes of this lane's run (r of them from element j0 of block blk, zeros when the lane
-// holds none) as one 32-bit word per 4 codes when r >= 4, else one byte each.
+// holds none): 16 bytes a load when r >= 16, 8 when r >= 8 (src 16-byte aligned: a run
+// starts at a multiple of r), else one 32-bit word per 4 codes when r >= 4, else one byte
+// each.
 template <int kSlots>
 __device__ __forceinline__ void load_codes(const uint8_t* src, const codecs::RotBlock& blk,
                                            int r, int j0, int32_t (&q)[kSlots]) {
-  const bool mine = j0 < blk.len;
+  const bool mine = blk.len >= 32 || j0 < blk.len;
+  if constexpr (kSlots >= 8) {
+    const bool aligned = (reinterpret_cast<uintptr_t>(src) & 15u) == 0u;
+    if (aligned && r >= 8) {
+      const uint8_t* at = src + blk.off + j0;
+      uint32_t w[kSlots / 4];
+#pragma unroll
+      for (int c = 0; c < kSlots; c += 16) {
+        if (c + 16 <= r) {
+          const uint4 x = *reinterpret_cast<const uint4*>(at + c);
+          w[c / 4] = x.x, w[c / 4 + 1] = x.y, w[c / 4 + 2] = x.z, w[c / 4 + 3] = x.w;
+        } else {
+#pragma unroll
+          for (int h = 0; h < 16 && c + h < kSlots; h += 8) {
+            uint2 x = make_uint2(0u, 0u);
+            if (c + h < r) x = *reinterpret_cast<const uint2*>(at + c + h);
+            w[(c + h) / 4] = x.x, w[(c + h) / 4 + 1] = x.y;
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) q[k] = static_cast<int8_t>(w[k / 4] >> (8 * (k & 3)));
+      return;
+    }
+  }
   if constexpr (kSlots >= 4) {
     if (r >= 4) {
 #pragma unroll
@@ -53,151 +156,207 @@ __device__ __forceinline__ void load_codes(const uint8_t* src, const codecs::Rot
 }
 
 // v <- the decoded block blk of the wire buffer src: dequantized, inverse-rotated, signed
-// (the contiguous layout of warp_rotation.cuh).
+// (the contiguous layout of warp_rotation.cuh). Each group's scale is read once per lane.
 template <int kSlots>
 __device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Params& p,
                                              const codecs::RotBlock& blk, float (&v)[kSlots]) {
+  using C = Chunks<kSlots>;
   const uint8_t* sc = src + codecs::rot_scales_offset(p.n);
-  const int gl = p.group < blk.len ? p.group : blk.len;
-  const int64_t g0 = codecs::scale_groups_before(blk.off, p.group);
-  const codecs::S8Layout l = codecs::s8_layout(blk, p.group, p.rotation);
+  const BlockShape b = shape_of(p, blk);
+  const codecs::S8Layout l = s8_layout_of(p, blk);
+  const int64_t g0 = p.scale_bits == 8 ? 0 : groups_before(p, blk.off);
   const uint32_t e = p.scale_bits == 8 ? codecs::s8_read_exp(l, sc + l.base) : 0;
-  const int r = rot::runs_of(blk.len), j0 = rot::run_elem(0, r);
   int32_t q[kSlots];
-  load_codes(src, blk, r, j0, q);
+  load_codes(src, blk, b.r, b.j0, q);
+  float s = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    const int j = j0 + k;
-    v[k] = 0.0f;
-    if (k < r && j < blk.len) {
-      const int i = j / gl;
-      const float s = p.scale_bits == 8
-                          ? codecs::s8_read(e, sc[l.base + (l.e_byte ? 1 : 0) + i])
-                          : codecs::hint8_read_scale(p.scale_bits, sc, g0 + i);
-      v[k] = codecs::hint8_dequantize(static_cast<int8_t>(q[k]), s);
+  for (int c = 0; c < C::kCount; ++c) {
+    const int k0 = c * C::kChunk;
+    if (k0 < b.r && (k0 & (b.in_lane - 1)) == 0 && b.mine) {
+      const int i = (b.j0 + k0) >> b.lg_gl;  // the group's index in its block
+      s = p.scale_bits == 8 ? codecs::s8_read(e, sc[l.base + (l.e_byte ? 1 : 0) + i])
+                            : codecs::hint8_read_scale(p.scale_bits, sc, g0 + i);
+    }
+#pragma unroll
+    for (int kk = 0; kk < C::kChunk; ++kk) {
+      const int k = k0 + kk;
+      v[k] = k < b.r && b.mine ? codecs::hint8_dequantize(static_cast<int8_t>(q[k]), s)
+                                           : 0.0f;
     }
   }
   rot::wht_runs(v, blk.len);
   if (p.signs) {
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], codecs::random_sign(j0 + k));
+    for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], codecs::random_sign(b.j0 + k));
   }
 }
 
-// Loads and rotates block blk, then leaves in m[k] the max raw |y| bits of slot k's scale
-// group (>= Inf bits: a non-finite group). Groups of gl = min(G, len) elements are gl
-// consecutive slots of a lane (gl < r) or gl / r consecutive lanes (gl >= r).
-// kHop: first v <- decode_block of the wire buffer `wire`, to which the input is added.
-// @p vec: src 16-byte aligned.
+/// hint8_base_scale (amax / 127, floored) with the call-free division.
+__device__ __forceinline__ float base_scale(int32_t amax_bits, const Divisor& d127) {
+  return codecs::hint8_base_of_quotient(
+      exact_div(codecs::f32_from_bits(static_cast<uint32_t>(amax_bits)), d127));
+}
+
+// Loads and rotates block blk, then leaves in m[c] the max raw |y| bits of the group of
+// chunk c's slots (>= Inf bits: a non-finite group). kHop: first v <- decode_block of the
+// wire buffer `wire`, to which the input is added. @p vec: src 16-byte aligned.
 template <bool kHop, int kSlots>
-__device__ __forceinline__ void rotate_and_group_amax(const void* src, DType t,
-                                                      const uint8_t* wire, float divisor,
-                                                      bool vec, const Hint8Params& p,
-                                                      const codecs::RotBlock& blk,
-                                                      float (&v)[kSlots], int32_t (&m)[kSlots]) {
+__device__ __forceinline__ void rotate_and_group_amax(
+    const void* src, DType t, const uint8_t* wire, const Divisor& divisor, bool vec,
+    const Hint8Params& p, const codecs::RotBlock& blk, const BlockShape& b, float (&v)[kSlots],
+    int32_t (&m)[Chunks<kSlots>::kCount]) {
+  using C = Chunks<kSlots>;
   if constexpr (kHop) {
     decode_block(wire, p, blk, v);
     __syncwarp();  // in place: the block's bytes are all read before any lane writes one
   }
   rot::load_runs(src, t, blk.off, blk.len, divisor, vec, v, kHop);
-  const int r = rot::runs_of(blk.len), j0 = rot::run_elem(0, r);
   if (p.signs) {
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], codecs::random_sign(j0 + k));
+    for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], codecs::random_sign(b.j0 + k));
   }
   rot::wht_runs(v, blk.len);
-  const int gl = p.group < blk.len ? p.group : blk.len;
 #pragma unroll
-  for (int k = 0; k < kSlots; ++k)
-    m[k] = k < r && j0 + k < blk.len
-               ? static_cast<int32_t>(codecs::f32_bits(v[k]) & codecs::kF32AbsMask)
-               : 0;
-  const int in_lane = gl < r ? gl : r;  // slots of a group in one lane
+  for (int c = 0; c < C::kCount; ++c) {
+    int32_t x = 0;
 #pragma unroll
-  for (int s = 1; s < kSlots; s <<= 1) {
-    if (s < in_lane) {
+    for (int kk = 0; kk < C::kChunk; ++kk) {
+      const int k = c * C::kChunk + kk;
+      if (k < b.r && b.mine)
+        x = max(x, static_cast<int32_t>(codecs::f32_bits(v[k]) & codecs::kF32AbsMask));
+    }
+    m[c] = x;
+  }
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) {
-        if (!(k & s)) {
-          int32_t x = max(m[k], m[k | s]);
-          m[k] = x;
-          m[k | s] = x;
+  for (int s = 1; s < C::kCount; s <<= 1) {  // chunks of one group (in_lane > kChunk)
+    if (s * C::kChunk < b.in_lane) {
+#pragma unroll
+      for (int c = 0; c < C::kCount; ++c) {
+        if (!(c & s)) {
+          const int32_t x = max(m[c], m[c | s]);
+          m[c] = x;
+          m[c | s] = x;
         }
       }
     }
   }
-  const int lanes = gl > r ? gl / r : 1;  // lanes of a group
-  for (int o = 1; o < lanes; o <<= 1) {
+  if (b.gl > b.r) {  // a group spans gl / r lanes; the lane's slots are one group
+    int32_t x = m[0];
+    const int lanes = b.gl >> log2_of(b.r);
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) m[k] = max(m[k], __shfl_xor_sync(rot::kFullMask, m[k], o));
+    for (int o = 1; o < 32; o <<= 1) {  // unconditional shuffles: no call (rot::wht_runs)
+      const int32_t y = __shfl_xor_sync(rot::kFullMask, x, o);
+      x = o < lanes ? max(x, y) : x;
+    }
+#pragma unroll
+    for (int c = 0; c < C::kCount; ++c) m[c] = x;
+  }
+}
+
+// One block of the encode kernel below.
+template <int kSlots, bool kHop>
+__device__ __forceinline__ void encode_block(const void* src, DType src_dtype,
+                                             const uint8_t* wire, float divisor,
+                                             const Hint8Params& p, const EncodeContext& ctx,
+                                             bool vec, uint8_t* dst,
+                                             const codecs::RotBlock& blk) {
+  using C = Chunks<kSlots>;
+  uint8_t* sc = dst + codecs::rot_scales_offset(p.n);
+  // Prepared per block from the kernel's parameters (constant memory) rather than held in
+  // registers across the block loop.
+  const Divisor div = prepare_divisor(divisor);
+  const Divisor d127 = prepare_divisor(codecs::kInt8Max);
+  const uint64_t prefix = p.stochastic ? codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank) : 0;
+  const BlockShape b = shape_of(p, blk);
+  float v[kSlots];
+  int32_t m[C::kCount];
+  rotate_and_group_amax<kHop>(src, src_dtype, wire, div, vec, p, blk, b, v, m);
+  uint32_t e = 0;
+  const codecs::S8Layout l = s8_layout_of(p, blk);
+  if (p.scale_bits == 8) {
+    int32_t rmax = 0;  // the block's largest finite group amax
+#pragma unroll
+    for (int c = 0; c < C::kCount; ++c)
+      if (m[c] < static_cast<int32_t>(codecs::kF32InfBits)) rmax = max(rmax, m[c]);
+    e = codecs::s8_exp_of_scale(
+        codecs::f32_bits(base_scale(__reduce_max_sync(rot::kFullMask, rmax), d127)));
+    if (l.e_byte && (threadIdx.x & 31) == 0) sc[l.base] = static_cast<uint8_t>(e);
+  }
+  const int64_t g0 = p.scale_bits == 8 ? 0 : groups_before(p, blk.off);
+  // Codes leave as one 32-bit word per 4 slots (r >= 4), else one byte each.
+  const bool words = kSlots >= 4 && b.r >= 4;
+  codecs::Hint8Scale s{0.0f, 0u};
+  Divisor ds = prepare_divisor(1.0f);
+#pragma unroll
+  for (int c = 0; c < C::kCount; ++c) {
+    const int k0 = c * C::kChunk;
+    if (k0 < b.r && (k0 & (b.in_lane - 1)) == 0 && b.mine) {  // a group starts
+      const int j = b.j0 + k0;
+      const bool bad = m[c] >= static_cast<int32_t>(codecs::kF32InfBits);
+      s = codecs::hint8_scale_of_base(p.scale_bits, bad, base_scale(m[c], d127), e);
+      if ((j & (b.gl - 1)) == 0) {  // this lane holds the group's first element
+        const int i = j >> b.lg_gl;  // the group's index in its block
+        if (p.scale_bits == 8) {
+          sc[l.base + (l.e_byte ? 1 : 0) + i] =
+              static_cast<uint8_t>(s.stored | codecs::s8_exp_bit(l, e, i));
+        } else if (p.scale_bits == 16) {
+          reinterpret_cast<uint16_t*>(sc)[g0 + i] = static_cast<uint16_t>(s.stored);
+        } else {
+          reinterpret_cast<uint32_t*>(sc)[g0 + i] = s.stored;
+        }
+      }
+      ds = prepare_divisor(s.s);
+    }
+    uint32_t word = 0;
+#pragma unroll
+    for (int kk = 0; kk < C::kChunk; ++kk) {
+      const int k = k0 + kk;
+      const int j = b.j0 + k;
+      int32_t q = 0;
+      if (k < b.r && b.mine) {
+        if (codecs::f32_is_finite(s.s)) {
+          const float t = exact_div(v[k], ds);
+          q = p.stochastic
+                  ? codecs::hint8_sr_code_of_quotient(
+                        t, codecs::sr_uniform_at(prefix, ctx.index + blk.off + j))
+                  : codecs::hint8_code_of_quotient(t);
+        }
+        if (!words) reinterpret_cast<int8_t*>(dst)[blk.off + j] = static_cast<int8_t>(q);
+      }
+      word |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (k & 3));
+      if ((k & 3) == 3) {
+        if (words && k < b.r) *reinterpret_cast<uint32_t*>(dst + blk.off + j - 3) = word;
+        word = 0;
+      }
+    }
   }
 }
 
 // dst <- encode(src / divisor); kHop: dst <- encode((decode(wire) + src) / divisor), wire
 // possibly dst itself (see the file comment), hence no __restrict__ on dst. Codes are
 // stored as one 32-bit word per 4 (blocks of 128 and more), scales as the group's first
-// lane writes them.
+// lane writes them. Every division is exact_div's (kernels/exact_div.cuh): the IEEE
+// division's slow-path call kept the block's registers live across it, which spilled. One
+// block a multiprocessor at the least (the bound's second argument): without it ptxas
+// squeezed the 16-slot kernel to 80 registers for occupancy and spilled two loop counters.
 template <int kSlots, bool kHop>
-__global__ void __launch_bounds__(rot::kThreads)
+__global__ void __launch_bounds__(rot::kThreads, 1)
     hint8_encode_kernel(const void* __restrict__ src, DType src_dtype, const uint8_t* wire,
                         float divisor, Hint8Params p, EncodeContext ctx, bool vec,
                         uint8_t* dst) {
-  uint8_t* sc = dst + codecs::rot_scales_offset(p.n);
-  const uint64_t prefix = codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank);
+  using C = Chunks<kSlots>;
   if (blockIdx.x == 0 && p.n + threadIdx.x < codecs::rot_scales_offset(p.n))
     dst[p.n + threadIdx.x] = 0;
-  const int64_t blocks = codecs::rot_block_count(p.n, p.rotation);
-  for (int64_t b = rot::global_warp(); b < blocks; b += rot::grid_warps()) {
-    const codecs::RotBlock blk = codecs::rot_block(p.n, p.rotation, b);
-    float v[kSlots];
-    int32_t m[kSlots];
-    rotate_and_group_amax<kHop>(src, src_dtype, wire, divisor, vec, p, blk, v, m);
-    const int r = rot::runs_of(blk.len), j0 = rot::run_elem(0, r);
-    const int gl = p.group < blk.len ? p.group : blk.len;
-    const int64_t g0 = codecs::scale_groups_before(blk.off, p.group);
-    uint32_t e = 0;
-    const codecs::S8Layout l = codecs::s8_layout(blk, p.group, p.rotation);
-    if (p.scale_bits == 8) {
-      int32_t rmax = 0;  // the block's largest finite group amax
-#pragma unroll
-      for (int k = 0; k < kSlots; ++k)
-        if (m[k] < static_cast<int32_t>(codecs::kF32InfBits)) rmax = max(rmax, m[k]);
-      e = codecs::s8_block_exp(__reduce_max_sync(rot::kFullMask, rmax));
-      if (l.e_byte && (threadIdx.x & 31) == 0) sc[l.base] = static_cast<uint8_t>(e);
-    }
-    // Codes leave as one 32-bit word per 4 slots (r >= 4), else one byte each.
-    const bool words = kSlots >= 4 && r >= 4;
-    uint32_t word = 0;
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      const int j = j0 + k;
-      int32_t q = 0;
-      if (k < r && j < blk.len) {
-        const codecs::Hint8Scale s = codecs::hint8_make_scale(p.scale_bits, m[k], e);
-        const int i = j / gl;  // the group's index in its block
-        if (j % gl == 0) {
-          if (p.scale_bits == 8) {
-            sc[l.base + (l.e_byte ? 1 : 0) + i] =
-                static_cast<uint8_t>(s.stored | codecs::s8_exp_bit(l, e, i));
-          } else if (p.scale_bits == 16) {
-            reinterpret_cast<uint16_t*>(sc)[g0 + i] = static_cast<uint16_t>(s.stored);
-          } else {
-            reinterpret_cast<uint32_t*>(sc)[g0 + i] = s.stored;
-          }
-        }
-        if (codecs::f32_is_finite(s.s)) {
-          q = p.stochastic
-                  ? codecs::hint8_quantize_sr(
-                        v[k], s.s, codecs::sr_uniform_at(prefix, ctx.index + blk.off + j))
-                  : codecs::hint8_quantize_code(v[k], s.s);
-        }
-        if (!words) reinterpret_cast<int8_t*>(dst)[blk.off + j] = static_cast<int8_t>(q);
-      }
-      word |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (k & 3));
-      if ((k & 3) == 3) {
-        if (words && k < r) *reinterpret_cast<uint32_t*>(dst + blk.off + j - 3) = word;
-        word = 0;
-      }
+  const int64_t blocks = block_count(p);
+  for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
+    const codecs::RotBlock blk = block_at(p, bi);
+    // A whole block of 32 kSlots (every block of kSlots > 1 but a run's tail) with its
+    // length a constant, so that its slots need no bounds: no predicates to keep live.
+    if (kSlots > 1 && blk.len == 32 * kSlots) {
+      encode_block<kSlots, kHop>(src, src_dtype, wire, divisor, p, ctx, vec, dst,
+                                 codecs::RotBlock{blk.off, 32 * kSlots});
+    } else {
+      encode_block<kSlots, kHop>(src, src_dtype, wire, divisor, p, ctx, vec, dst, blk);
     }
   }
 }
@@ -205,12 +364,17 @@ __global__ void __launch_bounds__(rot::kThreads)
 template <int kSlots, bool kCast>
 __global__ void __launch_bounds__(rot::kThreads)
     hint8_decode_kernel(const uint8_t* __restrict__ src, Hint8Params p, DecodeOut o, bool vec) {
-  const int64_t blocks = codecs::rot_block_count(p.n, p.rotation);
-  for (int64_t b = rot::global_warp(); b < blocks; b += rot::grid_warps()) {
-    const codecs::RotBlock blk = codecs::rot_block(p.n, p.rotation, b);
+  const int64_t blocks = block_count(p);
+  for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
+    const codecs::RotBlock blk = block_at(p, bi);
     float v[kSlots];
-    decode_block(src, p, blk, v);
-    rot::store_runs<kCast>(o, blk.off, blk.len, vec, v);
+    if (kSlots > 1 && blk.len == 32 * kSlots) {  // a whole block, its length a constant
+      decode_block(src, p, codecs::RotBlock{blk.off, 32 * kSlots}, v);
+      rot::store_runs<kCast>(o, blk.off, 32 * kSlots, vec, v);
+    } else {
+      decode_block(src, p, blk, v);
+      rot::store_runs<kCast>(o, blk.off, blk.len, vec, v);
+    }
   }
 }
 
@@ -221,7 +385,10 @@ Hint8Params params_of(const Codec& codec, int64_t n) {
            "hint8 group " << g << " / rotation " << h << " out of range");
   CC_CHECK(codec.scale_bits == 8 || codec.scale_bits == 16 || codec.scale_bits == 32,
            "hint8 scale bits " << int(codec.scale_bits) << " not 8, 16 or 32");
-  return Hint8Params{n, g, h, codec.scale_bits, codec.random_signs, codec.stochastic};
+  int32_t lg = 0, lh = 0;
+  while ((1 << lg) < g) ++lg;
+  while ((1 << lh) < h) ++lh;
+  return Hint8Params{n, g, h, codec.scale_bits, lg, lh, codec.random_signs, codec.stochastic};
 }
 
 }  // namespace
