@@ -83,7 +83,11 @@ void bind_collectives(py::module_& m) {
           "for tests.");
 
   m.def("chunk_range", &chunk_range, py::arg("n"), py::arg("parts"), py::arg("index"),
-        "Element range [begin, end) of chunk `index` when n elements are cut into `parts`.");
+        "Element range of one chunk when ``n`` elements are cut into ``parts``.\n\n"
+        "Parameters\n----------\nn : int\n    Elements in all.\nparts : int\n"
+        "    Chunks (a collective's ranks).\nindex : int\n    The chunk, 0 <= index < parts.\n\n"
+        "Returns\n-------\ntuple of int\n    ``(begin, end)``: the chunk is ``[begin, end)``; "
+        "the first ``n % parts`` chunks hold one element more.");
   m.def(
       "choose_algo",
       [](int64_t n, const std::string& dtype, const Codec& codec, int nranks) {
