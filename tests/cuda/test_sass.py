@@ -82,10 +82,6 @@ EXCEPTIONS = {
                      "128-byte lines",
         "wide_store": _SHORT_ROTATION,
         "no_spill": "rotation 512 decoded to a dtype: two stack accesses (16 values a lane)"},
-    "fourbit::decode_kernel": {
-        "wide_load": "its input is 4 bits a value: a lane reads its 8 codes as one 32-bit "
-                     "word (the decode-accumulate's 16-byte loads of its accumulators are "
-                     "wide); a warp still reads whole 128-byte lines"},
 }
 
 
