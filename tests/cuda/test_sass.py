@@ -64,10 +64,6 @@ KERNELS = {
 _SHORT_ROTATION = ("rotations of 16 and 32 hold one element a lane: element accesses (the "
                    "kernel's wide form serves rotations of 128 and more)")
 EXCEPTIONS = {
-    "fp8_encode_any_group_kernel": {
-        "wide_load": "a group of no power of two (fp8_*:gG) does not fall on whole lanes: a "
-                     "block per group, element loads (the power-of-two kernel takes the rest)",
-        "code_store": "the same: a byte store per code"},
     "hint8_encode_kernel": {
         "wide_load": _SHORT_ROTATION,
         "code_store": "the s8 scales, one byte a group written by its first lane, and the "
