@@ -483,10 +483,12 @@ __global__ void __launch_bounds__(rot::kThreads)
                        bool vec_out) {
   constexpr int kSlots = kRun * kSpans;
   constexpr int64_t kItem = int64_t(kSpan) * kSpans;
-  const int64_t items = (it.n + kItem - 1) / kItem;
   const int64_t whole = it.n & ~int64_t(it.group - 1);
-  for (int64_t item = rot::global_warp(); item < items; item += rot::grid_warps()) {
-    const int64_t j0 = item * kItem + kRun * (threadIdx.x & 31);  // slot 0's element
+  // j0: slot 0's element, the only 64-bit value the loop carries (the item is j0's multiple
+  // of kItem)
+  for (int64_t j0 = rot::global_warp() * kItem + kRun * (threadIdx.x & 31);
+       j0 - kRun * (threadIdx.x & 31) < it.n; j0 += rot::grid_warps() * kItem) {
+    const int64_t item_end = (j0 & ~(kItem - 1)) + kItem;
     uint32_t w[2 * kSpans];  // the codes, 4 a word
 #pragma unroll
     for (int c = 0; c < kSpans; ++c) {
@@ -507,7 +509,7 @@ __global__ void __launch_bounds__(rot::kThreads)
     const auto code = [&](int k) {
       return codecs::fp8_to_float<F>(static_cast<uint8_t>(w[k / 4] >> (8 * (k % 4))));
     };
-    if ((item + 1) * kItem <= whole) {  // warp-uniform: whole blocks of the group only
+    if (item_end <= whole) {  // warp-uniform: whole blocks of the group only
       float a[kSpans];
 #pragma unroll
       for (int c = 0; c < kSpans; ++c) {
