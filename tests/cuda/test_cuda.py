@@ -163,6 +163,39 @@ def test_decode_reduce_encode_bit_identical_to_cpu(backend, rng, codec, dtype):
         assert np.array_equal(src.bytes(wire.size), want), f"{codec} {dtype} n={n} in place"
 
 
+@gpu
+@pytest.mark.parametrize("codec", ["fp8_e4m3:g17", "fp8_e5m2:g100:sr", "fp8_e4m3:g1001"])
+def test_fp8_groups_of_no_power_of_two_bit_identical_to_cpu(backend, rng, codec):
+    """fp8 groups of no power of two: a warp's item is 8 / gcd(G, 8) groups (8, 2 and 8
+    here), so lanes' runs of 8 cross group boundaries, an item reaches past the run's end,
+    and groups of 1001 take several warp steps. Encode, decode and the hop (in place too),
+    from fp32 and bf16, an outlier and an Inf in a group."""
+    ctx = (7, 5, 2, 12345)
+    for dtype in ("float32", "bfloat16"):
+        for n in (3, 8 * 17 + 5, 5000):
+            a, x = gaussian_parts(rng, 2, n, dtype)
+            a[n // 3] *= 1e4
+            a[min(7, n - 1)] = np.inf
+            c, want = cpu_encode(codec, a, 3.0, ctx)
+            src, dst = DeviceBuffer.of(a), DeviceBuffer(want.size)
+            backend.encode(c, src.ptr, dtype, n, 3.0, dst.ptr, *ctx)
+            backend.synchronize()
+            assert np.array_equal(dst.bytes(want.size), want), f"{codec} {dtype} n={n}"
+            ref = np.empty(n, np.float32)
+            _core.decode(c, host_ptr(want), n, host_ptr(ref), "float32")
+            out = DeviceBuffer(ref.nbytes)
+            backend.decode(c, dst.ptr, n, out.ptr, "float32")
+            backend.synchronize()
+            assert same_bits_or_nan([out.download(ref), ref]), f"{codec} {dtype} n={n} decode"
+            hop = np.zeros_like(want)
+            _core.decode_reduce_encode(c, host_ptr(want), host_ptr(x), dtype, n, 2.0,
+                                       host_ptr(hop), *ctx)
+            xd = DeviceBuffer.of(x)
+            backend.decode_reduce_encode(c, dst.ptr, xd.ptr, dtype, n, 2.0, dst.ptr, *ctx)
+            backend.synchronize()
+            assert np.array_equal(dst.bytes(want.size), hop), f"{codec} {dtype} n={n} hop"
+
+
 def extreme_values(rng, n, non_finite):
     """n float32 values whose 32-element blocks span 1e-44 to 1e37 (scales that clamp or
     underflow, fp32 subnormals), a block of zeros at 64, and ``non_finite`` ({index: NaN or

@@ -64,10 +64,6 @@ KERNELS = {
 _SHORT_ROTATION = ("rotations of 16 and 32 hold one element a lane: element accesses (the "
                    "kernel's wide form serves rotations of 128 and more)")
 EXCEPTIONS = {
-    "fp8_encode_any_group_kernel": {
-        "wide_load": "a group of no power of two (fp8_*:gG) does not fall on whole lanes: a "
-                     "block per group, element loads (the power-of-two kernel takes the rest)",
-        "code_store": "the same: a byte store per code"},
     "hint8_encode_kernel": {
         "wide_load": _SHORT_ROTATION,
         "code_store": "the s8 scales, one byte a group written by its first lane, and the "
@@ -79,14 +75,6 @@ EXCEPTIONS = {
                      "on, 8 to 32 codes, 8- and 16-byte loads); a warp still reads whole "
                      "128-byte lines",
         "wide_store": _SHORT_ROTATION},
-    "taco_decode_kernel": {
-        "wide_load": "its input is one byte a value: a lane reads each quad's 4 codes as one "
-                     "32-bit word (decode-accumulate's 16-byte loads are of the accumulators); "
-                     "a warp still reads whole 128-byte lines"},
-    "fourbit::decode_kernel": {
-        "wide_load": "its input is 4 bits a value: a lane reads its 8 codes as one 32-bit "
-                     "word (the decode-accumulate's 16-byte loads of its accumulators are "
-                     "wide); a warp still reads whole 128-byte lines"},
 }
 
 

@@ -51,15 +51,12 @@ struct HostOps {
 struct DeviceOps {
   /// dst <- encode(src / divisor); with @p wire_in (the fused ring hop, one call)
   /// dst <- encode((decode(wire_in) + float(src)) / divisor), dst possibly wire_in.
-  /// @p hop_scratch: 4 bytes of device scratch for a hop when hop_scratch_bytes says so.
   void (*encode)(const void* src, DType src_dtype, const void* wire_in, int64_t n,
                  const Codec& c, float divisor, const EncodeContext& ctx, void* dst,
-                 void* hop_scratch, cudaStream_t stream);
+                 cudaStream_t stream);
   /// The decode of src into @p o (fp32 accumulators, or a cast to a dtype).
   void (*decode)(const void* src, int64_t n, const Codec& c, const cuda::DecodeOut& o,
                  cudaStream_t stream);
-  /// Whether a hop's encode needs the scratch word (a run amax gathered before quantizing).
-  bool hop_scratch;
 };
 
 /// What one quantization of the family may err by, for the per-element error bounds

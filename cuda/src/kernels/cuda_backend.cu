@@ -1,10 +1,10 @@
 // CUDA KernelBackend: dispatch to the codec families' launchers (codecs/registry.h). The ring
 // hop (decode_reduce_encode) and decode to a dtype are fused for every codec family, with no fp32 scratch: the hop is the
 // family's encode kernel loading decode(wire) + x (the decode kernel's own code) instead of
-// its input, decode to a dtype the decode kernel storing a cast. Raw, FP8, taco and hint8 hops
-// are one pass; a 4-bit hop (nvfp4 / hnvfp4, hint4) needs the run amax before quantizing, so
-// it is the encode's amax and quantize passes, both decoding the incoming piece, plus the
-// finalize. The fp32 operations per element are the CPU backend's, in its order, so the bytes
+// its input, decode to a dtype the decode kernel storing a cast. Every hop is one launch; a
+// 4-bit hop (nvfp4 / hnvfp4, hint4) needs a piece's run amax before quantizing, so its
+// encode kernel reads each piece twice (the amax, then the codes), decoding the incoming
+// piece both times. The fp32 operations per element are the CPU backend's, in its order, so the bytes
 // are the same; src and dst of a hop may be the same buffer (each family's kernels say why).
 #include "kernels/cuda_backend.h"
 
@@ -107,10 +107,6 @@ CudaBackend::CudaBackend(std::shared_ptr<RankStreams> streams) : streams_(std::m
   CC_CHECK(streams_ != nullptr, "CudaBackend needs the rank's streams");
 }
 
-float* CudaBackend::temp(int64_t n) {
-  return static_cast<float*>(temp_.get(n * 4, streams_->codec(), streams_->comm()));
-}
-
 void* CudaBackend::workspace(int64_t bytes) {
   // A new collective. The previous one waited for its copies through the slots
   // (finish_reads), or it failed: then a copy of it may still be queued (a header read on
@@ -191,10 +187,7 @@ void CudaBackend::launch_encode(const void* src, DType src_dtype, const void* wi
                                 const Codec& codec, float divisor, const EncodeContext& ctx,
                                 void* dst) {
   require_bound(codec);
-  const DeviceOps& ops = device_ops(codec);
-  // A hop of a family that gathers a run amax first needs one scratch word (nvfp4, hint4).
-  void* scratch = wire_in != nullptr && ops.hop_scratch ? temp(1) : nullptr;
-  ops.encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, scratch, streams_->codec());
+  device_ops(codec).encode(src, src_dtype, wire_in, n, codec, divisor, ctx, dst, streams_->codec());
 }
 
 void CudaBackend::launch_decode(const void* src, int64_t n, const Codec& codec,

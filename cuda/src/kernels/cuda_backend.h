@@ -140,14 +140,13 @@ class CudaBackend : public KernelBackend {
   const std::shared_ptr<RankStreams>& shared_streams() const { return streams_; }
 
  private:
-  float* temp(int64_t n);  // device scratch of n words (a 4-bit hop's run amax)
   /// The codec family's encode: of src, or with wire_in the hop (decode(wire_in) + src).
   void launch_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
                      const Codec& codec, float divisor, const EncodeContext& ctx, void* dst);
   /// The codec family's decode into @p o (fp32 accumulators or a cast to a dtype).
   void launch_decode(const void* src, int64_t n, const Codec& codec, const DecodeOut& o);
   std::shared_ptr<RankStreams> streams_;
-  DeviceScratch temp_, workspace_;
+  DeviceScratch workspace_;
   PinnedSlots slots_;  // message headers in and out
   bool reads_finished_ = true;  // the last collective reached finish_reads()
 };

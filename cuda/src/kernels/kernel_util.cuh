@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include "ccompress/common.h"
@@ -160,6 +163,29 @@ inline int device_sm_count() {
   return count;
 }
 
+/// The blocks of @p kernel with @p threads threads a block (no dynamic shared memory) that an
+/// SM of the current device holds at once: cudaOccupancyMaxActiveBlocksPerMultiprocessor,
+/// asked once per kernel, device and block size and then kept (thread-safe).
+template <class K>
+int blocks_per_sm(K kernel, int threads) {
+  int device = 0;
+  CC_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads);
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int>, int> cached;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = cached.find(key);
+    if (it != cached.end()) return it->second;
+  }
+  int per_sm = 0;
+  CC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0),
+                "the occupancy query of a kernel launch");
+  std::lock_guard<std::mutex> lock(mutex);
+  cached.emplace(key, per_sm);
+  return per_sm;
+}
+
 /// The grid of a launch of @p kernel with @p threads threads a block (no dynamic shared
 /// memory) over @p work_blocks blocks of work: min(work_blocks, SMs x the blocks of kernel an
 /// SM holds at once), at least 1. The kernel's grid-stride loop covers the rest, so one wave
@@ -167,10 +193,7 @@ inline int device_sm_count() {
 ///   kernel<<<occupancy_grid(kernel, kThreads, work), kThreads, 0, stream>>>(...);
 template <class K>
 int occupancy_grid(K kernel, int threads, int64_t work_blocks) {
-  int per_sm = 0;
-  CC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0),
-                "the occupancy query of a kernel launch");
-  const int64_t resident = int64_t(std::max(per_sm, 1)) * device_sm_count();
+  const int64_t resident = int64_t(std::max(blocks_per_sm(kernel, threads), 1)) * device_sm_count();
   return static_cast<int>(std::clamp<int64_t>(work_blocks, 1, std::max<int64_t>(resident, 1)));
 }
 

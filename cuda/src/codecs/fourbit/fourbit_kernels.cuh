@@ -22,7 +22,8 @@
 // codes as a 32-bit word. The group scales (1 or 2 bytes each), a partial last code word,
 // the pad and the run scale are gathered in shared memory (the piece's wire tail) and stored
 // as 32-bit words once the piece is done. No atomics, no scratch, no other launch. Decoding
-// needs no amax: a warp per tile, any block, one launch.
+// needs no amax: a warp per tile, any block, one launch; there a lane holds 16 elements (a tile
+// of 512), so that it reads its codes as one 64-bit word.
 //
 // The ring hop runs the same kernel, each pass loading a tile as decode(wire) + x
 // (decode_lane, the decode kernel's own code, then the input added) instead of x. In place
@@ -58,8 +59,7 @@ constexpr int kPerLane = 8;                   // elements a lane holds: 4 code b
 constexpr int kWarpTile = 32 * kPerLane;      // >= and a multiple of every G and H (<= 256)
 constexpr int kThreads = 512;                 // 16 warps per CUDA block
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxGridX = 1024;               // decode: CUDA blocks per piece (tile-stride loops)
-constexpr int kMaxGridY = 65535;              // pieces at once; piece-stride loops cover any count
+constexpr int kDecodeLane = 16;               // elements a lane decodes: 8 code bytes
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 constexpr int kMinGroup = 16;                 // the 4-bit codecs' smallest group
 // The tail of a piece's wire section that its CUDA block gathers in shared memory and stores
@@ -122,31 +122,34 @@ __device__ __forceinline__ Piece piece_at(const Params& p, int64_t q) {
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 
-// Elements this lane holds of the tile at base (0 past the piece's end).
+// Elements this lane holds of its run of kN from j0 (0 past the piece's end).
+template <int kN = kPerLane>
 __device__ __forceinline__ int lane_len(const Piece& c, int64_t j0) {
-  return static_cast<int>(max(int64_t(0), min(int64_t(kPerLane), c.n - j0)));
+  return static_cast<int>(max(int64_t(0), min(int64_t(kN), c.n - j0)));
 }
 
 // Forward (v <- WHT(sign * v) / sqrt(p)) or inverse (v <- sign * WHT(v) / sqrt(p)) rotation of
-// the lane's elements j0 .. j0 + 7 of the tile at base, each in its rotation block of p
-// elements (rotation_block_of: the piece's tail blocks are shorter, like the CPU's). The
-// stages run in the host's order (distance 1, 2, 4, ...); a pair's lower element becomes
-// a + b, the upper a + (-b). warp_rotation.cuh holds one block per warp; here a warp holds
-// 256 / H blocks, so the stages stop at H and the distances >= 8 cross lanes.
-__device__ __forceinline__ void rotate_lane(float (&v)[kPerLane], const Params& p, const Piece& c,
+// the lane's kN elements j0 .. j0 + kN - 1 of the tile at base (32 kN elements: kN = 8 for
+// the encoder, 16 for the decoder), each in its rotation block of p elements
+// (rotation_block_of: the piece's tail blocks are shorter, like the CPU's). The stages run in
+// the host's order (distance 1, 2, 4, ...); a pair's lower element becomes a + b, the upper
+// a + (-b). warp_rotation.cuh holds one block per warp; here a warp holds 32 kN / H blocks,
+// so the stages stop at H and the distances >= kN cross lanes.
+template <int kN>
+__device__ __forceinline__ void rotate_lane(float (&v)[kN], const Params& p, const Piece& c,
                                             int64_t base, int64_t j0, bool inverse) {
   const int h = p.rotation;
-  int len[kPerLane];
-  uint32_t pos[kPerLane];
-  if (base + kWarpTile <= c.n - c.n % h) {  // warp-uniform: whole blocks of h only
+  int len[kN];
+  uint32_t pos[kN];
+  if (base + 32 * kN <= c.n - c.n % h) {  // warp-uniform: whole blocks of h only
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
+    for (int k = 0; k < kN; ++k) {
       len[k] = h;
       pos[k] = static_cast<uint32_t>((j0 + k) & (h - 1));
     }
   } else {
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
+    for (int k = 0; k < kN; ++k) {
       len[k] = 1;  // past the piece's end: no butterfly (its partners are past it too)
       pos[k] = 0;
       if (j0 + k < c.n) {
@@ -158,12 +161,12 @@ __device__ __forceinline__ void rotate_lane(float (&v)[kPerLane], const Params& 
   }
   if (p.random_signs && !inverse) {
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) v[k] = codecs::mul_rn(v[k], codecs::random_sign(pos[k]));
+    for (int k = 0; k < kN; ++k) v[k] = codecs::mul_rn(v[k], codecs::random_sign(pos[k]));
   }
 #pragma unroll
-  for (int s = 1; s < kPerLane; s <<= 1) {
+  for (int s = 1; s < kN; s <<= 1) {
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
+    for (int k = 0; k < kN; ++k) {
       if (!(k & s) && len[k] > s) {  // len[k] > s: k and k | s share a block
         const float a = v[k], b = v[k | s];
         v[k] = codecs::add_rn(a, b);
@@ -172,19 +175,19 @@ __device__ __forceinline__ void rotate_lane(float (&v)[kPerLane], const Params& 
     }
   }
   const int lane = lane_id();
-  for (int d = kPerLane; d < h; d <<= 1) {  // warp-uniform trip count
-    const bool upper = (lane & (d / kPerLane)) != 0;
+  for (int d = kN; d < h; d <<= 1) {  // warp-uniform trip count
+    const bool upper = (lane & (d / kN)) != 0;
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const float o = __shfl_xor_sync(kFullMask, v[k], d / kPerLane);
+    for (int k = 0; k < kN; ++k) {
+      const float o = __shfl_xor_sync(kFullMask, v[k], d / kN);
       if (len[k] > d) v[k] = upper ? codecs::add_rn(o, -v[k]) : codecs::add_rn(v[k], o);
     }
   }
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k) v[k] = codecs::mul_rn(v[k], codecs::wht_norm(len[k]));
+  for (int k = 0; k < kN; ++k) v[k] = codecs::mul_rn(v[k], codecs::wht_norm(len[k]));
   if (p.random_signs && inverse) {
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) v[k] = codecs::mul_rn(v[k], codecs::random_sign(pos[k]));
+    for (int k = 0; k < kN; ++k) v[k] = codecs::mul_rn(v[k], codecs::random_sign(pos[k]));
   }
 }
 
@@ -196,26 +199,44 @@ __device__ __forceinline__ uint32_t read_scale(const uint8_t* wire, const Params
   return sb == 1 ? uint32_t(at[0]) : uint32_t(at[0]) | (uint32_t(at[1]) << 8);
 }
 
-// v <- the lane's decoded elements j0 .. j0 + 7 of the wire buffer `wire` under run scale s:
-// its 8 codes as one 32-bit word (bytes in the piece's last word), dequantized, then
-// inverse-rotated (zeros past the piece's end). Ends with __syncwarp: the warp has read all
-// of its tile's bytes.
-template <class Q>
+// v <- the lane's decoded elements j0 .. j0 + kN - 1 (kN = 8 or 16, j0 a multiple of kN) of
+// the wire buffer `wire` under run scale s: its kN codes as one 32-bit word (kN = 8) or one
+// 64-bit word (kN = 16, where the piece's wire section is 8-byte aligned; else two 32-bit
+// words), bytes in the piece's last run, dequantized, then inverse-rotated (zeros past the
+// piece's end). The kN elements lie in one group (G >= 16). Ends with __syncwarp: the warp
+// has read all of its tile's bytes.
+template <class Q, int kN = kPerLane>
 __device__ __forceinline__ void decode_lane(const uint8_t* wire, const Params& p, const Piece& c,
-                                            float s, int64_t base, int64_t j0,
-                                            float (&v)[kPerLane]) {
-  const int len = lane_len(c, j0);
+                                            float s, int64_t base, int64_t j0, float (&v)[kN]) {
+  static_assert(kN == 8 || kN == 16, "a lane decodes 8 or 16 codes");
+  const int len = lane_len<kN>(c, j0);
   const uint8_t* codes = wire + c.wire + j0 / 2;
-  uint32_t word = 0;
-  if (len == kPerLane) {
-    word = *reinterpret_cast<const uint32_t*>(codes);  // 4-byte aligned: j0 % 8 == 0
+  uint32_t word[kN / 8];
+#pragma unroll
+  for (int h = 0; h < kN / 8; ++h) word[h] = 0;
+  if (len == kN) {  // 4-byte aligned: j0 % 8 == 0
+    if constexpr (kN == 16) {
+      if (reinterpret_cast<uintptr_t>(codes) % 8 == 0) {
+        const uint2 r = *reinterpret_cast<const uint2*>(codes);
+        word[0] = r.x;
+        word[1] = r.y;
+      } else {
+        word[0] = reinterpret_cast<const uint32_t*>(codes)[0];
+        word[1] = reinterpret_cast<const uint32_t*>(codes)[1];
+      }
+    } else {
+      word[0] = *reinterpret_cast<const uint32_t*>(codes);
+    }
   } else {
-    for (int i = 0; i < (len + 1) / 2; ++i) word |= uint32_t(codes[i]) << (8 * i);
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i)
+      if (i < (len + 1) / 2) word[i / 4] |= uint32_t(codes[i]) << (8 * (i % 4));
   }
   const float d = len > 0 ? codecs::group_step(read_scale(wire, p, c, j0), s, p.scale_bits) : 0.0f;
 #pragma unroll
-  for (int k = 0; k < kPerLane; ++k)
-    v[k] = k < len ? codecs::fourbit_dequantize<Q>(static_cast<uint8_t>((word >> (4 * k)) & 15u), d)
+  for (int k = 0; k < kN; ++k)
+    v[k] = k < len ? codecs::fourbit_dequantize<Q>(
+                         static_cast<uint8_t>((word[k / 8] >> (4 * (k % 8))) & 15u), d)
                    : 0.0f;
   __syncwarp();
   if (p.rotation > 0) rotate_lane(v, p, c, base, j0, true);
@@ -361,39 +382,54 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// The decode's destination <- decode(src): a lane's 8 values with 16-byte stores (@p vec:
-// the destination 16-byte aligned), element stores in a piece's last partial run.
+// The decode's destination <- decode(src). A lane decodes a run of kDecodeLane = 16 elements
+// (its codes one 64-bit word, decode_lane) and writes its values with 16-byte stores (@p vec:
+// the destination 16-byte aligned), element stores in a piece's last partial run. A warp's
+// tile is 32 runs: 512 elements, from a multiple of 512 of its piece. The grid: x over a
+// piece's tiles, y over pieces (decode_grid); the kernel loops over what the grid does not
+// cover.
 template <class Q, bool kCast>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const uint8_t* __restrict__ src, Params p, DecodeOut o, bool vec) {
+  constexpr int kN = kDecodeLane;
   const int64_t pieces = (p.n + p.piece - 1) / p.piece;
   const int warp = threadIdx.x >> 5;
   for (int64_t q = blockIdx.y; q < pieces; q += gridDim.y) {
     const Piece c = piece_at(p, q);
     const float s = wire_run_scale(src, c);
-    for (int64_t base = (int64_t(blockIdx.x) * kWarps + warp) * kWarpTile; base < c.n;
-         base += int64_t(gridDim.x) * kWarps * kWarpTile) {
-      const int64_t j0 = base + kPerLane * lane_id();
-      const int len = lane_len(c, j0);
-      float v[kPerLane];
-      decode_lane<Q>(src, p, c, s, base, j0, v);
-      if (vec && len == kPerLane) {
-        store_decoded8<kCast>(o, c.off + j0, v);
-      } else {
+    for (int64_t base = (int64_t(blockIdx.x) * kWarps + warp) * (32 * kN); base < c.n;
+         base += int64_t(gridDim.x) * kWarps * (32 * kN)) {
+      const int64_t j0 = base + kN * lane_id();
+      const int len = lane_len<kN>(c, j0);
+      float v[kN];
+      decode_lane<Q, kN>(src, p, c, s, base, j0, v);
 #pragma unroll
-        for (int k = 0; k < kPerLane; ++k)
-          if (k < len) store_decoded<kCast>(o, c.off + j0 + k, v[k]);
+      for (int h = 0; h < kN / kPerLane; ++h) {
+        float r[kPerLane];
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) r[k] = v[kPerLane * h + k];
+        const int64_t i = c.off + j0 + kPerLane * h;
+        if (vec && len == kN) {
+          store_decoded8<kCast>(o, i, r);
+        } else {
+#pragma unroll
+          for (int k = 0; k < kPerLane; ++k)
+            if (kPerLane * h + k < len) store_decoded<kCast>(o, i + k, r[k]);
+        }
       }
     }
   }
 }
 
-// The launch shape of a call: CUDA blocks of kThreads, x over a piece's warp tiles, y over
-// pieces (the kernels loop over what the grid does not cover).
-inline dim3 grid_for(const Params& p) {
-  const int64_t tiles = (p.piece + kWarpTile - 1) / kWarpTile;
-  const int64_t x = std::min<int64_t>(std::max<int64_t>((tiles + kWarps - 1) / kWarps, 1), kMaxGridX);
-  const int64_t y = std::min<int64_t>(std::max<int64_t>((p.n + p.piece - 1) / p.piece, 1), kMaxGridY);
+// The decode's grid: x over a piece's warp tiles, y over pieces, x * y at most the blocks the
+// GPU holds at once (occupancy_grid); the kernel's loops cover the rest.
+template <class K>
+dim3 decode_grid(K kernel, const Params& p) {
+  const int64_t pieces = ceil_div(p.n, p.piece);
+  const int64_t blocks = ceil_div(ceil_div(std::min(p.piece, p.n), int64_t(32) * kDecodeLane), kWarps);
+  const int resident = occupancy_grid(kernel, kThreads, pieces * blocks);
+  const int64_t x = std::min<int64_t>(blocks, resident);
+  const int64_t y = std::min<int64_t>(pieces, std::max<int64_t>(resident / x, 1));
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y), 1);
 }
 
@@ -444,8 +480,9 @@ void launch_decode(const void* src, int64_t n, const Codec& codec, const DecodeO
   const Params p = make_params(n, codec, 1.0f, EncodeContext{}, nullptr);
   const bool vec = decode_out_aligned16(o) && p.piece % 8 == 0;
   with_flag(o.out != nullptr, [&](auto cast) {
-    decode_kernel<Q, decltype(cast)::value><<<grid_for(p), kThreads, 0, stream>>>(
-        static_cast<const uint8_t*>(src), p, o, vec);
+    auto kernel = decode_kernel<Q, decltype(cast)::value>;
+    kernel<<<decode_grid(kernel, p), kThreads, 0, stream>>>(static_cast<const uint8_t*>(src), p,
+                                                            o, vec);
   });
   CC_CUDA_CHECK_LAUNCH(what);
 }

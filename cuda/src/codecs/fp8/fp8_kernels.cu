@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "ccompress/error.h"
 #include "codecs/float_convert.h"
@@ -70,41 +71,55 @@ __device__ __forceinline__ void load_codes8(const uint8_t* wire, int64_t i, int 
 // The run of element i (len of its 8 valid, zeros past len) as the encoder's values:
 // (decode(wire) + x) / divisor for the hop, x / divisor otherwise, as on the CPU; *amax
 // takes their largest finite |v|. ws: the incoming wire's scale of the run's group (kHop).
+// A run across a group boundary (groups of no power of two): its first `split` elements are
+// of the first group, the rest of the next, whose wire scale is ws_next and whose largest
+// |v| *amax_next takes.
 template <class F, bool kHop, DType S>
 __device__ __forceinline__ void load_encode_run(const Fp8Source& in, int64_t i, int len,
                                                 float divisor, bool vec, float ws,
-                                                float (&v)[kRun], int32_t* amax) {
+                                                float (&v)[kRun], int32_t* amax,
+                                                int split = kRun, float ws_next = 0.0f,
+                                                int32_t* amax_next = nullptr) {
   load_run8_as_float<S>(in.src, i, len, vec, v);
   if constexpr (kHop) {
     uint8_t q[kRun];
     load_codes8(in.wire, i, len, vec, q);
 #pragma unroll
     for (int k = 0; k < kRun; ++k)
-      if (k < len) v[k] = codecs::add_rn(codecs::group_dequantize<F>(q[k], ws), v[k]);
+      if (k < len)
+        v[k] = codecs::add_rn(codecs::group_dequantize<F>(q[k], k < split ? ws : ws_next), v[k]);
   }
 #pragma unroll
   for (int k = 0; k < kRun; ++k) {
     if (divisor != 1.0f && k < len) v[k] = codecs::div_rn(v[k], divisor);
-    *amax = max(*amax, codecs::finite_abs_bits(v[k]));  // 0 past len
+    const int32_t m = codecs::finite_abs_bits(v[k]);  // 0 past len
+    if (k < split) {
+      *amax = max(*amax, m);
+    } else {
+      *amax_next = max(*amax_next, m);
+    }
   }
 }
 
-// Codes of the run of element i at scale s, stored as two 32-bit words (store_codes8).
+// Codes of the run of element i at scale s (its first `split` elements; s_next the rest),
+// stored as two 32-bit words (store_codes8).
 template <class F>
 __device__ __forceinline__ void quantize_run(const float (&v)[kRun], int64_t i, int len,
                                              float s, bool vec, bool stochastic,
-                                             const EncodeContext& ctx, uint8_t* dst) {
+                                             const EncodeContext& ctx, uint8_t* dst,
+                                             int split = kRun, float s_next = 0.0f) {
   if (len <= 0) return;
   uint32_t word[2] = {0, 0};
 #pragma unroll
   for (int k = 0; k < kRun; ++k) {
     if (k >= len) continue;
+    const float sk = k < split ? s : s_next;
     uint32_t q;
     if (stochastic) {  // noise of the run's element, as on the CPU
       const float u = codecs::sr_uniform(ctx.seed, ctx.step, ctx.rank, ctx.index + i + k);
-      q = codecs::group_quantize_sr<F>(v[k], s, u);
+      q = codecs::group_quantize_sr<F>(v[k], sk, u);
     } else {
-      q = static_cast<uint32_t>(codecs::group_quantize_code<F>(v[k], s));
+      q = static_cast<uint32_t>(codecs::group_quantize_code<F>(v[k], sk));
     }
     word[k >> 2] |= q << (8 * (k & 3));
   }
@@ -164,56 +179,104 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-// ---- any other group (16..1024): one block per group ----
+// ---- any other group (16..1024, no power of two): a warp per item of whole groups ----
+//
+// An item is K = 8 / gcd(G, 8) consecutive groups: K G elements, a multiple of 8, so every
+// item starts at a multiple of 8 and the lanes read and write it in the runs of 8 above
+// (16-byte loads, 8-byte code stores), lane l taking runs l, l + 32, ... of its item. A run
+// lies in at most two groups (G > 8): a lane keeps the largest |v| of each of the item's
+// groups (K <= 8, in registers), the warp reduces them once its runs are read (one
+// __reduce_max_sync a group), then reads its runs again (from L1: it read them just before)
+// for their codes, the last step's values still in registers. dst may be the hop's wire (in
+// place): a lane reads a run's codes before it writes them, and the item's scales are
+// written after a __syncwarp that follows every lane's last read.
+constexpr int kMaxItemGroups = 8;
 
-constexpr int kGroupThreads = 128;  // the default group in one pass, 1024 in kMaxPerThread
-constexpr int kGroupWarps = kGroupThreads / 32;
-constexpr int kMaxPerThread = 1024 / kGroupThreads;
+// The item's group of element r of the item, and the elements of the run from r that lie in
+// it (>= 1; >= kRun: the whole run).
+struct RunGroups {
+  int first, split;
+};
 
-template <class F, bool kHop>
-__global__ void __launch_bounds__(kGroupThreads)
-    fp8_encode_any_group_kernel(Fp8Source in, int64_t n, int group, float divisor, uint8_t* dst,
-                                float* scales, bool stochastic, EncodeContext ctx) {
-  __shared__ int32_t warp_amax[kGroupWarps];
-  const int tid = threadIdx.x;
-  if (blockIdx.x == 0 && n + tid < codecs::fp8_scales_offset(n)) dst[n + tid] = 0;
-  const int64_t num_groups = (n + group - 1) / group;
-  for (int64_t g = blockIdx.x; g < num_groups; g += gridDim.x) {
-    const int64_t off = g * group;
-    const int len = static_cast<int>(min(int64_t(group), n - off));
-    float v[kMaxPerThread];
-    int32_t amax = 0;
+__device__ __forceinline__ RunGroups run_groups(int r, int group) {
+  const int first = r / group;
+  return RunGroups{first, (first + 1) * group - r};
+}
+
+// Element k (< kMaxItemGroups) of the per-group values x[] at the runtime index g: selects,
+// no local memory.
+template <class T>
+__device__ __forceinline__ T select_group(const T (&x)[kMaxItemGroups], int g) {
+  T out = x[0];
 #pragma unroll
-    for (int k = 0; k < kMaxPerThread; ++k) {
-      int i = tid + k * kGroupThreads;
-      v[k] = 0.0f;
-      if (i < len) {
-        float x = codecs::load_as_float(in.src, in.src_dtype, off + i);
-        if constexpr (kHop)
-          x = codecs::add_rn(codecs::group_dequantize<F>(in.wire[off + i], in.wire_scales[g]), x);
-        v[k] = divisor != 1.0f ? codecs::div_rn(x, divisor) : x;
-        amax = max(amax, codecs::finite_abs_bits(v[k]));
+  for (int k = 1; k < kMaxItemGroups; ++k)
+    if (g == k) out = x[k];
+  return out;
+}
+
+template <class F, bool kHop, DType S>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    fp8_encode_any_group_kernel(Fp8Source in, int64_t n, int group, int item_groups,
+                                float divisor, uint8_t* dst, float* scales, bool stochastic,
+                                EncodeContext ctx, bool vec) {
+  const int lane = threadIdx.x & 31;
+  const int item_len = item_groups * group;  // <= 8 * 1024
+  const int steps = (item_len + kWarpRun - 1) / kWarpRun;
+  const int64_t items = (n + item_len - 1) / item_len;
+  const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
+  for (int64_t w = int64_t(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5); w < items;
+       w += warps) {
+    const int64_t off = w * item_len;
+    const int64_t end = min(n, off + item_len);
+    const int64_t g0 = w * item_groups;  // the item's first group
+    int32_t amax[kMaxItemGroups];
+    float ws[kMaxItemGroups];  // kHop: the incoming wire's scales of the item's groups
+#pragma unroll
+    for (int k = 0; k < kMaxItemGroups; ++k) {
+      amax[k] = 0;
+      ws[k] = kHop && k < item_groups && off + int64_t(k) * group < end ? in.wire_scales[g0 + k]
+                                                                       : 0.0f;
+    }
+    float v[kRun];  // the last step's values
+    for (int t = 0; t < steps; ++t) {
+      const int r = t * kWarpRun + lane * kRun;  // the run's first element in the item
+      const int len = run_len(end, off + r);
+      const RunGroups rg = run_groups(r, group);
+      int32_t ma = 0, mb = 0;
+      load_encode_run<F, kHop, S>(in, off + r, len, divisor, vec, select_group(ws, rg.first), v,
+                                  &ma, rg.split, select_group(ws, rg.first + 1), &mb);
+#pragma unroll
+      for (int k = 0; k < kMaxItemGroups; ++k) {
+        if (k == rg.first) amax[k] = max(amax[k], ma);
+        if (k == rg.first + 1) amax[k] = max(amax[k], mb);
       }
     }
-    amax = __reduce_max_sync(0xFFFFFFFFu, amax);
-    if ((tid & 31) == 0) warp_amax[tid >> 5] = amax;
-    __syncthreads();
+    float s[kMaxItemGroups];
 #pragma unroll
-    for (int w = 0; w < kGroupWarps; ++w) amax = max(amax, warp_amax[w]);
-    const float s = codecs::group_scale<F>(amax);
-#pragma unroll
-    for (int k = 0; k < kMaxPerThread; ++k) {
-      int i = tid + k * kGroupThreads;
-      if (i >= len) continue;
-      if (stochastic) {
-        float u = codecs::sr_uniform(ctx.seed, ctx.step, ctx.rank, ctx.index + off + i);
-        dst[off + i] = codecs::group_quantize_sr<F>(v[k], s, u);
+    for (int k = 0; k < kMaxItemGroups; ++k) {
+      s[k] = 0.0f;
+      if (k < item_groups) s[k] = codecs::group_scale<F>(__reduce_max_sync(0xFFFFFFFFu, amax[k]));
+    }
+    for (int t = 0; t < steps; ++t) {
+      const int r = t * kWarpRun + lane * kRun;
+      const int len = run_len(end, off + r);
+      const RunGroups rg = run_groups(r, group);
+      float x[kRun];
+      if (t + 1 < steps) {  // read again; the last step's values are in v
+        int32_t unused = 0;
+        load_encode_run<F, kHop, S>(in, off + r, len, divisor, vec, select_group(ws, rg.first),
+                                    x, &unused, rg.split, select_group(ws, rg.first + 1),
+                                    &unused);
       } else {
-        dst[off + i] = codecs::group_quantize<F>(v[k], s);
+#pragma unroll
+        for (int k = 0; k < kRun; ++k) x[k] = v[k];
       }
+      quantize_run<F>(x, off + r, len, select_group(s, rg.first), vec, stochastic, ctx, dst,
+                      rg.split, select_group(s, rg.first + 1));
     }
-    if (tid == 0) scales[g] = s;
-    __syncthreads();  // warp_amax is reused by the next group
+    if constexpr (kHop) __syncwarp();  // in place: every lane has read the item's scales
+    if (lane < item_groups && off + int64_t(lane) * group < end)
+      scales[g0 + lane] = select_group(s, lane);
   }
 }
 
@@ -299,10 +362,15 @@ void launch_fp8_encode(const void* src, DType src_dtype, const void* wire_in, in
           kernel<<<occupancy_grid(kernel, kThreads, work), kThreads, 0, stream>>>(
               in, n, group, divisor, wire, scales, codec.stochastic, ctx, vec);
         });
-      } else {
-        auto kernel = fp8_encode_any_group_kernel<F, kHop>;
-        kernel<<<occupancy_grid(kernel, kGroupThreads, ceil_div(n, group)), kGroupThreads, 0,
-                 stream>>>(in, n, group, divisor, wire, scales, codec.stochastic, ctx);
+      } else {  // a warp per item of 8 / gcd(G, 8) groups
+        const bool vec = aligned(src, 16) && aligned(dst, 8) && aligned(wire_in, 8);
+        const int item_groups = 8 / std::gcd(group, 8);
+        const int64_t work = ceil_div(ceil_div(n, int64_t(item_groups) * group), kThreads / 32);
+        with_dtype(src_dtype, [&](auto t) {
+          auto kernel = fp8_encode_any_group_kernel<F, kHop, decltype(t)::value>;
+          kernel<<<occupancy_grid(kernel, kThreads, work), kThreads, 0, stream>>>(
+              in, n, group, item_groups, divisor, wire, scales, codec.stochastic, ctx, vec);
+        });
       }
     };
     if (codec.fp8_format == 0) {
@@ -342,12 +410,7 @@ void launch_fp8_decode(const void* src, int64_t n, const Codec& codec, const Dec
 
 namespace {
 
-void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
-               float divisor, const EncodeContext& ctx, void* dst, void*, cudaStream_t s) {
-  launch_fp8_encode(src, src_dtype, wire_in, n, c, divisor, ctx, dst, s);
-}
-
-constexpr DeviceOps kDeviceOps = {encode_op, launch_fp8_decode, false};
+constexpr DeviceOps kDeviceOps = {launch_fp8_encode, launch_fp8_decode};
 [[maybe_unused]] const bool kAttached = attach_device_ops("fp8", kDeviceOps);
 
 }  // namespace

@@ -434,11 +434,11 @@ void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const D
 namespace {
 
 void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
-               float divisor, const EncodeContext& ctx, void* dst, void*, cudaStream_t s) {
+               float divisor, const EncodeContext& ctx, void* dst, cudaStream_t s) {
   launch_hint8_encode(src, src_dtype, wire_in, n, c, divisor, ctx, dst, s);
 }
 
-constexpr DeviceOps kDeviceOps = {encode_op, launch_hint8_decode, false};
+constexpr DeviceOps kDeviceOps = {encode_op, launch_hint8_decode};
 [[maybe_unused]] const bool kAttached = attach_device_ops("hint8", kDeviceOps);
 
 }  // namespace

@@ -24,7 +24,7 @@ struct E2M1Elements {
 };
 
 void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec&,
-               float divisor, const EncodeContext&, void* dst, void*, cudaStream_t s) {
+               float divisor, const EncodeContext&, void* dst, cudaStream_t s) {
   mx::launch_encode<E2M1Elements>(src, src_dtype, wire_in, n, divisor, dst, s,
                                   wire_in != nullptr ? "mxfp4 decode_reduce_encode"
                                                      : "mxfp4 encode");
@@ -35,7 +35,7 @@ void decode_op(const void* src, int64_t n, const Codec&, const DecodeOut& o, cud
                                   o.out != nullptr ? "mxfp4 decode" : "mxfp4 decode_accumulate");
 }
 
-constexpr DeviceOps kDeviceOps = {encode_op, decode_op, false};
+constexpr DeviceOps kDeviceOps = {encode_op, decode_op};
 [[maybe_unused]] const bool kAttached = attach_device_ops("mxfp4", kDeviceOps);
 
 }  // namespace

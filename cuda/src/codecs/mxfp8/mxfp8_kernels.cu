@@ -25,7 +25,7 @@ struct Fp8Elements {
 };
 
 void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
-               float divisor, const EncodeContext&, void* dst, void*, cudaStream_t s) {
+               float divisor, const EncodeContext&, void* dst, cudaStream_t s) {
   const char* what = wire_in != nullptr ? "mxfp8 decode_reduce_encode" : "mxfp8 encode";
   if (c.fp8_format == 0)
     return mx::launch_encode<Fp8Elements<codecs::Fp8E4M3>>(src, src_dtype, wire_in, n, divisor,
@@ -41,7 +41,7 @@ void decode_op(const void* src, int64_t n, const Codec& c, const DecodeOut& o, c
   mx::launch_decode<Fp8Elements<codecs::Fp8E5M2>>(src, n, o, s, what);
 }
 
-constexpr DeviceOps kDeviceOps = {encode_op, decode_op, false};
+constexpr DeviceOps kDeviceOps = {encode_op, decode_op};
 [[maybe_unused]] const bool kAttached = attach_device_ops("mxfp8", kDeviceOps);
 
 }  // namespace

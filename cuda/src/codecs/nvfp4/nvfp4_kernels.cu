@@ -23,13 +23,7 @@ void launch_nvfp4_decode(const void* src, int64_t n, const Codec& codec, const D
 
 namespace {
 
-void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
-               float divisor, const EncodeContext& ctx, void* dst, void*,
-               cudaStream_t s) {
-  launch_nvfp4_encode(src, src_dtype, wire_in, n, c, divisor, ctx, dst, s);
-}
-
-constexpr DeviceOps kDeviceOps = {encode_op, launch_nvfp4_decode, false};
+constexpr DeviceOps kDeviceOps = {launch_nvfp4_encode, launch_nvfp4_decode};
 [[maybe_unused]] const bool kAttached = attach_device_ops("nvfp4", kDeviceOps);
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace {
 
 // cast(src / divisor), or the hop's cast((decode(wire_in) + src) / divisor), in one pass.
 void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
-               float divisor, const EncodeContext& ctx, void* dst, void*, cudaStream_t s) {
+               float divisor, const EncodeContext& ctx, void* dst, cudaStream_t s) {
   const CastRounding r{c.stochastic, ctx};
   if (wire_in == nullptr) {
     launch_cast(src, src_dtype, nullptr, DType::Float32, n, divisor, dst, c.raw_dtype, r, s);
@@ -27,7 +27,7 @@ void decode_op(const void* src, int64_t n, const Codec& c, const DecodeOut& o, c
   }
 }
 
-constexpr DeviceOps kDeviceOps = {encode_op, decode_op, false};
+constexpr DeviceOps kDeviceOps = {encode_op, decode_op};
 [[maybe_unused]] const bool kAttached = attach_device_ops("raw", kDeviceOps);
 
 }  // namespace

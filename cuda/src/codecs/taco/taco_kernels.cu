@@ -1,9 +1,9 @@
 // TACO encode / decode kernels: the math of codecs/taco/taco.h in the order of
 // codecs/taco/taco.cc, everything in registers, one read and one write per element.
 //
-// Layout: a lane holds quads, 4 consecutive elements, so it reads and writes them with vector
-// accesses (one 16-byte load of fp32, one 8-byte load of bf16 / fp16, one 32-bit word of
-// codes). A warp's item is either
+// The encoder's layout: a lane holds quads, 4 consecutive elements, so it reads and writes
+// them with vector accesses (one 16-byte load of fp32, one 8-byte load of bf16 / fp16, one
+// 32-bit word of codes). A warp's item is either
 // - a rotation block of 128 elements or more (every group of taco:g128 and up, and the tail
 //   blocks of 128 and more): chunk c (128 elements) of the block puts element
 //   128 c + 4 l + i in slot 4 c + i of lane l;
@@ -15,8 +15,11 @@
 // 4 to 64 across lanes (shuffles), 128 and more across chunks; sum(x^2) in taco_sum_sq's
 // order (per virtual lane j mod 32, then the pairwise fold: see sum_squares).
 //
+// The decode kernel needs no block sums: it has a layout of its own, runs of 8 elements a
+// lane (see taco_decode_kernel), with 64-bit loads of codes.
+//
 // The ring hop is the encode kernel whose load step first decodes the item from the incoming
-// wire (decode_item, the decode kernel's own code) and adds the input to it. In place (hop
+// wire in the encoder's layout (decode_item) and adds the input to it. In place (hop
 // dst = its wire source): a warp reads only its item's codes (whole quads, the zero pad
 // included) and (a, s) pairs, and writes only those same bytes; items own disjoint bytes.
 // All its reads happen in decode_item, before a __syncwarp that precedes every write.
@@ -40,15 +43,17 @@ constexpr int kChunk = 32 * kQuad;  // elements of a warp per chunk
 
 // The items of a run: `big` rotation blocks of >= 128 elements (in rot_block order, which
 // puts the tail's large blocks right after the whole groups), then the 128-element tiles of
-// [tile_off, n).
+// [tile_off, n). group = 2^log2g: the kernels cut the run with shifts and masks (a 64-bit
+// division is a subroutine call on the GPU, whose clobbered registers cost spills).
 struct Items {
   int64_t n;
-  int32_t group;
+  int32_t group, log2g;
   int64_t big, tile_off, count;
 };
 
 CC_HOST_DEVICE Items items_of(int64_t n, int32_t group) {
-  Items it{n, group, 0, 0, 0};
+  Items it{n, group, 0, 0, 0, 0};
+  while ((int32_t(1) << it.log2g) < group) ++it.log2g;
   if (group >= kChunk) {
     const int64_t tail = n % group;
     it.big = n / group + codecs::popcount64(static_cast<uint64_t>(tail) >> 7);
@@ -56,6 +61,50 @@ CC_HOST_DEVICE Items items_of(int64_t n, int32_t group) {
   }
   it.count = it.big + (n - it.tile_off + kChunk - 1) / kChunk;
   return it;
+}
+
+// codecs::scale_groups_before(m, it.group).
+__device__ __forceinline__ int64_t groups_before(int64_t m, const Items& it) {
+  return (m >> it.log2g) + codecs::popcount64(static_cast<uint64_t>(m & (it.group - 1)));
+}
+
+// codecs::rot_block(it.n, it.group, b) for a big item b (< it.big).
+__device__ __forceinline__ codecs::RotBlock big_block(const Items& it, int64_t b) {
+  const int64_t full = it.n >> it.log2g;
+  if (b < full) return codecs::RotBlock{b << it.log2g, it.group};
+  const int32_t tail = static_cast<int32_t>(it.n & (it.group - 1));
+  int64_t off = full << it.log2g;
+  int64_t t = b - full;
+  for (int32_t p = it.group >> 1; p > 0; p >>= 1) {
+    if (!(tail & p)) continue;
+    if (t == 0) return codecs::RotBlock{off, p};
+    off += p;
+    --t;
+  }
+  return codecs::RotBlock{off, 0};
+}
+
+// The rotation block of element j < it.n: a whole group, or one of the tail's descending
+// powers of two. Its length; its first element in *off.
+__device__ __forceinline__ int32_t block_of(const Items& it, int64_t j, int64_t* off) {
+  const int32_t g = it.group;
+  const int64_t whole = it.n & ~int64_t(g - 1);
+  if (j < whole) {
+    *off = j & ~int64_t(g - 1);
+    return g;
+  }
+  const int32_t tail = static_cast<int32_t>(it.n & (g - 1));
+  int64_t o = whole;
+  for (int32_t p = g >> 1; p > 0; p >>= 1) {
+    if (!(tail & p)) continue;
+    if (j < o + p) {
+      *off = o;
+      return p;
+    }
+    o += p;
+  }
+  *off = j;
+  return 1;  // not reached for j < it.n
 }
 
 // What a lane of an item holds: its quad's first element e0 in each chunk 128 c from e0,
@@ -77,7 +126,7 @@ __device__ __forceinline__ Lane lane_of(const Items& it, int64_t item) {
   const int lane = threadIdx.x & 31;
   Lane q{};
   if (item < it.big) {
-    const codecs::RotBlock blk = codecs::rot_block(it.n, it.group, item);
+    const codecs::RotBlock blk = big_block(it, item);
     q.e0 = blk.off + kQuad * lane;
     q.off0 = blk.off;
     q.len0 = blk.len;
@@ -86,30 +135,15 @@ __device__ __forceinline__ Lane lane_of(const Items& it, int64_t item) {
     q.second = false;
     return q;
   }
-  q.e0 = it.tile_off + (item - it.big) * kChunk + kQuad * lane;
+  // tile_off is a multiple of 128: (item - big + tile_off / 128) * 128 + 4 l, written so that
+  // no 64-bit part of it is loop-invariant (hoisted out of the kernel's loop, it would be one
+  // more register live across the divisions' slow-path calls)
+  q.e0 = ((item - it.big + (it.tile_off >> 7)) << 7) | (kQuad * lane);
   q.chunks = 1;
   const int64_t left = it.n - q.e0;
   q.valid = left <= 0 ? 0 : (left < kQuad ? static_cast<int>(left) : kQuad);
   if (q.valid == 0) return q;
-  // The block of element e0: a whole group, or one of the tail's descending powers of two.
-  const int32_t g = it.group;
-  const int64_t whole = it.n / g * g;
-  if (q.e0 < whole) {
-    q.off0 = q.e0 / g * g;
-    q.len0 = g;
-  } else {
-    const int32_t tail = static_cast<int32_t>(it.n % g);
-    int64_t off = whole;
-    for (int32_t p = g >> 1; p > 0; p >>= 1) {
-      if (!(tail & p)) continue;
-      if (q.e0 < off + p) {
-        q.off0 = off;
-        q.len0 = p;
-        break;
-      }
-      off += p;
-    }
-  }
+  q.len0 = block_of(it, q.e0, &q.off0);
   q.second = q.len0 == 2 && q.valid == 3;
   return q;
 }
@@ -259,10 +293,10 @@ struct Pair {
 // s, the inverse rotation, then / a.
 template <class F, int kSlots>
 __device__ __forceinline__ void decode_item(const uint8_t* src, const float* pairs,
-                                            int32_t group, const Lane& q, float (&v)[kSlots]) {
+                                            const Items& it, const Lane& q, float (&v)[kSlots]) {
   Pair p0{1.0f, 0.0f}, p1{1.0f, 0.0f};
   if (q.valid > 0) {
-    const int64_t g0 = codecs::scale_groups_before(q.off0, group);
+    const int64_t g0 = groups_before(q.off0, it);
     p0 = Pair{pairs[2 * g0], pairs[2 * g0 + 1]};
     if (q.second) p1 = Pair{pairs[2 * g0 + 2], pairs[2 * g0 + 3]};
   }
@@ -339,7 +373,7 @@ __global__ void __launch_bounds__(rot::kThreads)
     float v[kSlots];
     if constexpr (kHop) {
       decode_item<F>(wire, reinterpret_cast<const float*>(wire + codecs::rot_scales_offset(it.n)),
-                     it.group, q, v);
+                     it, q, v);
       __syncwarp();  // in place: the item's bytes are all read before any lane writes one
     }
     load_item(src, src_dtype, q, divisor, vec, kHop, v);
@@ -377,7 +411,7 @@ __global__ void __launch_bounds__(rot::kThreads)
       *reinterpret_cast<uint32_t*>(dst + e) = word;
     }
     if (q.e0 == q.off0) {  // the lane holding the block's first element writes its pair(s)
-      const int64_t g0 = codecs::scale_groups_before(q.off0, it.group);
+      const int64_t g0 = groups_before(q.off0, it);
       pairs[2 * g0] = bad0 ? codecs::taco_nan() : a0;
       pairs[2 * g0 + 1] = s0;
       if (q.second) {
@@ -388,24 +422,147 @@ __global__ void __launch_bounds__(rot::kThreads)
   }
 }
 
-template <class F, int kSlots, bool kCast>
+// ---- the decode kernel: runs of 8 elements a lane ----
+// A decode needs no block sums, so it has a layout of its own, in which a lane holds runs of
+// kRun = 8 consecutive elements: it reads their codes as one 64-bit word and writes their
+// values with 16-byte stores. A warp's item is kSpans spans of kSpan = 256 elements,
+// max(256, group) elements from a multiple of that, so every rotation block lies in one item
+// (a tail block too: it starts at a multiple of its length): element 256 c + 8 l + i of the
+// item is slot 8 c + i of lane l. The butterflies of distance 1, 2 and 4 pair slots of a
+// lane, 8 to 128 lanes (shuffles), 256 the slots 8 apart; an element's partner at distance d
+// is in its block iff d is below the block's length.
+constexpr int kRun = 8;
+constexpr int kSpan = 32 * kRun;
+
+// v <- the unnormalised WHT of each block, the stages of codecs::fwht in its order (the lower
+// element a + b, the upper a + (-b)); len(k): the length of slot k's block (<= group).
+template <int kSlots, class Len>
+__device__ __forceinline__ void wht_runs(float (&v)[kSlots], int32_t group, Len len) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 1; m < kRun; m <<= 1) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      if ((k & m) || m >= len(k)) continue;
+      const float a = v[k], b = v[k | m];
+      v[k] = __fadd_rn(a, b);
+      v[k | m] = __fadd_rn(a, -b);
+    }
+  }
+  for (int d = kRun; d < kSpan && d < group; d <<= 1) {  // warp-uniform: every lane shuffles
+    const bool upper = (lane & (d / kRun)) != 0;
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      const float o = __shfl_xor_sync(rot::kFullMask, v[k], d / kRun);
+      if (d < len(k)) v[k] = upper ? __fadd_rn(o, -v[k]) : __fadd_rn(v[k], o);
+    }
+  }
+#pragma unroll
+  for (int m = kRun; m < kSlots; m <<= 1) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      if ((k & m) || m / kRun * kSpan >= len(k)) continue;
+      const float a = v[k], b = v[k | m];
+      v[k] = __fadd_rn(a, b);
+      v[k | m] = __fadd_rn(a, -b);
+    }
+  }
+}
+
+__device__ __forceinline__ int run_len(int64_t n, int64_t j) {
+  return static_cast<int>(max(int64_t(0), min(int64_t(kRun), n - j)));
+}
+
+// The decode's destination <- decode(src), as codecs/taco/taco.cc's decode_run: each code
+// times its block's s, the normalised inverse rotation, then / a. @p vec_codes: src 8-byte
+// aligned; @p vec_out: the destination 16-byte aligned.
+template <class F, int kSpans, bool kCast>
 __global__ void __launch_bounds__(rot::kThreads)
     taco_decode_kernel(const uint8_t* __restrict__ src, Items it,
-                       const float* __restrict__ pairs, DecodeOut o, bool vec) {
-  for (int64_t item = rot::global_warp(); item < it.count; item += rot::grid_warps()) {
-    const Lane q = lane_of(it, item);
-    float v[kSlots];
-    decode_item<F>(src, pairs, it.group, q, v);
+                       const float* __restrict__ pairs, DecodeOut o, bool vec_codes,
+                       bool vec_out) {
+  constexpr int kSlots = kRun * kSpans;
+  constexpr int64_t kItem = int64_t(kSpan) * kSpans;
+  const int64_t whole = it.n & ~int64_t(it.group - 1);
+  // j0: slot 0's element, the only 64-bit value the loop carries (the item is j0's multiple
+  // of kItem)
+  for (int64_t j0 = rot::global_warp() * kItem + kRun * (threadIdx.x & 31);
+       j0 - kRun * (threadIdx.x & 31) < it.n; j0 += rot::grid_warps() * kItem) {
+    const int64_t item_end = (j0 & ~(kItem - 1)) + kItem;
+    uint32_t w[2 * kSpans];  // the codes, 4 a word
 #pragma unroll
-    for (int c = 0; c < kSlots / kQuad; ++c) {
-      if (c >= q.chunks) continue;
-      const int64_t e = q.e0 + int64_t(kChunk) * c;
-      if (vec && q.valid == kQuad) {
-        store_decoded4<kCast>(o, e, v + kQuad * c);
+    for (int c = 0; c < kSpans; ++c) {
+      const int64_t j = j0 + int64_t(kSpan) * c;
+      const int len = run_len(it.n, j);
+      if (vec_codes && len == kRun) {
+        const uint2 r = *reinterpret_cast<const uint2*>(src + j);
+        w[2 * c] = r.x;
+        w[2 * c + 1] = r.y;
+      } else {
+        w[2 * c] = w[2 * c + 1] = 0;
+#pragma unroll
+        for (int i = 0; i < kRun; ++i)
+          if (i < len) w[2 * c + i / 4] |= uint32_t(src[j + i]) << (8 * (i % 4));
+      }
+    }
+    float v[kSlots];
+    const auto code = [&](int k) {
+      return codecs::fp8_to_float<F>(static_cast<uint8_t>(w[k / 4] >> (8 * (k % 4))));
+    };
+    if (item_end <= whole) {  // warp-uniform: whole blocks of the group only
+      float a[kSpans];
+#pragma unroll
+      for (int c = 0; c < kSpans; ++c) {
+        const int64_t g = (j0 + int64_t(kSpan) * c) >> it.log2g;  // the lane's block, its pair
+        a[c] = pairs[2 * g];
+        const float s = pairs[2 * g + 1];
+#pragma unroll
+        for (int i = 0; i < kRun; ++i) v[kRun * c + i] = __fmul_rn(code(kRun * c + i), s);
+      }
+      wht_runs(v, it.group, [&](int) { return it.group; });
+      const float norm = codecs::wht_norm(it.group);
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) v[k] = codecs::div_rn(__fmul_rn(v[k], norm), a[k / kRun]);
+    } else {  // the run's last item: the tail's blocks, elements past the run
+      // Per slot, the log2 of its block's length in 4 bits (1 past the run: no butterfly),
+      // and its pair read again for a after the rotation: few registers live across it.
+      uint64_t lens = 0;
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        const int64_t j = j0 + int64_t(kSpan) * (k / kRun) + k % kRun;
+        v[k] = 0.0f;
+        if (j < it.n) {
+          int64_t off = 0;
+          const int32_t len = block_of(it, j, &off);
+          lens |= uint64_t(codecs::popcount64(uint64_t(len) - 1)) << (4 * k);
+          v[k] = __fmul_rn(code(k), pairs[2 * groups_before(off, it) + 1]);
+        }
+      }
+      const auto len = [&](int k) { return int32_t(1) << ((lens >> (4 * k)) & 15); };
+      wht_runs(v, it.group, len);
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        const int64_t j = j0 + int64_t(kSpan) * (k / kRun) + k % kRun;
+        if (j >= it.n) continue;
+        int64_t off = 0;
+        block_of(it, j, &off);
+        v[k] = codecs::div_rn(__fmul_rn(v[k], codecs::wht_norm(len(k))),
+                              pairs[2 * groups_before(off, it)]);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kSpans; ++c) {
+      const int64_t j = j0 + int64_t(kSpan) * c;
+      const int len = run_len(it.n, j);
+      float r[kRun];
+#pragma unroll
+      for (int i = 0; i < kRun; ++i) r[i] = v[kRun * c + i];
+      if (vec_out && len == kRun) {
+        store_decoded8<kCast>(o, j, r);
       } else {
 #pragma unroll
-        for (int i = 0; i < kQuad; ++i)
-          if (i < q.valid) store_decoded<kCast>(o, e + i, v[kQuad * c + i]);
+        for (int i = 0; i < kRun; ++i)
+          if (i < len) store_decoded<kCast>(o, j + i, r[i]);
       }
     }
   }
@@ -478,15 +635,20 @@ void launch_taco_decode(const void* src, int64_t n, const Codec& codec, const De
   const uint8_t* wire = static_cast<const uint8_t*>(src);
   const float* pairs = reinterpret_cast<const float*>(wire + codecs::rot_scales_offset(n));
   const Items it = items_of(n, codec.group);
-  const int64_t work = ceil_div(it.count, rot::kWarps);
   with_format(codec, [&](auto fmt) {
-    with_quads(codec.group, [&](auto slots) {
-      with_flag(o.out != nullptr, [&](auto cast) {
-        auto kernel =
-            taco_decode_kernel<decltype(fmt), decltype(slots)::value, decltype(cast)::value>;
+    with_flag(o.out != nullptr, [&](auto cast) {
+      auto go = [&](auto spans) {  // an item: max(256, group) elements
+        constexpr int kSpans = decltype(spans)::value;
+        auto kernel = taco_decode_kernel<decltype(fmt), kSpans, decltype(cast)::value>;
+        const int64_t work = ceil_div(ceil_div(n, int64_t(kSpan) * kSpans), rot::kWarps);
         kernel<<<occupancy_grid(kernel, rot::kThreads, work), rot::kThreads, 0, stream>>>(
-            wire, it, pairs, o, decode_out_aligned16(o));
-      });
+            wire, it, pairs, o, aligned(src, 8), decode_out_aligned16(o));
+      };
+      if (codec.group > kSpan) {
+        go(std::integral_constant<int, 2>{});
+      } else {
+        go(std::integral_constant<int, 1>{});
+      }
     });
   });
   CC_CUDA_CHECK_LAUNCH(what);
@@ -494,12 +656,7 @@ void launch_taco_decode(const void* src, int64_t n, const Codec& codec, const De
 
 namespace {
 
-void encode_op(const void* src, DType src_dtype, const void* wire_in, int64_t n, const Codec& c,
-               float divisor, const EncodeContext& ctx, void* dst, void*, cudaStream_t s) {
-  launch_taco_encode(src, src_dtype, wire_in, n, c, divisor, ctx, dst, s);
-}
-
-constexpr DeviceOps kDeviceOps = {encode_op, launch_taco_decode, false};
+constexpr DeviceOps kDeviceOps = {launch_taco_encode, launch_taco_decode};
 [[maybe_unused]] const bool kAttached = attach_device_ops("taco", kDeviceOps);
 
 }  // namespace
