@@ -12,6 +12,7 @@
 #include "codecs/feedback.h"
 #include "codecs/float_convert.h"
 #include "codecs/stochastic.h"
+#include "kernels/exact_div.cuh"
 #include "kernels/kernel_util.cuh"
 
 namespace ccompress::cuda {
@@ -77,6 +78,8 @@ __global__ void __launch_bounds__(kThreads)
                 void* dst, bool vec, bool sr,
                 uint64_t prefix, int64_t index0) {
   const int64_t stride = int64_t(gridDim.x) * kThreads * kVec;
+  // exact_div, not the IEEE division's call: registers live across that call spill (sm_90)
+  const Divisor div = prepare_divisor(divisor);
   for (int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * kVec; i < n; i += stride) {
     float v[kVec];
     const int len = static_cast<int>(min(int64_t(kVec), n - i));
@@ -85,7 +88,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       if (x != nullptr && k < len) v[k] = codecs::add_rn(v[k], codecs::load_as_float(x, x_dtype, i + k));
-      if (divisor != 1.0f) v[k] = codecs::div_rn(v[k], divisor);
+      if (divisor != 1.0f) v[k] = exact_div(v[k], div);
     }
     if (full) {
       store8<D>(dst, i, v, sr, prefix, index0 + i);
