@@ -9,11 +9,9 @@
 #include "kernels/exact_div.cuh"
 #include "kernels/kernel_util.cuh"
 
-namespace ccompress::cuda {
-
-namespace {
-
-constexpr int kThreads = 256;
+// The kernel is a test's, not a codec kernel: it sits outside ccompress::cuda, where
+// tests/cuda/test_sass.py holds every `*_kernel` to the codec kernels' rules (wide loads).
+namespace ccompress::cuda_checks {
 
 template <bool kGeneral>
 __global__ void exact_div_check_kernel(const float* __restrict__ a, const float* __restrict__ b,
@@ -21,12 +19,20 @@ __global__ void exact_div_check_kernel(const float* __restrict__ a, const float*
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     if constexpr (kGeneral) {
-      out[i] = exact_div_detail::div_general(a[i], b[i]);
+      out[i] = cuda::exact_div_detail::div_general(a[i], b[i]);
     } else {
-      out[i] = exact_div(a[i], prepare_divisor(b[i]));
+      out[i] = cuda::exact_div(a[i], cuda::prepare_divisor(b[i]));
     }
   }
 }
+
+}  // namespace ccompress::cuda_checks
+
+namespace ccompress::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
 
 /// Device memory, released when it goes out of scope.
 struct DeviceArray {
@@ -57,8 +63,8 @@ void exact_div_check(const float* a, const float* b, int64_t n, ExactDivPath pat
   const auto* pb = static_cast<const float*>(db.p);
   auto* po = static_cast<float*>(dout.p);
   const int64_t blocks = (n + kThreads - 1) / kThreads;
-  auto* kernel = path == ExactDivPath::kGeneral ? exact_div_check_kernel<true>
-                                                : exact_div_check_kernel<false>;
+  auto* kernel = path == ExactDivPath::kGeneral ? cuda_checks::exact_div_check_kernel<true>
+                                                : cuda_checks::exact_div_check_kernel<false>;
   kernel<<<occupancy_grid(kernel, kThreads, blocks), kThreads, 0, nullptr>>>(pa, pb, n, po);
   CC_CUDA_CHECK(cudaGetLastError(), "the exact_div_check kernel's launch");
   copy_sync(out, dout.p, bytes, nullptr);
