@@ -181,12 +181,18 @@ def mismatches(a, b, got):
     return np.flatnonzero(~same), want
 
 
+@pytest.fixture(scope="module")
+def cases():
+    """Every family's (name, a, b), float32, made once for both paths."""
+    rng = np.random.default_rng(20260)
+    return [(name, np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32))
+            for name, a, b in families(rng)]
+
+
 @pytest.mark.parametrize("general", [False, True], ids=["exact_div", "div_general"])
-def test_exact_div_bit_identical_to_host_division(general):
-    rng = np.random.default_rng(20260 + general)
+def test_exact_div_bit_identical_to_host_division(cases, general):
     failures = []
-    for name, a, b in families(rng):
-        a, b = np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32)
+    for name, a, b in cases:
         got = CUDA.exact_div_check(a, b, general=general)
         bad, want = mismatches(a, b, got)
         if bad.size:
