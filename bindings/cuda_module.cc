@@ -2,6 +2,7 @@
 // GPU never loads it by accident. Buffers are device addresses (Python ints) that the Python
 // layer takes from validated DLPack arrays it keeps alive; streams are cudaStream_t handles
 // (0: the legacy default stream).
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 #endif
 #include "kernels/cuda_backend.h"
 #include "kernels/device_util.h"
+#include "kernels/exact_div_check.h"
 
 namespace py = pybind11;
 
@@ -127,6 +129,27 @@ void bind_memory(py::module_& m) {
       },
       py::arg("dst_ptr"), py::arg("src_ptr"), py::arg("bytes"), py::arg("stream") = 0,
       "Device-to-device copy enqueued on `stream` (the bandwidth baseline).");
+  m.def(
+      "exact_div_check",
+      [](py::array_t<float, py::array::c_style | py::array::forcecast> a,
+         py::array_t<float, py::array::c_style | py::array::forcecast> b, bool general, int device) {
+        CC_CHECK(a.ndim() == 1 && b.ndim() == 1 && a.shape(0) == b.shape(0),
+                 "exact_div_check: a and b must be 1-D arrays of one length, got shapes of "
+                     << a.ndim() << " and " << b.ndim() << " dimensions, " << a.size() << " and "
+                     << b.size() << " elements");
+        py::array_t<float> out(a.shape(0));
+        {
+          py::gil_scoped_release nogil;
+          cuda::exact_div_check(a.data(), b.data(), a.shape(0),
+                                general ? cuda::ExactDivPath::kGeneral : cuda::ExactDivPath::kPrepared,
+                                out.mutable_data(), device);
+        }
+        return out;
+      },
+      py::arg("a"), py::arg("b"), py::arg("general") = false, py::arg("device") = 0,
+      "a / b elementwise (float32), computed on the device by kernels/exact_div.cuh: through "
+      "prepare_divisor and exact_div, or with general=True through div_general alone. Host "
+      "arrays in and out; for the tests, which compare it with the host's division.");
   py::class_<cuda::TimingEvent, std::shared_ptr<cuda::TimingEvent>>(m, "TimingEvent")
       .def(py::init<int>(), py::arg("device") = 0)
       .def("record", [](cuda::TimingEvent& e, uintptr_t s) { e.record(reinterpret_cast<cudaStream_t>(s)); },

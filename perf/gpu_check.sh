@@ -69,7 +69,8 @@ step "GPU tests (log $OUT/tests.log)"
 tests_ok=1
 JOBS="$(( $(nproc) < 8 ? $(nproc) : 8 ))"
 CCOMPRESS_REQUIRE_GPU=1 timeout 240 "$PY" -m pytest -q -rfEs -p no:cacheprovider -n "$JOBS" \
-  tests/cuda/test_cuda.py tests/cuda/test_cuda_state.py tests/collectives/test_ordered_executor.py \
+  tests/cuda/test_cuda.py tests/cuda/test_cuda_state.py tests/cuda/test_exact_div.py \
+  tests/collectives/test_ordered_executor.py \
   tests/jax/test_jax_cuda.py >"$OUT/tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40 >&2 || true; }
 tail -3 "$OUT/tests.log" >&2
 

@@ -76,7 +76,7 @@ pytest_run -n "$JOBS" \
   "$T/compress/test_error_feedback.py" "$T/collectives/test_array_checks.py" \
   "$T/collectives/test_call_seam.py" "$T/collectives/test_hier.py" \
   "$T/cuda/test_cuda.py" "$T/cuda/test_cuda_state.py" "$T/cuda/test_cuda_emulator.py" \
-  "$T/cuda/test_device_paths.py" "$T/cuda/test_launch_bounds.py" \
+  "$T/cuda/test_device_paths.py" "$T/cuda/test_launch_bounds.py" "$T/cuda/test_exact_div.py" \
   "$T/collectives/test_alltoall.py" "$T/cuda/test_alltoall_cuda.py" "$T/jax/test_jax_cuda.py" "$@"
 # Apart, in one process: once the NCCL stand-in is loaded it stays loaded.
 pytest_run "$T/cuda/test_nccl_emulated.py" "$@"

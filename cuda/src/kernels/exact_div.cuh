@@ -24,8 +24,14 @@
 //
 // Checked, when written, against the host's division on 2 x 10^8 cases (every significand of
 // the reciprocal, every exponent pair, near-midpoint quotients, subnormal results: all
-// equal); in CI through the hint8 kernels on the emulated runtime (tests/cuda/test_cuda.py,
-// test_hint8_division_extremes_bit_identical_to_cpu).
+// equal). In CI, on the emulated runtime and on a GPU: both paths on their own against the
+// host's division (kernels/exact_div_check.cu, tests/cuda/test_exact_div.py: every operand
+// class and exponent pair, quotients within 2^-24 ulp of a midpoint, subnormal ties), and
+// through the hint8 kernels (tests/cuda/test_cuda.py,
+// test_hint8_division_extremes_bit_identical_to_cpu). fast_core's q1 errs toward zero: its
+// `up` step is reached (e.g. 1 / (2 - 2^-23)), its `dn` step is kept for the faithful bound
+// alone (no case of the check, nor of every divisor significand against several dividends,
+// needs it).
 #pragma once
 
 #include <cuda_runtime.h>
