@@ -6,7 +6,7 @@ import numpy as np
 
 import ccompress as cc
 from ccompress._internal.arrays import dtype_name, numpy_dtype
-from ccompress.tools.bounds import allreduce_error_bound
+from ccompress.bounds import allreduce_error_bound
 from helpers.common import same_bits
 
 # Every codec family, the two-level (run-scaled) ones and rotations included.
