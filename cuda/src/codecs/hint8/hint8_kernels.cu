@@ -95,15 +95,20 @@ struct BlockShape {
   bool mine;  // the lane holds elements (blocks shorter than 32 leave lanes idle)
 };
 
-__device__ __forceinline__ BlockShape shape_of(const Hint8Params& p, const codecs::RotBlock& blk) {
+__device__ __forceinline__ BlockShape shape_of(const Hint8Params& p, const codecs::RotBlock& blk,
+                                               const rot::Runs& u) {
   BlockShape b;
-  b.r = rot::runs_of(blk.len);
-  b.j0 = rot::run_elem(0, b.r);
+  b.r = u.r;
+  b.j0 = u.j0;
   b.gl = p.group < blk.len ? p.group : blk.len;
   b.lg_gl = p.group < blk.len ? p.lg_group : log2_of(blk.len);
   b.in_lane = b.gl < b.r ? b.gl : b.r;
-  b.mine = blk.len >= 32 || b.j0 < blk.len;
+  b.mine = u.mine;
   return b;
+}
+
+__device__ __forceinline__ BlockShape shape_of(const Hint8Params& p, const codecs::RotBlock& blk) {
+  return shape_of(p, blk, rot::whole_warp_runs(blk.len));
 }
 
 // Codes of this lane's run (r of them from element j0 of block blk, zeros when the lane
@@ -156,13 +161,15 @@ __device__ __forceinline__ void load_codes(const uint8_t* src, const codecs::Rot
 }
 
 // v <- the decoded block blk of the wire buffer src: dequantized, inverse-rotated, signed
-// (the contiguous layout of warp_rotation.cuh). Each group's scale is read once per lane.
+// (the contiguous layout of warp_rotation.cuh, the lane's run u). Each group's scale is read
+// once per lane.
 template <int kSlots>
 __device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Params& p,
-                                             const codecs::RotBlock& blk, float (&v)[kSlots]) {
+                                             const codecs::RotBlock& blk, const rot::Runs& u,
+                                             float (&v)[kSlots]) {
   using C = Chunks<kSlots>;
   const uint8_t* sc = src + codecs::rot_scales_offset(p.n);
-  const BlockShape b = shape_of(p, blk);
+  const BlockShape b = shape_of(p, blk, u);
   const codecs::S8Layout l = s8_layout_of(p, blk);
   const int64_t g0 = p.scale_bits == 8 ? 0 : groups_before(p, blk.off);
   const uint32_t e = p.scale_bits == 8 ? codecs::s8_read_exp(l, sc + l.base) : 0;
@@ -184,11 +191,18 @@ __device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Para
                                            : 0.0f;
     }
   }
-  rot::wht_runs(v, blk.len);
+  rot::wht_runs(v, blk.len, u);
   if (p.signs) {
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], codecs::random_sign(b.j0 + k));
   }
+}
+
+/// decode_block of a block held by the whole warp.
+template <int kSlots>
+__device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Params& p,
+                                             const codecs::RotBlock& blk, float (&v)[kSlots]) {
+  decode_block(src, p, blk, rot::whole_warp_runs(blk.len), v);
 }
 
 /// hint8_base_scale (amax / 127, floored) with the call-free division.
@@ -361,19 +375,48 @@ __global__ void __launch_bounds__(rot::kThreads, 1)
   }
 }
 
+// Rotations of 256 and more: one block a warp, 8 to 32 codes a lane (8- and 16-byte loads).
+// Below 256 (kSlots < 8), a lane takes 8 codes of a whole block too (one 8-byte load): a warp
+// pass holds 256 / H whole blocks, each on a sub-group of H / 8 lanes (rot::packed_runs),
+// and a run's tail blocks (shorter than H) follow one a warp. One block a multiprocessor at
+// the least, as the encode kernel: without it ptxas held the 32-slot decode to bf16 / fp16
+// at 80 registers on sm_80 and spilled.
 template <int kSlots, bool kCast>
-__global__ void __launch_bounds__(rot::kThreads)
+__global__ void __launch_bounds__(rot::kThreads, 1)
     hint8_decode_kernel(const uint8_t* __restrict__ src, Hint8Params p, DecodeOut o, bool vec) {
   const int64_t blocks = block_count(p);
-  for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
-    const codecs::RotBlock blk = block_at(p, bi);
-    float v[kSlots];
-    if (kSlots > 1 && blk.len == 32 * kSlots) {  // a whole block, its length a constant
-      decode_block(src, p, codecs::RotBlock{blk.off, 32 * kSlots}, v);
-      rot::store_runs<kCast>(o, blk.off, 32 * kSlots, vec, v);
-    } else {
-      decode_block(src, p, blk, v);
-      rot::store_runs<kCast>(o, blk.off, blk.len, vec, v);
+  if constexpr (kSlots < rot::kPackedRun) {
+    const int64_t full = p.n >> p.lg_rotation;
+    const int lg_pass = 8 - p.lg_rotation;  // log2 of the whole blocks a pass
+    const int64_t passes = (full + (int64_t(1) << lg_pass) - 1) >> lg_pass;
+    const rot::Runs u = rot::packed_runs(p.lg_rotation);
+    for (int64_t w = rot::global_warp(); w < passes + (blocks - full); w += rot::grid_warps()) {
+      if (w < passes) {
+        const int64_t bi = (w << lg_pass) + rot::packed_block(p.lg_rotation);
+        // Past the last whole block a sub-group decodes that block again and stores nothing
+        // (its lanes still take part in the warp's shuffles).
+        const int64_t off = (bi < full ? bi : full - 1) << p.lg_rotation;
+        float v[rot::kPackedRun];
+        decode_block(src, p, codecs::RotBlock{off, p.rotation}, u, v);
+        if (bi < full) rot::store_runs<kCast>(o, off, vec, v, u);
+      } else {
+        const codecs::RotBlock blk = block_at(p, full + (w - passes));
+        float v[kSlots];
+        decode_block(src, p, blk, v);
+        rot::store_runs<kCast>(o, blk.off, blk.len, vec, v);
+      }
+    }
+  } else {
+    for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
+      const codecs::RotBlock blk = block_at(p, bi);
+      float v[kSlots];
+      if (blk.len == 32 * kSlots) {  // a whole block, its length a constant
+        decode_block(src, p, codecs::RotBlock{blk.off, 32 * kSlots}, v);
+        rot::store_runs<kCast>(o, blk.off, 32 * kSlots, vec, v);
+      } else {
+        decode_block(src, p, blk, v);
+        rot::store_runs<kCast>(o, blk.off, blk.len, vec, v);
+      }
     }
   }
 }
@@ -420,7 +463,13 @@ void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const D
   const Hint8Params p = params_of(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
-  const int64_t work = ceil_div(codecs::rot_block_count(n, p.rotation), rot::kWarps);
+  // Warp passes: below a rotation of 256, one per 256 / H whole blocks (the kernel's comment).
+  int64_t passes = codecs::rot_block_count(n, p.rotation);
+  if (p.rotation < 256) {
+    const int64_t full = n >> p.lg_rotation;
+    passes += ceil_div(full, int64_t(256 >> p.lg_rotation)) - full;
+  }
+  const int64_t work = ceil_div(passes, rot::kWarps);
   rot::with_slots(p.rotation, [&](auto slots) {
     with_flag(o.out != nullptr, [&](auto cast) {
       auto kernel = hint8_decode_kernel<decltype(slots)::value, decltype(cast)::value>;
