@@ -61,14 +61,11 @@ KERNELS = {
 
 # kernel -> {rule: why it does not hold}. Rules: "wide_load", "code_store", "wide_store",
 # "no_spill".
-_SHORT_ROTATION = ("rotations of 16 and 32 hold one element a lane: element accesses (the "
-                   "kernel's wide form serves rotations of 128 and more)")
 EXCEPTIONS = {
     "hint8_encode_kernel": {
-        "wide_load": _SHORT_ROTATION,
         "code_store": "the s8 scales, one byte a group written by its first lane, and the "
-                      "byte path of blocks shorter than 128 (rotations of 16 and 32, a run's "
-                      "tail blocks); blocks of 128 and more store their codes as 32-bit words"},
+                      "byte path of a run's tail blocks shorter than 128; whole blocks store "
+                      "their codes as 32-bit words"},
 }
 
 

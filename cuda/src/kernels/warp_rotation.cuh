@@ -131,17 +131,17 @@ __device__ __forceinline__ void load4_any(const void* p, DType t, int64_t i, flo
   }
 }
 
-/// v[k] <- float(src[off + j]) / divisor for the lane's elements j < len, 0 beyond (the CPU
-/// backend's load_block; the division exact_div's, no call). With @p add (the fused ring
-/// hop, v holding a decoded block) the value is v[k] + float(src), in that operand order,
-/// before the division. @p vec: src is 16-byte aligned.
+/// v[k] <- float(src[off + j0 + k]) / divisor for the lane's run @p u, 0 where the lane holds
+/// none (the CPU backend's load_block; the division exact_div's, no call). With @p add (the
+/// fused ring hop, v holding a decoded block) the value is v[k] + float(src), in that operand
+/// order, before the division. @p vec: src is 16-byte aligned.
 template <int kSlots>
-__device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off, int len,
+__device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off,
                                           const Divisor& divisor, bool vec, float (&v)[kSlots],
-                                          bool add = false) {
-  const int r = runs_of(len);
-  const int j0 = run_elem(0, r);
-  const bool mine = len >= 32 || j0 < len;
+                                          const Runs& u, bool add = false) {
+  const int r = u.r;
+  const int j0 = u.j0;
+  const bool mine = u.mine;
   float x[kSlots];
   bool wide = false;
   if constexpr (kSlots >= 4) {
@@ -163,6 +163,14 @@ __device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off,
     if (add && k < r && mine) y = codecs::add_rn(v[k], y);
     v[k] = divisor.b != 1.0f ? exact_div(y, divisor) : y;
   }
+}
+
+/// load_runs of a block of len elements held by the whole warp.
+template <int kSlots>
+__device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off, int len,
+                                          const Divisor& divisor, bool vec, float (&v)[kSlots],
+                                          bool add = false) {
+  load_runs(src, t, off, divisor, vec, v, whole_warp_runs(len), add);
 }
 
 /// Elements off + j, j < len, of the decode's destination <- v (kernel_util.cuh), the
