@@ -63,9 +63,10 @@ KERNELS = {
 # "no_spill".
 EXCEPTIONS = {
     "hint8_encode_kernel": {
-        "code_store": "the s8 scales, one byte a group written by its first lane, and the "
-                      "byte path of a run's tail blocks shorter than 128; whole blocks store "
-                      "their codes as 32-bit words"},
+        "code_store": "s8 scale bytes at the unaligned ends of a block's run of them (and all "
+                      "of them where groups are shorter than a lane's run), and the codes of a "
+                      "run's tail blocks shorter than 128, one byte each; whole blocks store "
+                      "their codes, and 4 groups' s8 bytes, as 32-bit words"},
 }
 
 

@@ -309,6 +309,9 @@ __device__ __forceinline__ void encode_block(const void* src, DType src_dtype,
   const bool words = kSlots >= 4 && b.r >= 4;
   codecs::Hint8Scale s{0.0f, 0u};
   Divisor ds = prepare_divisor(1.0f);
+  // s8 with one group start a lane at most (gl >= r): the lane's group byte, stored below.
+  const bool s8_words = p.scale_bits == 8 && b.gl >= b.r;
+  uint32_t s8_byte = 0;
 #pragma unroll
   for (int c = 0; c < C::kCount; ++c) {
     const int k0 = c * C::kChunk;
@@ -319,8 +322,8 @@ __device__ __forceinline__ void encode_block(const void* src, DType src_dtype,
       if ((j & (b.gl - 1)) == 0) {  // this lane holds the group's first element
         const int i = j >> b.lg_gl;  // the group's index in its block
         if (p.scale_bits == 8) {
-          sc[l.base + (l.e_byte ? 1 : 0) + i] =
-              static_cast<uint8_t>(s.stored | codecs::s8_exp_bit(l, e, i));
+          s8_byte = (s.stored | codecs::s8_exp_bit(l, e, i)) & 0xFFu;
+          if (!s8_words) sc[l.base + (l.e_byte ? 1 : 0) + i] = static_cast<uint8_t>(s8_byte);
         } else if (p.scale_bits == 16) {
           reinterpret_cast<uint16_t*>(sc)[g0 + i] = static_cast<uint16_t>(s.stored);
         } else {
@@ -351,6 +354,25 @@ __device__ __forceinline__ void encode_block(const void* src, DType src_dtype,
           *reinterpret_cast<uint32_t*>(dst + blk.off + j - 3) = word;
         word = 0;
       }
+    }
+  }
+  // s8_words: the bytes of 4 groups that fill an aligned 32-bit word of the block's group
+  // bytes (the section is 4-byte aligned) leave as that word, stored by the first group's
+  // lane, which takes the next three from the lanes gl / r apart; the bytes at the run's
+  // unaligned ends leave one by one. The shuffles outside any branch (rot::wht_runs).
+  const int apart = b.gl >= b.r ? b.gl >> log2_of(b.r) : 1;
+  uint32_t word4 = s8_byte;
+#pragma unroll
+  for (int t = 1; t < 4; ++t)
+    word4 |= __shfl_down_sync(rot::kFullMask, s8_byte, min(t * apart, 31)) << (8 * t);
+  if (s8_words && b.mine && (b.j0 & (b.gl - 1)) == 0) {
+    const int i = b.j0 >> b.lg_gl;
+    const int64_t at = l.base + (l.e_byte ? 1 : 0) + i;
+    const int first = i - static_cast<int>(at & 3);  // the group whose byte starts at's word
+    if (first < 0 || first + 4 > (blk.len >> b.lg_gl)) {
+      sc[at] = static_cast<uint8_t>(s8_byte);
+    } else if ((at & 3) == 0) {
+      *reinterpret_cast<uint32_t*>(sc + at) = word4;
     }
   }
 }
