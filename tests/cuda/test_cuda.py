@@ -23,10 +23,13 @@ CODECS = ["none", "bf16", "fp16", "bf16:sr", "fp8_e4m3:g32", "fp8_e5m2:g128", "f
           "hint8:g16:h64:s16:rs", "hint8:sr", "nvfp4", "hnvfp4:h64", "nvfp4:sr", "hint4",
           "hint4:g32:h64:s16", "hint4:sr", "mxfp8", "mxfp8_e5m2", "mxfp4",
           # the kernels' other paths: fp8 groups of several warp steps and of no power of two,
-          # hint8 runs of 32 elements a lane with groups inside a lane; 4-bit rotations across
+          # hint8 runs of 32 elements a lane with groups inside a lane, rotations of 16 and 32
+          # (16 and 8 blocks a warp, groups inside a lane and across 4), s8 scale words at every
+          # alignment (4 groups and the E byte a block of 64); 4-bit rotations across
           # lanes with random signs and inside a lane, a group of the whole warp; taco groups
           # of several 128-element chunks a warp
-          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024", "hnvfp4:h32:rs",
+          "fp8_e5m2:g1024:sr", "fp8_e4m3:g48", "hint8:g8:h1024", "hint8:g8:h16",
+          "hint8:g32:h32:rs:sr", "hint8:g16:h64", "hnvfp4:h32:rs",
           "hint4:g256:h2:s16:sr", "taco:g512"]
 SIZES = [1, 33, 4097, 70001]  # tails of every kind, and more than one 65536-element piece
 

@@ -61,20 +61,12 @@ KERNELS = {
 
 # kernel -> {rule: why it does not hold}. Rules: "wide_load", "code_store", "wide_store",
 # "no_spill".
-_SHORT_ROTATION = ("rotations of 16 and 32 hold one element a lane: element accesses (the "
-                   "kernel's wide form serves rotations of 128 and more)")
 EXCEPTIONS = {
     "hint8_encode_kernel": {
-        "wide_load": _SHORT_ROTATION,
-        "code_store": "the s8 scales, one byte a group written by its first lane, and the "
-                      "byte path of blocks shorter than 128 (rotations of 16 and 32, a run's "
-                      "tail blocks); blocks of 128 and more store their codes as 32-bit words"},
-    "hint8_decode_kernel": {
-        "wide_load": "its input is one byte a value: at rotations of 64 and 128 a lane reads "
-                     "its 4 codes as a 32-bit word (bytes for rotations of 16 and 32; from 256 "
-                     "on, 8 to 32 codes, 8- and 16-byte loads); a warp still reads whole "
-                     "128-byte lines",
-        "wide_store": _SHORT_ROTATION},
+        "code_store": "s8 scale bytes at the unaligned ends of a block's run of them (and all "
+                      "of them where groups are shorter than a lane's run), and the codes of a "
+                      "run's tail blocks shorter than 128, one byte each; whole blocks store "
+                      "their codes, and 4 groups' s8 bytes, as 32-bit words"},
 }
 
 

@@ -60,30 +60,64 @@ __device__ __forceinline__ int runs_of(int len) { return len < 32 ? 1 : len >> 5
 /// Element index of slot k (< r) of this lane in the contiguous layout.
 __device__ __forceinline__ int run_elem(int k, int r) { return (threadIdx.x & 31) * r + k; }
 
-/// v <- WHT(v) / sqrt(len) in the contiguous layout: partners closer than r sit in this lane's other
-/// slots, farther ones (distance d) in lane ^ (d / r); the stages in the host's order.
-template <int kSlots>
-__device__ __forceinline__ void wht_runs(float (&v)[kSlots], int len) {
-  const int lane = threadIdx.x & 31;
+/// Where a lane's run lies in the contiguous layout: its r consecutive elements from element
+/// j0 of its block, the block held by `lanes` lanes (an aligned sub-group of the warp when
+/// lanes < 32); mine: the lane holds elements.
+struct Runs {
+  int r, j0, lanes;
+  bool mine;
+};
+
+/// One block a warp (above).
+__device__ __forceinline__ Runs whole_warp_runs(int len) {
   const int r = runs_of(len);
-  butterfly_in_registers(v, 1, r);
-  const int lanes = len < 32 ? len : 32;
+  const int j0 = run_elem(0, r);
+  return Runs{r, j0, len < 32 ? len : 32, len >= 32 || j0 < len};
+}
+
+/// Blocks of 2^lg_len elements (16 <= len <= 256), kPackedRun elements a lane: a warp holds
+/// 256 / len of them at once, sub-group packed_block(lg_len) (len / 8 lanes) the pass's
+/// block of that index, so that a lane's one-byte codes are one 8-byte access.
+constexpr int kPackedRun = 8;
+__device__ __forceinline__ Runs packed_runs(int lg_len) {
+  const int lanes = 1 << (lg_len - 3);
+  const int lane = threadIdx.x & 31;
+  return Runs{kPackedRun, (lane & (lanes - 1)) * kPackedRun, lanes, true};
+}
+__device__ __forceinline__ int packed_block(int lg_len) {
+  return static_cast<int>(threadIdx.x & 31) >> (lg_len - 3);
+}
+
+/// v <- WHT(v) / sqrt(len) in the contiguous layout, the lane's run @p u: partners closer
+/// than r sit in this lane's other slots, farther ones (distance d) in lane ^ (d / r) of the
+/// block's sub-group; the stages in the host's order.
+template <int kSlots>
+__device__ __forceinline__ void wht_runs(float (&v)[kSlots], int len, const Runs& u) {
+  const int lane = threadIdx.x & 31;
+  butterfly_in_registers(v, 1, u.r);
   // Five stages, each shuffle outside any branch (a shuffle under a condition the compiler
   // cannot prove uniform becomes a call, across which the block's registers spill); a block
-  // shorter than 32 keeps its values through the stages beyond its length.
+  // held by fewer than 32 lanes keeps its values through the stages beyond its lanes (the
+  // shuffles at those distances cross into another sub-group, and their results are unused).
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
-    const bool upper = (lane & d) != 0, on = d < lanes;
+    const bool upper = (lane & d) != 0, on = d < u.lanes;
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
       const float o = __shfl_xor_sync(kFullMask, v[k], d);
       const float w = upper ? __fadd_rn(o, -v[k]) : __fadd_rn(v[k], o);
-      v[k] = on && k < r ? w : v[k];
+      v[k] = on && k < u.r ? w : v[k];
     }
   }
   const float norm = codecs::wht_norm(len);
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], norm);
+}
+
+/// wht_runs of a block held by the whole warp.
+template <int kSlots>
+__device__ __forceinline__ void wht_runs(float (&v)[kSlots], int len) {
+  wht_runs(v, len, whole_warp_runs(len));
 }
 
 /// Elements i..i+4 of p (dtype t) as fp32, one vector load (see load4_as_float).
@@ -97,17 +131,17 @@ __device__ __forceinline__ void load4_any(const void* p, DType t, int64_t i, flo
   }
 }
 
-/// v[k] <- float(src[off + j]) / divisor for the lane's elements j < len, 0 beyond (the CPU
-/// backend's load_block; the division exact_div's, no call). With @p add (the fused ring
-/// hop, v holding a decoded block) the value is v[k] + float(src), in that operand order,
-/// before the division. @p vec: src is 16-byte aligned.
+/// v[k] <- float(src[off + j0 + k]) / divisor for the lane's run @p u, 0 where the lane holds
+/// none (the CPU backend's load_block; the division exact_div's, no call). With @p add (the
+/// fused ring hop, v holding a decoded block) the value is v[k] + float(src), in that operand
+/// order, before the division. @p vec: src is 16-byte aligned.
 template <int kSlots>
-__device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off, int len,
+__device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off,
                                           const Divisor& divisor, bool vec, float (&v)[kSlots],
-                                          bool add = false) {
-  const int r = runs_of(len);
-  const int j0 = run_elem(0, r);
-  const bool mine = len >= 32 || j0 < len;
+                                          const Runs& u, bool add = false) {
+  const int r = u.r;
+  const int j0 = u.j0;
+  const bool mine = u.mine;
   float x[kSlots];
   bool wide = false;
   if constexpr (kSlots >= 4) {
@@ -131,25 +165,38 @@ __device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off,
   }
 }
 
-/// Elements off + j, j < len, of the decode's destination <- v (kernel_util.cuh). @p vec:
-/// the destination is 16-byte aligned.
+/// load_runs of a block of len elements held by the whole warp.
+template <int kSlots>
+__device__ __forceinline__ void load_runs(const void* src, DType t, int64_t off, int len,
+                                          const Divisor& divisor, bool vec, float (&v)[kSlots],
+                                          bool add = false) {
+  load_runs(src, t, off, divisor, vec, v, whole_warp_runs(len), add);
+}
+
+/// Elements off + j, j < len, of the decode's destination <- v (kernel_util.cuh), the
+/// lane's run @p u. @p vec: the destination is 16-byte aligned.
 template <bool kCast, int kSlots>
-__device__ __forceinline__ void store_runs(DecodeOut o, int64_t off, int len, bool vec,
-                                           const float (&v)[kSlots]) {
-  const int r = runs_of(len);
-  const int j0 = run_elem(0, r);
-  if (len < 32 && j0 >= len) return;
+__device__ __forceinline__ void store_runs(DecodeOut o, int64_t off, bool vec,
+                                           const float (&v)[kSlots], const Runs& u) {
+  if (!u.mine) return;
   if constexpr (kSlots >= 4) {
-    if (vec && r >= 4) {
+    if (vec && u.r >= 4) {
 #pragma unroll
       for (int c = 0; c < kSlots; c += 4)
-        if (c < r) store_decoded4<kCast>(o, off + j0 + c, v + c);
+        if (c < u.r) store_decoded4<kCast>(o, off + u.j0 + c, v + c);
       return;
     }
   }
 #pragma unroll
   for (int k = 0; k < kSlots; ++k)
-    if (k < r) store_decoded<kCast>(o, off + j0 + k, v[k]);
+    if (k < u.r) store_decoded<kCast>(o, off + u.j0 + k, v[k]);
+}
+
+/// store_runs of a block held by the whole warp.
+template <bool kCast, int kSlots>
+__device__ __forceinline__ void store_runs(DecodeOut o, int64_t off, int len, bool vec,
+                                           const float (&v)[kSlots]) {
+  store_runs<kCast>(o, off, vec, v, whole_warp_runs(len));
 }
 
 /// Warp index over the whole grid, and the grid's warp count.

@@ -1,4 +1,5 @@
-// hint8 encode / decode kernels: one warp per rotation block in registers, one read and one
+// hint8 encode / decode kernels: one warp per rotation block in registers (below a rotation
+// of 256, a sub-group of H / 8 lanes per whole block: rot::packed_runs), one read and one
 // write per element, the math of codecs/hint8/hint8.h in the order of codecs/hint8/hint8.cc (the
 // contiguous layout of kernels/warp_rotation.cuh: a lane's elements are consecutive, so it
 // reads and writes them with vector accesses). Every scale, the s8 block exponent included, depends only on
@@ -10,12 +11,14 @@
 // groups' scales once. Whole blocks run with their length a compile-time constant, a run's
 // tail blocks with it at run time.
 //
-// In place (hop dst = its wire source): a warp reads only its block's codes [off, off + len)
-// and its scale bytes (s32 / s16: its groups' entries; s8: the block's run of bytes from
+// In place (hop dst = its wire source): a warp reads only its blocks' codes [off, off + len)
+// and their scale bytes (s32 / s16: their groups' entries; s8: each block's run of bytes from
 // s8_layout's base, the E byte or the E bits in bit 7 of its first 8 group bytes included),
 // and writes only those same bytes (plus, block 0, the payload's zero pad, which no decoder
 // reads); blocks own disjoint bytes (the scale section is block by block in element order).
-// All its reads happen in decode_block, before a __syncwarp that precedes every write.
+// All its reads happen in decode_block, before a __syncwarp that precedes every write (below
+// a rotation of 256 a warp pass holds several blocks, rot::packed_runs, and a sub-group past
+// the last whole block reads that block, of the same pass, and writes nothing).
 #include "codecs/hint8/hint8_kernels.h"
 
 #include "ccompress/error.h"
@@ -95,14 +98,15 @@ struct BlockShape {
   bool mine;  // the lane holds elements (blocks shorter than 32 leave lanes idle)
 };
 
-__device__ __forceinline__ BlockShape shape_of(const Hint8Params& p, const codecs::RotBlock& blk) {
+__device__ __forceinline__ BlockShape shape_of(const Hint8Params& p, const codecs::RotBlock& blk,
+                                               const rot::Runs& u) {
   BlockShape b;
-  b.r = rot::runs_of(blk.len);
-  b.j0 = rot::run_elem(0, b.r);
+  b.r = u.r;
+  b.j0 = u.j0;
   b.gl = p.group < blk.len ? p.group : blk.len;
   b.lg_gl = p.group < blk.len ? p.lg_group : log2_of(blk.len);
   b.in_lane = b.gl < b.r ? b.gl : b.r;
-  b.mine = blk.len >= 32 || b.j0 < blk.len;
+  b.mine = u.mine;
   return b;
 }
 
@@ -156,13 +160,15 @@ __device__ __forceinline__ void load_codes(const uint8_t* src, const codecs::Rot
 }
 
 // v <- the decoded block blk of the wire buffer src: dequantized, inverse-rotated, signed
-// (the contiguous layout of warp_rotation.cuh). Each group's scale is read once per lane.
+// (the contiguous layout of warp_rotation.cuh, the lane's run u). Each group's scale is read
+// once per lane.
 template <int kSlots>
 __device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Params& p,
-                                             const codecs::RotBlock& blk, float (&v)[kSlots]) {
+                                             const codecs::RotBlock& blk, const rot::Runs& u,
+                                             float (&v)[kSlots]) {
   using C = Chunks<kSlots>;
   const uint8_t* sc = src + codecs::rot_scales_offset(p.n);
-  const BlockShape b = shape_of(p, blk);
+  const BlockShape b = shape_of(p, blk, u);
   const codecs::S8Layout l = s8_layout_of(p, blk);
   const int64_t g0 = p.scale_bits == 8 ? 0 : groups_before(p, blk.off);
   const uint32_t e = p.scale_bits == 8 ? codecs::s8_read_exp(l, sc + l.base) : 0;
@@ -184,11 +190,18 @@ __device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Para
                                            : 0.0f;
     }
   }
-  rot::wht_runs(v, blk.len);
+  rot::wht_runs(v, blk.len, u);
   if (p.signs) {
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], codecs::random_sign(b.j0 + k));
   }
+}
+
+/// decode_block of a block held by the whole warp.
+template <int kSlots>
+__device__ __forceinline__ void decode_block(const uint8_t* src, const Hint8Params& p,
+                                             const codecs::RotBlock& blk, float (&v)[kSlots]) {
+  decode_block(src, p, blk, rot::whole_warp_runs(blk.len), v);
 }
 
 /// hint8_base_scale (amax / 127, floored) with the call-free division.
@@ -203,19 +216,19 @@ __device__ __forceinline__ float base_scale(int32_t amax_bits, const Divisor& d1
 template <bool kHop, int kSlots>
 __device__ __forceinline__ void rotate_and_group_amax(
     const void* src, DType t, const uint8_t* wire, const Divisor& divisor, bool vec,
-    const Hint8Params& p, const codecs::RotBlock& blk, const BlockShape& b, float (&v)[kSlots],
-    int32_t (&m)[Chunks<kSlots>::kCount]) {
+    const Hint8Params& p, const codecs::RotBlock& blk, const rot::Runs& u, const BlockShape& b,
+    float (&v)[kSlots], int32_t (&m)[Chunks<kSlots>::kCount]) {
   using C = Chunks<kSlots>;
   if constexpr (kHop) {
-    decode_block(wire, p, blk, v);
-    __syncwarp();  // in place: the block's bytes are all read before any lane writes one
+    decode_block(wire, p, blk, u, v);
+    __syncwarp();  // in place: the warp's bytes are all read before any lane writes one
   }
-  rot::load_runs(src, t, blk.off, blk.len, divisor, vec, v, kHop);
+  rot::load_runs(src, t, blk.off, divisor, vec, v, u, kHop);
   if (p.signs) {
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) v[k] = __fmul_rn(v[k], codecs::random_sign(b.j0 + k));
   }
-  rot::wht_runs(v, blk.len);
+  rot::wht_runs(v, blk.len, u);
 #pragma unroll
   for (int c = 0; c < C::kCount; ++c) {
     int32_t x = 0;
@@ -253,13 +266,14 @@ __device__ __forceinline__ void rotate_and_group_amax(
   }
 }
 
-// One block of the encode kernel below.
-template <int kSlots, bool kHop>
+// One block of the encode kernel below, the lane's run u (kPacked: a block on a sub-group of
+// the warp, rot::packed_runs; a lane that holds none writes nothing).
+template <int kSlots, bool kHop, bool kPacked = false>
 __device__ __forceinline__ void encode_block(const void* src, DType src_dtype,
                                              const uint8_t* wire, float divisor,
                                              const Hint8Params& p, const EncodeContext& ctx,
                                              bool vec, uint8_t* dst,
-                                             const codecs::RotBlock& blk) {
+                                             const codecs::RotBlock& blk, const rot::Runs& u) {
   using C = Chunks<kSlots>;
   uint8_t* sc = dst + codecs::rot_scales_offset(p.n);
   // Prepared per block from the kernel's parameters (constant memory) rather than held in
@@ -267,10 +281,10 @@ __device__ __forceinline__ void encode_block(const void* src, DType src_dtype,
   const Divisor div = prepare_divisor(divisor);
   const Divisor d127 = prepare_divisor(codecs::kInt8Max);
   const uint64_t prefix = p.stochastic ? codecs::sr_prefix(ctx.seed, ctx.step, ctx.rank) : 0;
-  const BlockShape b = shape_of(p, blk);
+  const BlockShape b = shape_of(p, blk, u);
   float v[kSlots];
   int32_t m[C::kCount];
-  rotate_and_group_amax<kHop>(src, src_dtype, wire, div, vec, p, blk, b, v, m);
+  rotate_and_group_amax<kHop>(src, src_dtype, wire, div, vec, p, blk, u, b, v, m);
   uint32_t e = 0;
   const codecs::S8Layout l = s8_layout_of(p, blk);
   if (p.scale_bits == 8) {
@@ -278,15 +292,26 @@ __device__ __forceinline__ void encode_block(const void* src, DType src_dtype,
 #pragma unroll
     for (int c = 0; c < C::kCount; ++c)
       if (m[c] < static_cast<int32_t>(codecs::kF32InfBits)) rmax = max(rmax, m[c]);
-    e = codecs::s8_exp_of_scale(
-        codecs::f32_bits(base_scale(__reduce_max_sync(rot::kFullMask, rmax), d127)));
-    if (l.e_byte && (threadIdx.x & 31) == 0) sc[l.base] = static_cast<uint8_t>(e);
+    if constexpr (kPacked) {  // the max over the block's sub-group of lanes
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {  // unconditional shuffles: no call (rot::wht_runs)
+        const int32_t y = __shfl_xor_sync(rot::kFullMask, rmax, o);
+        rmax = o < u.lanes ? max(rmax, y) : rmax;
+      }
+    } else {
+      rmax = __reduce_max_sync(rot::kFullMask, rmax);
+    }
+    e = codecs::s8_exp_of_scale(codecs::f32_bits(base_scale(rmax, d127)));
+    if (l.e_byte && b.j0 == 0 && b.mine) sc[l.base] = static_cast<uint8_t>(e);
   }
   const int64_t g0 = p.scale_bits == 8 ? 0 : groups_before(p, blk.off);
   // Codes leave as one 32-bit word per 4 slots (r >= 4), else one byte each.
   const bool words = kSlots >= 4 && b.r >= 4;
   codecs::Hint8Scale s{0.0f, 0u};
   Divisor ds = prepare_divisor(1.0f);
+  // s8 with one group start a lane at most (gl >= r): the lane's group byte, stored below.
+  const bool s8_words = p.scale_bits == 8 && b.gl >= b.r;
+  uint32_t s8_byte = 0;
 #pragma unroll
   for (int c = 0; c < C::kCount; ++c) {
     const int k0 = c * C::kChunk;
@@ -297,8 +322,8 @@ __device__ __forceinline__ void encode_block(const void* src, DType src_dtype,
       if ((j & (b.gl - 1)) == 0) {  // this lane holds the group's first element
         const int i = j >> b.lg_gl;  // the group's index in its block
         if (p.scale_bits == 8) {
-          sc[l.base + (l.e_byte ? 1 : 0) + i] =
-              static_cast<uint8_t>(s.stored | codecs::s8_exp_bit(l, e, i));
+          s8_byte = (s.stored | codecs::s8_exp_bit(l, e, i)) & 0xFFu;
+          if (!s8_words) sc[l.base + (l.e_byte ? 1 : 0) + i] = static_cast<uint8_t>(s8_byte);
         } else if (p.scale_bits == 16) {
           reinterpret_cast<uint16_t*>(sc)[g0 + i] = static_cast<uint16_t>(s.stored);
         } else {
@@ -325,17 +350,39 @@ __device__ __forceinline__ void encode_block(const void* src, DType src_dtype,
       }
       word |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (k & 3));
       if ((k & 3) == 3) {
-        if (words && k < b.r) *reinterpret_cast<uint32_t*>(dst + blk.off + j - 3) = word;
+        if (words && k < b.r && b.mine)
+          *reinterpret_cast<uint32_t*>(dst + blk.off + j - 3) = word;
         word = 0;
       }
+    }
+  }
+  // s8_words: the bytes of 4 groups that fill an aligned 32-bit word of the block's group
+  // bytes (the section is 4-byte aligned) leave as that word, stored by the first group's
+  // lane, which takes the next three from the lanes gl / r apart; the bytes at the run's
+  // unaligned ends leave one by one. The shuffles outside any branch (rot::wht_runs).
+  const int apart = b.gl >= b.r ? b.gl >> log2_of(b.r) : 1;
+  uint32_t word4 = s8_byte;
+#pragma unroll
+  for (int t = 1; t < 4; ++t)
+    word4 |= __shfl_down_sync(rot::kFullMask, s8_byte, min(t * apart, 31)) << (8 * t);
+  if (s8_words && b.mine && (b.j0 & (b.gl - 1)) == 0) {
+    const int i = b.j0 >> b.lg_gl;
+    const int64_t at = l.base + (l.e_byte ? 1 : 0) + i;
+    const int first = i - static_cast<int>(at & 3);  // the group whose byte starts at's word
+    if (first < 0 || first + 4 > (blk.len >> b.lg_gl)) {
+      sc[at] = static_cast<uint8_t>(s8_byte);
+    } else if ((at & 3) == 0) {
+      *reinterpret_cast<uint32_t*>(sc + at) = word4;
     }
   }
 }
 
 // dst <- encode(src / divisor); kHop: dst <- encode((decode(wire) + src) / divisor), wire
-// possibly dst itself (see the file comment), hence no __restrict__ on dst. Codes are
-// stored as one 32-bit word per 4 (blocks of 128 and more), scales as the group's first
-// lane writes them. Every division is exact_div's (kernels/exact_div.cuh): the IEEE
+// possibly dst itself (see the file comment), hence no __restrict__ on dst. Below a rotation
+// of 256 the warp passes are the decode kernel's (whole blocks 8 elements a lane on
+// sub-groups, then the tail blocks one a warp). Codes are stored as one 32-bit word per 4
+// (whole blocks, tail blocks of 128 and more), scales as the group's first lane writes
+// them. Every division is exact_div's (kernels/exact_div.cuh): the IEEE
 // division's slow-path call kept the block's registers live across it, which spilled. One
 // block a multiprocessor at the least (the bound's second argument): without it ptxas
 // squeezed the 16-slot kernel to 80 registers for occupancy and spilled two loop counters.
@@ -348,32 +395,83 @@ __global__ void __launch_bounds__(rot::kThreads, 1)
   if (blockIdx.x == 0 && p.n + threadIdx.x < codecs::rot_scales_offset(p.n))
     dst[p.n + threadIdx.x] = 0;
   const int64_t blocks = block_count(p);
-  for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
-    const codecs::RotBlock blk = block_at(p, bi);
-    // A whole block of 32 kSlots (every block of kSlots > 1 but a run's tail) with its
-    // length a constant, so that its slots need no bounds: no predicates to keep live.
-    if (kSlots > 1 && blk.len == 32 * kSlots) {
-      encode_block<kSlots, kHop>(src, src_dtype, wire, divisor, p, ctx, vec, dst,
-                                 codecs::RotBlock{blk.off, 32 * kSlots});
-    } else {
-      encode_block<kSlots, kHop>(src, src_dtype, wire, divisor, p, ctx, vec, dst, blk);
+  if constexpr (kSlots < rot::kPackedRun) {  // rotations below 256: as the decode kernel
+    const int64_t full = p.n >> p.lg_rotation;
+    const int lg_pass = 8 - p.lg_rotation;
+    const int64_t passes = (full + (int64_t(1) << lg_pass) - 1) >> lg_pass;
+    for (int64_t w = rot::global_warp(); w < passes + (blocks - full); w += rot::grid_warps()) {
+      if (w < passes) {
+        const int64_t bi = (w << lg_pass) + rot::packed_block(p.lg_rotation);
+        rot::Runs u = rot::packed_runs(p.lg_rotation);
+        u.mine = bi < full;  // past the last whole block: that block's bytes read, none written
+        encode_block<rot::kPackedRun, kHop, true>(
+            src, src_dtype, wire, divisor, p, ctx, vec, dst,
+            codecs::RotBlock{(u.mine ? bi : full - 1) << p.lg_rotation, p.rotation}, u);
+      } else {
+        const codecs::RotBlock blk = block_at(p, full + (w - passes));
+        encode_block<kSlots, kHop>(src, src_dtype, wire, divisor, p, ctx, vec, dst, blk,
+                                   rot::whole_warp_runs(blk.len));
+      }
+    }
+  } else {
+    for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
+      const codecs::RotBlock blk = block_at(p, bi);
+      // A whole block of 32 kSlots with its length a constant, so that its slots need no
+      // bounds: no predicates to keep live.
+      if (blk.len == 32 * kSlots) {
+        encode_block<kSlots, kHop>(src, src_dtype, wire, divisor, p, ctx, vec, dst,
+                                   codecs::RotBlock{blk.off, 32 * kSlots},
+                                   rot::whole_warp_runs(32 * kSlots));
+      } else {
+        encode_block<kSlots, kHop>(src, src_dtype, wire, divisor, p, ctx, vec, dst, blk,
+                                   rot::whole_warp_runs(blk.len));
+      }
     }
   }
 }
 
+// Rotations of 256 and more: one block a warp, 8 to 32 codes a lane (8- and 16-byte loads).
+// Below 256 (kSlots < 8), a lane takes 8 codes of a whole block too (one 8-byte load): a warp
+// pass holds 256 / H whole blocks, each on a sub-group of H / 8 lanes (rot::packed_runs),
+// and a run's tail blocks (shorter than H) follow one a warp. One block a multiprocessor at
+// the least, as the encode kernel: without it ptxas held the 32-slot decode to bf16 / fp16
+// at 80 registers on sm_80 and spilled.
 template <int kSlots, bool kCast>
-__global__ void __launch_bounds__(rot::kThreads)
+__global__ void __launch_bounds__(rot::kThreads, 1)
     hint8_decode_kernel(const uint8_t* __restrict__ src, Hint8Params p, DecodeOut o, bool vec) {
   const int64_t blocks = block_count(p);
-  for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
-    const codecs::RotBlock blk = block_at(p, bi);
-    float v[kSlots];
-    if (kSlots > 1 && blk.len == 32 * kSlots) {  // a whole block, its length a constant
-      decode_block(src, p, codecs::RotBlock{blk.off, 32 * kSlots}, v);
-      rot::store_runs<kCast>(o, blk.off, 32 * kSlots, vec, v);
-    } else {
-      decode_block(src, p, blk, v);
-      rot::store_runs<kCast>(o, blk.off, blk.len, vec, v);
+  if constexpr (kSlots < rot::kPackedRun) {
+    const int64_t full = p.n >> p.lg_rotation;
+    const int lg_pass = 8 - p.lg_rotation;  // log2 of the whole blocks a pass
+    const int64_t passes = (full + (int64_t(1) << lg_pass) - 1) >> lg_pass;
+    const rot::Runs u = rot::packed_runs(p.lg_rotation);
+    for (int64_t w = rot::global_warp(); w < passes + (blocks - full); w += rot::grid_warps()) {
+      if (w < passes) {
+        const int64_t bi = (w << lg_pass) + rot::packed_block(p.lg_rotation);
+        // Past the last whole block a sub-group decodes that block again and stores nothing
+        // (its lanes still take part in the warp's shuffles).
+        const int64_t off = (bi < full ? bi : full - 1) << p.lg_rotation;
+        float v[rot::kPackedRun];
+        decode_block(src, p, codecs::RotBlock{off, p.rotation}, u, v);
+        if (bi < full) rot::store_runs<kCast>(o, off, vec, v, u);
+      } else {
+        const codecs::RotBlock blk = block_at(p, full + (w - passes));
+        float v[kSlots];
+        decode_block(src, p, blk, v);
+        rot::store_runs<kCast>(o, blk.off, blk.len, vec, v);
+      }
+    }
+  } else {
+    for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
+      const codecs::RotBlock blk = block_at(p, bi);
+      float v[kSlots];
+      if (blk.len == 32 * kSlots) {  // a whole block, its length a constant
+        decode_block(src, p, codecs::RotBlock{blk.off, 32 * kSlots}, v);
+        rot::store_runs<kCast>(o, blk.off, 32 * kSlots, vec, v);
+      } else {
+        decode_block(src, p, blk, v);
+        rot::store_runs<kCast>(o, blk.off, blk.len, vec, v);
+      }
     }
   }
 }
@@ -391,6 +489,17 @@ Hint8Params params_of(const Codec& codec, int64_t n) {
   return Hint8Params{n, g, h, codec.scale_bits, lg, lh, codec.random_signs, codec.stochastic};
 }
 
+/// The kernels' warp passes: one a block, but below a rotation of 256 one per 256 / H whole
+/// blocks (the decode kernel's comment).
+int64_t warp_passes(const Hint8Params& p) {
+  int64_t passes = codecs::rot_block_count(p.n, p.rotation);
+  if (p.rotation < 256) {
+    const int64_t full = p.n >> p.lg_rotation;
+    passes += ceil_div(full, int64_t(256 >> p.lg_rotation)) - full;
+  }
+  return passes;
+}
+
 }  // namespace
 
 void launch_hint8_encode(const void* src, DType src_dtype, const void* wire_in, int64_t n,
@@ -403,7 +512,7 @@ void launch_hint8_encode(const void* src, DType src_dtype, const void* wire_in, 
            "wire buffers must be 4-byte aligned");
   const uint8_t* in = static_cast<const uint8_t*>(wire_in);
   const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0;
-  const int64_t work = ceil_div(codecs::rot_block_count(n, p.rotation), rot::kWarps);
+  const int64_t work = ceil_div(warp_passes(p), rot::kWarps);
   rot::with_slots(p.rotation, [&](auto slots) {
     with_flag(in != nullptr, [&](auto hop) {
       auto kernel = hint8_encode_kernel<decltype(slots)::value, decltype(hop)::value>;
@@ -420,7 +529,7 @@ void launch_hint8_decode(const void* src, int64_t n, const Codec& codec, const D
   const Hint8Params p = params_of(codec, n);
   if (n == 0) return;
   CC_CHECK(reinterpret_cast<uintptr_t>(src) % 4 == 0, "wire buffer must be 4-byte aligned");
-  const int64_t work = ceil_div(codecs::rot_block_count(n, p.rotation), rot::kWarps);
+  const int64_t work = ceil_div(warp_passes(p), rot::kWarps);
   rot::with_slots(p.rotation, [&](auto slots) {
     with_flag(o.out != nullptr, [&](auto cast) {
       auto kernel = hint8_decode_kernel<decltype(slots)::value, decltype(cast)::value>;
