@@ -179,17 +179,8 @@ def test_fp8_groups_of_no_power_of_two_bit_identical_to_cpu(backend, rng, codec)
             a, x = gaussian_parts(rng, 2, n, dtype)
             a[n // 3] *= 1e4
             a[min(7, n - 1)] = np.inf
-            c, want = cpu_encode(codec, a, 3.0, ctx)
-            src, dst = DeviceBuffer.of(a), DeviceBuffer(want.size)
-            backend.encode(c, src.ptr, dtype, n, 3.0, dst.ptr, *ctx)
-            backend.synchronize()
-            assert np.array_equal(dst.bytes(want.size), want), f"{codec} {dtype} n={n}"
-            ref = np.empty(n, np.float32)
-            _core.decode(c, host_ptr(want), n, host_ptr(ref), "float32")
-            out = DeviceBuffer(ref.nbytes)
-            backend.decode(c, dst.ptr, n, out.ptr, "float32")
-            backend.synchronize()
-            assert same_bits_or_nan([out.download(ref), ref]), f"{codec} {dtype} n={n} decode"
+            c, want, dst = encode_decode_like_cpu(backend, codec, a, ctx, divisor=3.0,
+                                                  what=f"{codec} {dtype} n={n}")
             hop = np.zeros_like(want)
             _core.decode_reduce_encode(c, host_ptr(want), host_ptr(x), dtype, n, 2.0,
                                        host_ptr(hop), *ctx)
@@ -209,22 +200,23 @@ def extreme_values(rng, n, non_finite):
     return np.clip(x, -3.4e38, 3.4e38).astype(np.float32)
 
 
-def encode_decode_like_cpu(backend, codec, x, ctx):
-    """Encodes float32 ``x`` on the device and on the CPU with the context ``ctx``, asserts
-    the same wire bytes, then decodes the device's wire and asserts the CPU's values.
+def encode_decode_like_cpu(backend, codec, x, ctx, divisor=1.0, what=""):
+    """Encodes ``x`` (float32, or any dtype the codec takes) divided by ``divisor`` on the
+    device and on the CPU with the context ``ctx``, asserts the same wire bytes, then decodes
+    the device's wire to float32 and asserts the CPU's values (``what`` labels a failure).
     Returns (codec, the CPU's wire, the device buffer holding the device's wire)."""
-    n = x.size
-    c, want = cpu_encode(codec, x, 1.0, ctx)
+    n, dtype = x.size, dtype_of(x)
+    c, want = cpu_encode(codec, x, divisor, ctx)
     src, dst = DeviceBuffer.of(x), DeviceBuffer(want.size)
-    backend.encode(c, src.ptr, "float32", n, 1.0, dst.ptr, *ctx)
+    backend.encode(c, src.ptr, dtype, n, divisor, dst.ptr, *ctx)
     backend.synchronize()
-    assert np.array_equal(dst.bytes(want.size), want)
+    assert np.array_equal(dst.bytes(want.size), want), f"{what}: wire bytes"
     ref = np.empty(n, np.float32)
     _core.decode(c, host_ptr(want), n, host_ptr(ref), "float32")
     out = DeviceBuffer(ref.nbytes)
     backend.decode(c, dst.ptr, n, out.ptr, "float32")
     backend.synchronize()
-    assert same_bits_or_nan([out.download(ref), ref])
+    assert same_bits_or_nan([out.download(ref), ref]), f"{what}: decode"
     return c, want, dst
 
 
