@@ -3,7 +3,7 @@
 of averaging the gradients, side by side with JAX's own cross-process psum.
 
     sudo .venv/bin/python -m perf.bench.jax_train_e2e [--nodes 4] [--rates 1,10,none] \\
-        [--rows psum,hint8,fp8,nvfp4,hint4,mxfp4] [--steps 40] [--seeds 0,1,2]
+        [--rows psum,hint8,fp8,nvfp4,hint4,mxfp4] [--steps 40] [--seeds 0,1,2] [--repeat 2]
     .venv/bin/python -m perf.bench.jax_train_e2e --loopback [--rows ...,mpi4jax] \\
         [--lrs 1e-3,3e-3,1e-2] [-- --d-model 64 --layers 2 ...]
 
@@ -29,8 +29,9 @@ Rows: ``psum`` (exact: JAX's ``lax.pmean`` over a mesh of every process's CPU de
 program of its own between the gradient and the update), ``exact`` (ccompress, codec none),
 ccompress codecs (``hint8``, ``fp8`` = fp8_e4m3:g128, ``nvfp4``, ``hint4``, ``mxfp4``, or a
 spec; two_shot with error feedback carried in the jitted step), ``mpi4jax``. Each row runs
-once per seed; the table gives rank 0's median step time after the warm-up and its speedup
-over psum at the same rate, the loss of the last 10 steps and the held-out loss (means over
+once per seed and round (``--repeat``: the rounds interleave the rows, so that a drift of the
+machine reaches every row alike); the table gives the median over a row's runs of rank 0's
+median step time after the warm-up, each run's, its speedup over psum at the same rate, the loss of the last 10 steps and the held-out loss (means over
 seeds, with their standard errors), each against psum's, and whether the replicas ended
 bit-identical.
 """
@@ -62,6 +63,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--seeds", default="0")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of every row at each rate, interleaved (psum, hint8, ..., "
+                        "psum, hint8, ...); a row's step time is the median over its runs")
     p.add_argument("--lrs", default="",
                    help="peak learning rates to tune psum over (comma separated); every "
                         "other row runs at the best one (default: the example's)")
@@ -139,12 +143,21 @@ def sem(values: List[float]) -> float:
     return (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5
 
 
-def summary(label: str, row: str, runs: List[Dict[str, Any]], lr: Optional[float]) -> Dict:
-    """One row's figures over its seeds' runs."""
-    train = [x["train_loss_last10"] for x in runs]
-    val = [x["val_loss"] for x in runs]
+def median(values: List[float]) -> float:
+    """The median of ``values``."""
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+
+
+def summary(label: str, row: str, runs: List[Dict[str, Any]], lr: Optional[float],
+            seeds: int) -> Dict:
+    """One row's figures over its runs: the median step time over every run; the losses over
+    the first ``seeds`` runs (the first round: later rounds repeat the same seeds)."""
+    train = [x["train_loss_last10"] for x in runs[:seeds]]
+    val = [x["val_loss"] for x in runs[:seeds]]
     return {"rate": label, "row": row, "lr": lr,
-            "step_s": sum(x["step_s"] for x in runs) / len(runs),
+            "step_s": median([x["step_s"] for x in runs]),
+            "step_s_runs": [x["step_s"] for x in runs],
             "loss": sum(train) / len(train), "loss_sem": sem(train),
             "val": sum(val) / len(val), "val_sem": sem(val),
             "identical": all(x["replicas_identical"] for x in runs), "runs": runs}
@@ -154,7 +167,7 @@ def table(rows: List[Dict[str, Any]]) -> List[str]:
     """One line per (rate, row): step time and speedup against psum at that rate; the loss
     of the last 10 steps and the held-out loss (mean +- standard error over seeds), each
     against psum's (the tuned one where --lrs tuned it)."""
-    lines = [f"{'rate':>9} {'row':>8} {'lr':>7} {'ms/step':>8} {'vs psum':>8} "
+    lines = [f"{'rate':>9} {'row':>8} {'lr':>7} {'ms/step':>8} {'vs psum':>8} {'runs (ms)':>20} "
              f"{'loss':>16} {'vs psum':>8} {'held-out':>16} {'vs psum':>8} identical"]
     for rate in dict.fromkeys(r["rate"] for r in rows):
         at = [r for r in rows if r["rate"] == rate]
@@ -164,7 +177,9 @@ def table(rows: List[Dict[str, Any]]) -> List[str]:
             loss = f"{100 * (r['loss'] / base['loss'] - 1):+.3f}%" if base else "-"
             val = f"{100 * (r['val'] / base['val'] - 1):+.3f}%" if base else "-"
             lr = "-" if r.get("lr") is None else f"{r['lr']:g}"
+            each = "/".join(f"{1e3 * x:.0f}" for x in r.get("step_s_runs", [r["step_s"]]))
             lines.append(f"{rate:>9} {r['row']:>8} {lr:>7} {1e3 * r['step_s']:8.1f} {speed:>8} "
+                         f"{each:>20} "
                          f"{r['loss']:8.5f}+-{r['loss_sem']:.5f} {loss:>8} "
                          f"{r['val']:8.5f}+-{r['val_sem']:.5f} {val:>8} {r['identical']}")
     return lines
@@ -217,19 +232,28 @@ def main(argv=None) -> int:
                 for x in lrs:
                     t0 = time.time()
                     r = summary(label, "psum", [run_row("psum", s, args, out, net, label, x)
-                                                for s in seeds], x)
+                                                for s in seeds], x, len(seeds))
                     r["tuned"] = False
                     record(r, t0)
                     tried.append(r)
                 best = min(tried, key=lambda r: r["val"])
                 best["tuned"] = True
                 lr = best["lr"]
-            for row in rows_wanted:
-                if lrs and row == "psum":
-                    continue
-                t0 = time.time()
-                record(summary(label, row, [run_row(row, s, args, out, net, label, lr)
-                                            for s in seeds], lr), t0)
+            runs: Dict[str, List[Dict[str, Any]]] = {}
+            t0 = time.time()
+            for k in range(args.repeat):  # rounds, interleaved: each row beside the others
+                tag = label if k == 0 else f"{label}-round{k}"
+                for row in rows_wanted:
+                    if lrs and row == "psum":
+                        continue
+                    runs.setdefault(row, []).extend(run_row(row, s, args, out, net, tag, lr)
+                                                    for s in seeds)
+                    if args.repeat > 1:
+                        print(f"[jax-e2e] {label} {row} round {k + 1}/{args.repeat}: "
+                              f"{1e3 * runs[row][-1]['step_s']:.1f} ms/step "
+                              f"({time.time() - t0:.0f} s)", flush=True)
+            for row, row_runs in runs.items():
+                record(summary(label, row, row_runs, lr, len(seeds)), t0)
     finally:
         if net is not None:
             net.destroy()
