@@ -190,22 +190,31 @@ def in_burst(wire_bytes: int, burst: int) -> bool:
     return wire_bytes < BURST_MULTIPLE * burst
 
 
-def run_perf(net: Network, perf_args: List[str], json_path: str,
-             ranks_per_node: int = 1) -> subprocess.CompletedProcess:
-    """ccompress-perf under hydra, ``ranks_per_node`` consecutive ranks in each namespace;
-    when it fails, prints the end of its output and exits with its code."""
-    env = dict(os.environ)
-    env.update(MPICH_CH4_NETMOD="ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="eth0",
-               PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+def mpiexec_in(net: Network, ranks_per_node: int = 1) -> Tuple[List[str], Dict[str, str]]:
+    """The start of an mpiexec (hydra) command line that runs ``ranks_per_node`` consecutive
+    ranks in each of ``net``'s namespaces (add the program), and the variables to set in its
+    environment: MPICH's TCP netmod on each namespace's eth0, so that the traffic between
+    nodes crosses the shaped veths."""
+    env = dict(MPICH_CH4_NETMOD="ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="eth0",
+               PATH=f"{VENV_BIN}:{os.environ.get('PATH', '')}")
     if ranks_per_node == 1:
         # MPICH would otherwise use shared memory between the namespaces (docs/measuring.md);
         # with several ranks per node it should, inside each one (their host names differ).
         env["MPIR_CVAR_NOLOCAL"] = "1"
     hosts = ",".join(f"{ns}:{ranks_per_node}" for ns in net.ns)
-    cmd = [str(VENV_BIN / "mpiexec"), "-launcher", "ssh", "-launcher-exec",
-           str(ROOT / "perf" / "bench" / "netns_exec.sh"), "-iface", net.bridge, "-hosts", hosts,
-           "-n", str(net.ranks * ranks_per_node), "-genvall", str(VENV_BIN / "ccompress-perf"),
-           "allreduce", "--json", json_path] + perf_args
+    return [str(VENV_BIN / "mpiexec"), "-launcher", "ssh", "-launcher-exec",
+            str(ROOT / "perf" / "bench" / "netns_exec.sh"), "-iface", net.bridge, "-hosts",
+            hosts, "-n", str(net.ranks * ranks_per_node), "-genvall"], env
+
+
+def run_perf(net: Network, perf_args: List[str], json_path: str,
+             ranks_per_node: int = 1) -> subprocess.CompletedProcess:
+    """ccompress-perf under hydra, ``ranks_per_node`` consecutive ranks in each namespace;
+    when it fails, prints the end of its output and exits with its code."""
+    mpiexec, variables = mpiexec_in(net, ranks_per_node)
+    env = dict(os.environ, **variables)
+    cmd = mpiexec + [str(VENV_BIN / "ccompress-perf"), "allreduce", "--json", json_path] \
+        + perf_args
     print("+", " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, env=env, text=True, capture_output=True)
     if proc.returncode:

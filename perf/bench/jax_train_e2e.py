@@ -12,8 +12,9 @@ by veth pairs rate-limited with tbf at each ``--rates`` value (Gbit/s; ``none``:
 own speed), jax.distributed's coordinator at rank 0's address, and ccompress's TCP transport
 and JAX's gloo collectives on each namespace's eth0 (the host name resolves to it there:
 :func:`hosts_files`). ``--loopback`` runs every rank on this
-host's loopback instead (no root; one rate, unlimited), where ``mpi4jax`` (its exact
-``allreduce`` under mpiexec; ``pip install mpi4jax``) is a row too.
+host's loopback instead (no root; one rate, unlimited). ``mpi4jax`` (its exact ``allreduce``
+under mpiexec; ``pip install mpi4jax``) is a row in both: with links, hydra starts a rank in
+each namespace and MPICH talks TCP over its eth0.
 
 The model (:data:`BENCH_MODEL`, options after ``--`` override it) is the byte-level GPT of
 the torch rows (perf/bench/train_e2e.py's lm: 7.2M parameters, 2 sequences of 32 bytes per
@@ -97,11 +98,15 @@ def run_row(row: str, seed: int, args: argparse.Namespace, out: Path, net: Any =
     train = ["-m", "examples.jax_train", "--reduce", row, "--steps", str(args.steps),
              "--warmup", str(args.warmup), "--seed", str(seed), "--json", str(result), *extra]
     env = dict(os.environ, JAX_PLATFORMS="cpu", CCOMPRESS_JAX_WORLD=str(args.nodes))
-    if row == "mpi4jax":
-        if net is not None:
-            raise SystemExit("the mpi4jax row runs with --loopback only (mpiexec on this host)")
+    if row == "mpi4jax" and net is None:
         cmds = [[str(Path(sys.executable).parent / "mpiexec"), "-n", str(args.nodes),
                  sys.executable, *train]]
+    elif row == "mpi4jax":  # hydra starts a rank in each namespace, MPICH over its eth0
+        from perf.bench.emulated_net import mpiexec_in
+
+        mpiexec, mpi_env = mpiexec_in(net)
+        env.update(mpi_env)
+        cmds = [mpiexec + [sys.executable, *train]]
     else:
         port = str(_port())
         coordinator = "127.0.0.1" if net is None else net.address(0)
