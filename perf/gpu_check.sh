@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # One command for a machine with a GPU: builds ccompress for it, runs the GPU tests (every
 # codec's kernels bit-identical to the CPU backend, every algorithm on 2-4 virtual ranks of
-# the GPU bit-identical to the host collectives, stream ordering; the torch and CuPy CUDA
+# the GPU bit-identical to the host collectives, the all-to-all of every codec family on 3
+# virtual ranks bit for bit the senders' encoding, stream ordering; the torch and CuPy CUDA
 # tests: CuPy arrays and torch CUDA tensors on virtual ranks through the adapters,
 # tp_all_reduce, the DDP hook's CUDA buckets and the ccompress torch.distributed backend's
 # collectives; ccompress.jax's CUDA handlers, and a jitted
-# call on a GPU array where a CUDA jaxlib is present), then times every kernel of every codec family
-# (MX included) at 256 MiB of bfloat16 and of float32 against the device-to-device copy
-# bandwidth measured in the same run, and the loopback pipeline of every codec
-# (perf/bench/gpu_bench.py). Writes logs, table.md and kernels.json under $OUT (default
-# build/gpu_check); copy kernels.json to perf/gpu/kernels.json, which
-# perf/model/gpu_projection.py reads. Sized to finish within 8 minutes on an H100/H200: a
-# step that would overrun is trimmed in size, never in rows (GPU_CHECK_MIB, GPU_CHECK_PIPE_MIB).
+# call on a GPU array where a CUDA jaxlib is present), then times every kernel of every codec
+# family (MX included) at 256 MiB of bfloat16 and of float32 against the device-to-device copy
+# bandwidth measured in the same run, the loopback pipeline of every codec, and the
+# mixture-of-experts all-to-all (none, fp8, mxfp8, nvfp4 at 8 MiB and 256 KiB a rank, the
+# median time per call against none's) (perf/bench/gpu_bench.py). Writes logs, table.md and
+# kernels.json under $OUT (default build/gpu_check); copy kernels.json to
+# perf/gpu/kernels.json, which perf/model/gpu_projection.py reads. Sized to finish within 8
+# minutes on an H100/H200: a step that would overrun is trimmed in size, never in rows
+# (GPU_CHECK_MIB, GPU_CHECK_PIPE_MIB, GPU_CHECK_A2A_MIB).
 #
 # Environment: OUT, CMAKE_CUDA_ARCHITECTURES (default 90: this GPU only, a quicker build),
 # GPU_CHECK_MIB (kernel size, default 256), GPU_CHECK_PIPE_MIB (all-reduce size, default 64),
+# GPU_CHECK_A2A_MIB (all-to-all sizes per rank, default 8,0.25),
 # GPU_CHECK_PYTHON (the Python to build into when it holds the build tools, default python3),
 # GPU_CHECK_VENV=1 (always build .venv with scripts/setup.sh), GPU_CHECK_SKIP_PIP=1 (in the
 # .venv build: no best-effort installs of cupy-cuda13x / nvidia-nccl-cu13, e.g. on a machine
@@ -70,7 +74,7 @@ tests_ok=1
 JOBS="$(( $(nproc) < 8 ? $(nproc) : 8 ))"
 CCOMPRESS_REQUIRE_GPU=1 timeout 240 "$PY" -m pytest -q -rfEs -p no:cacheprovider -n "$JOBS" \
   tests/cuda/test_cuda.py tests/cuda/test_cuda_state.py tests/cuda/test_exact_div.py \
-  tests/collectives/test_ordered_executor.py \
+  tests/cuda/test_alltoall_cuda.py tests/collectives/test_ordered_executor.py \
   tests/jax/test_jax_cuda.py >"$OUT/tests.log" 2>&1 || { tests_ok=0; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40 >&2 || true; }
 tail -3 "$OUT/tests.log" >&2
 
@@ -109,9 +113,10 @@ else
   echo "[gpu_check] no CUDA jaxlib here: the jitted ccompress.jax GPU test is left out" >&2
 fi
 
-step "timings (kernels at ${GPU_CHECK_MIB:-256} MiB of bfloat16 and float32, loopback pipeline at ${GPU_CHECK_PIPE_MIB:-64} MiB)"
+step "timings (kernels at ${GPU_CHECK_MIB:-256} MiB of bfloat16 and float32, loopback pipeline at ${GPU_CHECK_PIPE_MIB:-64} MiB, all-to-all at ${GPU_CHECK_A2A_MIB:-8,0.25} MiB)"
 "$PY" -m perf.bench.gpu_bench --mib "${GPU_CHECK_MIB:-256}" --dtypes bfloat16,float32 \
-  --pipe-mib "${GPU_CHECK_PIPE_MIB:-64}" --out "$OUT" >"$OUT/bench.log" 2>&1 \
+  --pipe-mib "${GPU_CHECK_PIPE_MIB:-64}" --a2a-mib "${GPU_CHECK_A2A_MIB:-8,0.25}" \
+  --out "$OUT" >"$OUT/bench.log" 2>&1 \
   || { tail -30 "$OUT/bench.log"; fail "timings"; }
 cat "$OUT/table.md"
 step "projection with the measured rates"

@@ -16,17 +16,30 @@ codec of the kernel table and the two_shot and ring schedules:
   - alone_ms: the kernels and copies the collective runs, each timed alone at the sizes the
     schedule gives them, summed over the ranks (on one GPU the ranks share the memory
     system, so this is what the run would take with no overlap and no per-launch cost).
-The issue's goals on this transport: pipelined within 10% of one slice per chunk, and within
-1.2x of alone.
+The goals on this transport: pipelined within 10% of one slice per chunk, and within 1.2x of
+alone.
+
+All-to-all: the mixture-of-experts dispatch (examples/moelm.py) on the same N virtual ranks,
+bfloat16 rows of 1024 elements in equal pieces, at 8 MiB a rank (a dispatch at scale) and at
+256 KiB (what a call costs beyond its bytes), for none (exact: the engine's uncompressed path,
+the reference of the ratios), fp8_e4m3:g128, mxfp8 and nvfp4:
+  - ms: the median over the calls of the slowest rank's time per call, each call timed with
+    CUDA events on the caller's stream from an idle stream, after one warm-up call;
+  - none / codec: none's ms over the codec's, from the same run (above 1: faster than exact);
+  - sent: the bytes one rank sends to its peers (payload and headers, the engine's count);
+  - alone_ms: the codec's kernels and copies the call runs, each timed alone at its size and
+    summed over the ranks: per rank an encode, a decode and two NaN/Inf counts of every piece
+    (its own included) and the copies of the N - 1 pieces' wire bytes it receives.
 
 Writes DIR/table.md and DIR/kernels.json:
   {"device", "driver", "commit", "date", "copy_gbps",
    "kernels": [{"codec", "kernel", "dtype", "gbps"}],
-   "pipeline": [{"codec", "algo", "mib", "pipelined_ms", "one_slice_ms", "alone_ms"}]}
+   "pipeline": [{"codec", "algo", "mib", "pipelined_ms", "one_slice_ms", "alone_ms"}],
+   "alltoall": [{"codec", "mib", "ranks", "ms", "alone_ms"}]}
 which perf/model/gpu_projection.py reads (commit it as perf/gpu/kernels.json).
 
 Usage: python -m perf.bench.gpu_bench [--mib 256] [--dtypes bfloat16,float32] [--ranks 4]
-       [--pipe-mib 64] [--pipe-codecs all] [--out DIR]
+       [--pipe-mib 64] [--pipe-codecs all] [--a2a-mib 8,0.25] [--a2a-iters 20] [--out DIR]
 
 Under the CPU emulation of the CUDA runtime (cuda/emu) the script runs too, at any size, so
 that its code is checked before a GPU session spends time on it; the tables then say so, its
@@ -58,6 +71,9 @@ CODECS = ["none", "bf16", "fp16", "fp8_e4m3:g128", "fp8_e5m2:g128", "fp8_e4m3:g1
 # reading the wire and x.
 TWO_PASS_HOP = ("nvfp4", "hnvfp4", "hint4")
 ALGOS = ("two_shot", "ring")
+# The all-to-all table's codecs: "none" first (the reference of the ratios).
+A2A_CODECS = ["none", "fp8_e4m3:g128", "mxfp8", "nvfp4"]
+A2A_ROW = 1024  # elements of one bfloat16 row of the all-to-all (pieces are whole rows)
 NCCL_SLICE_BYTES = 4 << 20  # the NCCL transport's own slice (cuda/src/transport/device_slice.h)
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -189,25 +205,52 @@ class Loopback:
     def run(self, codec: str, algo: str, slice_elems: int, iters: int) -> Tuple[float, dict]:
         """(the slowest rank's mean ms per allreduce, rank 0's stats); slice_elems 0: the
         transport's own slice."""
+        spec = _core.CallSpec("allreduce", algo=algo, op="sum", slice_elems=slice_elems,
+                              timeout=120.0)
+        times, stats = self._on_ranks(spec, codec, iters, per_call=False)
+        return max(t[0] for t in times), stats
+
+    def alltoall(self, codec: str, iters: int) -> Tuple[float, dict]:
+        """(the median over iters calls of the slowest rank's ms per all-to-all of equal
+        pieces, rank 0's stats), each call timed alone with CUDA events."""
+        spec = _core.CallSpec("alltoall", timeout=120.0)
+        times, stats = self._on_ranks(spec, codec, iters, per_call=True, out_n=self.n)
+        return float(np.median(np.max(times, axis=0))), stats
+
+    def _on_ranks(self, spec, codec: str, iters: int, per_call: bool,
+                  **kw) -> Tuple[List[List[float]], dict]:
+        """Runs `spec` on every rank's thread, one warm-up call then iters timed ones:
+        (per rank, the ms of each call (per_call: CUDA events on the caller's stream around
+        each call, which starts from an idle stream with all ranks at a barrier) or [the mean
+        ms] (not per_call: host time around all of them), rank 0's stats of the last call)."""
         barrier = threading.Barrier(self.ranks)
-        times, stats, errors = [0.0] * self.ranks, [None] * self.ranks, []
+        times: List[List[float]] = [[] for _ in range(self.ranks)]
+        stats, errors = [None] * self.ranks, []
 
         def body(r):
             try:
                 dr, (x, y), caller = self.group[r], self.bufs[r], self.callers[r]
-                spec = _core.CallSpec("allreduce", algo=algo, op="sum", slice_elems=slice_elems,
-                                      timeout=120.0)
                 call = lambda: dr.run(spec, x.ptr, y.ptr, self.n, self.dtype, codec,  # noqa: E731
-                                      stream=caller.stream)
+                                      stream=caller.stream, **kw)
                 call()
                 caller.synchronize()
                 barrier.wait()
+                if per_call:
+                    start, stop = _cuda.TimingEvent(0), _cuda.TimingEvent(0)
+                    for _ in range(iters):
+                        barrier.wait()
+                        start.record(caller.stream)
+                        stats[r] = call()
+                        stop.record(caller.stream)
+                        stop.synchronize()
+                        times[r].append(stop.elapsed_ms(start))
+                    return
                 t0 = time.perf_counter()
                 for _ in range(iters):
                     stats[r] = call()
                 caller.synchronize()
                 barrier.wait()
-                times[r] = (time.perf_counter() - t0) / iters * 1e3
+                times[r] = [(time.perf_counter() - t0) / iters * 1e3]
             except BaseException as e:  # noqa: BLE001 - re-raised below, on the main thread
                 errors.append(e)
                 barrier.abort()
@@ -219,30 +262,39 @@ class Loopback:
             t.join()
         if errors:
             raise errors[0]
-        return max(times), stats[0]
+        return times, stats[0]
 
 
-def alone_ms(t: Kernels, codec: str, algo: str, ranks: int, iters: int) -> float:
-    """The kernels and copies of one allreduce of t.n elements per rank under `algo`, each
-    timed alone at the size the schedule gives it (a chunk, m = n / ranks), summed over all
-    ranks. Per rank:
+def alone_ms(t: Kernels, codec: str, algo: str, ranks: int, iters: int,
+             n: Optional[int] = None) -> float:
+    """The kernels and copies of one allreduce (or, algo "alltoall", one all-to-all of equal
+    pieces) of n elements per rank (default t.n) under `algo`, each timed alone at the size
+    the schedule gives it (a chunk or piece, m = n / ranks), summed over all ranks. Per rank:
       two_shot: encode every chunk (ranks x encode(m)), sum the ranks' contributions to its own
         chunk (ranks x decode_accumulate(m)), encode the sum (encode of fp32, m), decode every
         chunk of the result (ranks x decode(m));
       ring: encode its chunk, ranks - 1 fused hops, decode every chunk (ranks x decode(m));
-    plus the NaN/Inf counts of input and output (2 x count_nonfinite(n)) and the copies of
-    the wire bytes it receives (2 (ranks - 1) chunks' encodings)."""
-    m = t.n // ranks
+      alltoall: encode every piece, decode every piece it receives, count the NaN/Inf of each
+        piece in and out (ranks x (encode(m) + decode(m) + 2 count_nonfinite(m))), and copy
+        the wire bytes of the ranks - 1 pieces from its peers;
+    allreduce: plus the NaN/Inf counts of input and output (2 x count_nonfinite(n)) and the
+    copies of the wire bytes it receives (2 (ranks - 1) chunks' encodings)."""
+    n = t.n if n is None else n
+    m = n // ranks
     wire = bound(codec, t.dtype).wire_bytes(m)
 
     def k(name, size=m):
         return t.time(codec, name, iters, size)
 
+    if algo == "alltoall":
+        count = t.time("-", "count_nonfinite", iters, m)
+        own = ranks * (k("encode") + k("decode") + 2 * count)
+        return ranks * (own + (ranks - 1) * t.time("-", "copy", iters, wire))
     if algo == "two_shot":
         own = ranks * k("encode") + ranks * k("decode_accumulate") + k("encode_acc")
     else:
         own = k("encode") + (ranks - 1) * k("decode_reduce_encode")
-    own += ranks * k("decode") + 2 * t.time("-", "count_nonfinite", iters, t.n)
+    own += ranks * k("decode") + 2 * t.time("-", "count_nonfinite", iters, n)
     own += 2 * (ranks - 1) * t.time("-", "copy", iters, wire)
     return ranks * own
 
@@ -279,6 +331,10 @@ def parse_args(argv):
     ap.add_argument("--pipe-dtype", default="bfloat16")
     ap.add_argument("--pipe-codecs", default="all",
                     help="comma-separated codecs of the pipeline table (default: every codec)")
+    ap.add_argument("--a2a-mib", default="8,0.25",
+                    help="comma-separated all-to-all sizes per rank (MiB of bfloat16)")
+    ap.add_argument("--a2a-iters", type=int, default=20,
+                    help="all-to-all calls timed per row (the median is reported)")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--out", default="build/gpu_check")
     a = ap.parse_args(argv)
@@ -286,7 +342,44 @@ def parse_args(argv):
     a.pipe_codecs = CODECS if a.pipe_codecs == "all" else a.pipe_codecs.split(",")
     for c in a.pipe_codecs:
         cc.Codec.parse(c)  # a typo fails here, before any timing
+    try:
+        a.a2a_mib = [float(v) for v in a.a2a_mib.split(",")]
+    except ValueError:
+        ap.error(f"--a2a-mib takes comma-separated sizes in MiB, got {a.a2a_mib!r}")
+    if not a.a2a_mib or min(a.a2a_mib) <= 0 or a.a2a_iters < 1:
+        ap.error("--a2a-mib sizes must be positive and --a2a-iters at least 1")
     return a
+
+
+def alltoall_rows(ranks: int, sizes: List[float], iters: int,
+                  kernel_iters: int) -> Tuple[List[dict], List[str]]:
+    """The all-to-all table: (rows {codec, mib, ranks, ms, alone_ms}, its Markdown lines),
+    iters calls per row, each kernel of alone_ms timed over kernel_iters runs. Each size is
+    rounded down to whole rows in equal pieces (at least one row a piece); a row's mib is the
+    size run."""
+    dtype, item = "bfloat16", 2
+    ns = [max(1, int(mib * (1 << 20)) // item // (ranks * A2A_ROW)) * ranks * A2A_ROW
+          for mib in sizes]
+    alone = Kernels(max(ns), dtype)
+    lines = [f"## All-to-all: equal pieces of {dtype} rows ({A2A_ROW} elements) on {ranks} "
+             "virtual ranks of one GPU", "",
+             "ms: median over the calls of the slowest rank's time per call (CUDA events); "
+             "none / codec: none's ms over the codec's; sent: bytes a rank sends to its peers.",
+             "", "| codec | MiB per rank | ms | none / codec | sent MiB | alone ms | ms / alone |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    rows = []
+    for n in ns:
+        group, mib = Loopback(ranks, n, dtype), n * item / 2**20
+        for codec in A2A_CODECS:
+            ms, stats = group.alltoall(codec, iters)
+            sum_ms = alone_ms(alone, codec, "alltoall", ranks, kernel_iters, n)
+            sent = stats["payload_bytes"] + stats["header_bytes"]
+            none_ms = ms if codec == "none" else none_ms  # A2A_CODECS starts with none
+            rows.append({"codec": codec, "mib": mib, "ranks": ranks, "ms": ms,
+                         "alone_ms": sum_ms})
+            lines.append(f"| {codec} | {mib:g} | {ms:.3f} | {none_ms / ms:.2f} | "
+                         f"{sent / 2**20:.3f} | {sum_ms:.3f} | {ms / sum_ms:.2f} |")
+    return rows, lines
 
 
 def main(argv=None):
@@ -332,13 +425,15 @@ def main(argv=None):
                              "pipelined_ms": pipe, "one_slice_ms": whole, "alone_ms": sum_ms})
             lines.append(f"| {codec} | {algo} | {pipe:.2f} | {whole:.2f} | {small:.2f} | "
                          f"{sum_ms:.2f} | {pipe / whole:.2f} | {pipe / sum_ms:.2f} |")
+    a2a, a2a_lines = alltoall_rows(a.ranks, a.a2a_mib, a.a2a_iters, a.iters)
+    lines += [""] + a2a_lines
     text = "\n".join(lines) + "\n"
     (out / "table.md").write_text(text)
     doc = {"device": device, "driver": driver, "commit": commit(),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "copy_gbps": copy_gbps,
            "kernels": [{k: r[k] for k in ("codec", "kernel", "dtype", "gbps")} for r in kernels],
-           "pipeline": pipeline}
+           "pipeline": pipeline, "alltoall": a2a}
     (out / "kernels.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(text)
     return 0

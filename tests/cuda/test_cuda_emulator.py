@@ -106,18 +106,20 @@ def test_gpu_bench_script_runs(tmp_path):
     """perf/bench/gpu_bench.py (the timing half of perf/gpu_check.sh) runs to the end: its code is
     checked here before a GPU session spends device time on it (every kernel of every codec
     family, MX included, in both dtypes; the pipeline rows of two codecs, whose code is the
-    same for all), and perf/model/gpu_projection.py reads the kernels.json it writes. The
-    times mean nothing."""
+    same for all; the all-to-all rows of every codec of its table at two sizes), and
+    perf/model/gpu_projection.py reads the kernels.json it writes. The times mean nothing."""
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, str(root / "perf" / "bench" / "gpu_bench.py"),
                           "--mib", "0.02", "--pipe-mib", "0.02", "--iters", "1", "--ranks", "2",
-                          "--pipe-codecs", "fp8_e4m3:g128,mxfp4", "--out", str(tmp_path)],
+                          "--pipe-codecs", "fp8_e4m3:g128,mxfp4", "--a2a-mib", "0.02,0.005",
+                          "--a2a-iters", "2", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     table = (tmp_path / "table.md").read_text()
     assert table.startswith("**EMULATED on the CPU")
     doc = json.loads((tmp_path / "kernels.json").read_text())
-    assert set(doc) == {"device", "driver", "commit", "date", "copy_gbps", "kernels", "pipeline"}
+    assert set(doc) == {"device", "driver", "commit", "date", "copy_gbps", "kernels", "pipeline",
+                        "alltoall"}
     assert doc["device"].startswith("EMULATED") and doc["copy_gbps"] > 0
     assert all(set(r) == {"codec", "kernel", "dtype", "gbps"} and r["gbps"] > 0
                for r in doc["kernels"])
@@ -130,6 +132,13 @@ def test_gpu_bench_script_runs(tmp_path):
     assert all(set(r) == {"codec", "algo", "mib", "pipelined_ms", "one_slice_ms", "alone_ms"}
                and min(r["pipelined_ms"], r["one_slice_ms"], r["alone_ms"]) > 0
                for r in doc["pipeline"])
+    # 0.02 MiB: 5 rows of 1024 bfloat16 a piece on 2 ranks; 0.005: below one row, so one.
+    codecs = ["none", "fp8_e4m3:g128", "mxfp8", "nvfp4"]
+    assert [(r["codec"], r["mib"], r["ranks"]) for r in doc["alltoall"]] == [
+        (c, mib, 2) for mib in (10 * 2048 / 2**20, 2 * 2048 / 2**20) for c in codecs]
+    assert all(set(r) == {"codec", "mib", "ranks", "ms", "alone_ms"}
+               and min(r["ms"], r["alone_ms"]) > 0 for r in doc["alltoall"])
+    assert table.split("## All-to-all")[1].count("| nvfp4 | ") == 2
     proj = subprocess.run([sys.executable, str(root / "perf" / "model" / "gpu_projection.py"),
                            "--kernels", str(tmp_path / "kernels.json")], capture_output=True,
                           text=True, timeout=300)

@@ -21,7 +21,8 @@ def test_measured_bfloat16_rates_replace_the_datasheet_ones(tmp_path, capsys):
             for c in ("fp8_e4m3:g128", "mxfp4") for k in ("encode", "decode_accumulate")
             for d in ("bfloat16", "float32")]
     doc = {"device": "NVIDIA H100", "driver": "1", "commit": "abc", "date": "today",
-           "copy_gbps": 3000.0, "kernels": rows, "pipeline": []}
+           "copy_gbps": 3000.0, "kernels": rows, "pipeline": [],
+           "alltoall": [{"codec": "nvfp4", "mib": 8.0, "ranks": 4, "ms": 1.0, "alone_ms": 0.5}]}
     path = tmp_path / "kernels.json"
     path.write_text(json.dumps(doc))
     costs = {c.name: c for c in gp.codec_costs(str(path))}
