@@ -1,8 +1,15 @@
-"""Shared by the PyTorch tests (in-process and under mpiexec): tensors to NumPy, and the
-fp64 reference check of a collective's result against its stated bound."""
+"""Shared by the PyTorch tests (in-process and under mpiexec): tensors to NumPy, the fp64
+reference check of a collective's result against its stated bound, and the check that
+ccompress's own calls into torch raise no deprecation."""
+import contextlib
+import os
+import sys
+import warnings
+
 import numpy as np
 import torch
 
+import ccompress
 from ccompress.bounds import allreduce_error_bound
 from helpers.common import same_bits as _same_bits
 
@@ -61,3 +68,48 @@ class Bucket:
 
     def index(self):
         return self._index
+
+
+_CCOMPRESS_DIR = os.path.dirname(os.path.abspath(ccompress.__file__)) + os.sep
+# Frames between a deprecated torch call and its caller: torch's own (its wrappers, and its
+# internals the call runs), the decorator torch marks its deprecations with, and the
+# warnings machinery.
+_PASS_THROUGH = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,)
+_PASS_THROUGH_FILES = {"typing_extensions.py", "warnings.py", "functools.py"}
+
+
+def _caller_file(frame):
+    """The file of the innermost frame from ``frame`` outward that is not torch's, its
+    deprecation decorator's or the warnings module's: the code that made the call."""
+    while frame is not None:
+        f = os.path.abspath(frame.f_code.co_filename)
+        if not f.startswith(_PASS_THROUGH) and os.path.basename(f) not in _PASS_THROUGH_FILES:
+            return f
+        frame = frame.f_back
+    return ""
+
+
+@contextlib.contextmanager
+def no_deprecated_calls_by_ccompress():
+    """Fails the block where ccompress's own code triggers a FutureWarning or a
+    DeprecationWarning (a torch name or argument the installed torch deprecates, or one
+    that torch's internals raise on a call ccompress makes), in any thread; the caller's
+    own deprecated calls pass. Shows every other warning as usual."""
+    found = []
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, (FutureWarning, DeprecationWarning)):
+            caller = _caller_file(sys._getframe(1))
+            if caller.startswith(_CCOMPRESS_DIR):
+                found.append(f"{caller}: {category.__name__}: {message}")
+                return
+        shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", FutureWarning)
+        warnings.simplefilter("always", DeprecationWarning)
+        warnings.showwarning = show
+        yield
+    assert not found, "ccompress's own code triggers deprecations:\n  " + "\n  ".join(
+        sorted(set(found)))

@@ -2,8 +2,9 @@
 // one warp owns a rotation block (codecs/rotation_blocks.h) held in registers, the butterflies
 // of the Hadamard transform between a lane's slots (butterfly_in_registers) and between lanes
 // (shuffles). hint8 uses the contiguous layout below; taco its own quad layout
-// (taco_kernels.cu), with these butterflies and loads. Every operation is the one the host
-// loop does, in the same order, so the results are bit-identical with the CPU backend.
+// (taco_kernels.cu), with these butterflies and loads; both number a run's rotation blocks
+// with block_at. Every operation is the one the host loop does, in the same order, so the
+// results are bit-identical with the CPU backend.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -204,6 +205,35 @@ __device__ __forceinline__ int64_t global_warp() {
   return int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
 }
 __device__ __forceinline__ int64_t grid_warps() { return int64_t(gridDim.x) * kWarps; }
+
+// ---- a run's rotation blocks, in the order the warp passes take them ----
+// codecs/rotation_blocks.h's rot_block and rot_block_count for a rotation h = 2^lg_h, its
+// divisions by h done as shifts and masks (a 64-bit division is a call on the device, and the
+// block's registers, live across a call, spill).
+
+/// Rotation block b (< block_count(n, h, lg_h)) of a run of n elements: the whole blocks of h
+/// first, then the tail's descending powers of two (codecs::rot_block). A warp pass takes
+/// block b of its index (hint8; taco for its items of 128 elements and more).
+__device__ __forceinline__ codecs::RotBlock block_at(int64_t n, int32_t h, int32_t lg_h,
+                                                     int64_t b) {
+  const int64_t full = n >> lg_h;
+  if (b < full) return codecs::RotBlock{b << lg_h, h};
+  const int32_t tail = static_cast<int32_t>(n & (h - 1));
+  int64_t off = full << lg_h;
+  int64_t t = b - full;
+  for (int32_t piece = h >> 1; piece > 0; piece >>= 1) {
+    if (!(tail & piece)) continue;
+    if (t == 0) return codecs::RotBlock{off, piece};
+    off += piece;
+    --t;
+  }
+  return codecs::RotBlock{off, 0};  // b out of range
+}
+
+/// The rotation blocks of a run of n elements, h = 2^lg_h (codecs::rot_block_count).
+__device__ __forceinline__ int64_t block_count(int64_t n, int32_t h, int32_t lg_h) {
+  return (n >> lg_h) + codecs::popcount64(uint64_t(n) & uint64_t(h - 1));
+}
 
 
 

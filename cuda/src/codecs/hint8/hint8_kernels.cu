@@ -44,27 +44,6 @@ __device__ __forceinline__ int32_t log2_of(int32_t pow2) {
   return codecs::popcount64(static_cast<uint64_t>(pow2 - 1));
 }
 
-/// codecs::rot_block_count.
-__device__ __forceinline__ int64_t block_count(const Hint8Params& p) {
-  return (p.n >> p.lg_rotation) + codecs::popcount64(uint64_t(p.n) & uint64_t(p.rotation - 1));
-}
-
-/// codecs::rot_block.
-__device__ __forceinline__ codecs::RotBlock block_at(const Hint8Params& p, int64_t b) {
-  const int64_t full = p.n >> p.lg_rotation;
-  if (b < full) return codecs::RotBlock{b << p.lg_rotation, p.rotation};
-  const int32_t tail = static_cast<int32_t>(p.n & (p.rotation - 1));
-  int64_t off = full << p.lg_rotation;
-  int64_t t = b - full;
-  for (int32_t piece = p.rotation >> 1; piece > 0; piece >>= 1) {
-    if (!(tail & piece)) continue;
-    if (t == 0) return codecs::RotBlock{off, piece};
-    off += piece;
-    --t;
-  }
-  return codecs::RotBlock{off, 0};
-}
-
 /// codecs::scale_groups_before.
 __device__ __forceinline__ int64_t groups_before(const Hint8Params& p, int64_t m) {
   return (m >> p.lg_group) + codecs::popcount64(uint64_t(m) & uint64_t(p.group - 1));
@@ -394,7 +373,7 @@ __global__ void __launch_bounds__(rot::kThreads, 1)
   using C = Chunks<kSlots>;
   if (blockIdx.x == 0 && p.n + threadIdx.x < codecs::rot_scales_offset(p.n))
     dst[p.n + threadIdx.x] = 0;
-  const int64_t blocks = block_count(p);
+  const int64_t blocks = rot::block_count(p.n, p.rotation, p.lg_rotation);
   if constexpr (kSlots < rot::kPackedRun) {  // rotations below 256: as the decode kernel
     const int64_t full = p.n >> p.lg_rotation;
     const int lg_pass = 8 - p.lg_rotation;
@@ -408,14 +387,15 @@ __global__ void __launch_bounds__(rot::kThreads, 1)
             src, src_dtype, wire, divisor, p, ctx, vec, dst,
             codecs::RotBlock{(u.mine ? bi : full - 1) << p.lg_rotation, p.rotation}, u);
       } else {
-        const codecs::RotBlock blk = block_at(p, full + (w - passes));
+        const codecs::RotBlock blk =
+            rot::block_at(p.n, p.rotation, p.lg_rotation, full + (w - passes));
         encode_block<kSlots, kHop>(src, src_dtype, wire, divisor, p, ctx, vec, dst, blk,
                                    rot::whole_warp_runs(blk.len));
       }
     }
   } else {
     for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
-      const codecs::RotBlock blk = block_at(p, bi);
+      const codecs::RotBlock blk = rot::block_at(p.n, p.rotation, p.lg_rotation, bi);
       // A whole block of 32 kSlots with its length a constant, so that its slots need no
       // bounds: no predicates to keep live.
       if (blk.len == 32 * kSlots) {
@@ -439,7 +419,7 @@ __global__ void __launch_bounds__(rot::kThreads, 1)
 template <int kSlots, bool kCast>
 __global__ void __launch_bounds__(rot::kThreads, 1)
     hint8_decode_kernel(const uint8_t* __restrict__ src, Hint8Params p, DecodeOut o, bool vec) {
-  const int64_t blocks = block_count(p);
+  const int64_t blocks = rot::block_count(p.n, p.rotation, p.lg_rotation);
   if constexpr (kSlots < rot::kPackedRun) {
     const int64_t full = p.n >> p.lg_rotation;
     const int lg_pass = 8 - p.lg_rotation;  // log2 of the whole blocks a pass
@@ -455,7 +435,8 @@ __global__ void __launch_bounds__(rot::kThreads, 1)
         decode_block(src, p, codecs::RotBlock{off, p.rotation}, u, v);
         if (bi < full) rot::store_runs<kCast>(o, off, vec, v, u);
       } else {
-        const codecs::RotBlock blk = block_at(p, full + (w - passes));
+        const codecs::RotBlock blk =
+            rot::block_at(p.n, p.rotation, p.lg_rotation, full + (w - passes));
         float v[kSlots];
         decode_block(src, p, blk, v);
         rot::store_runs<kCast>(o, blk.off, blk.len, vec, v);
@@ -463,7 +444,7 @@ __global__ void __launch_bounds__(rot::kThreads, 1)
     }
   } else {
     for (int64_t bi = rot::global_warp(); bi < blocks; bi += rot::grid_warps()) {
-      const codecs::RotBlock blk = block_at(p, bi);
+      const codecs::RotBlock blk = rot::block_at(p.n, p.rotation, p.lg_rotation, bi);
       float v[kSlots];
       if (blk.len == 32 * kSlots) {  // a whole block, its length a constant
         decode_block(src, p, codecs::RotBlock{blk.off, 32 * kSlots}, v);

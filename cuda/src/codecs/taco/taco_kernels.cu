@@ -41,7 +41,7 @@ using codecs::Fp8E5M2;
 constexpr int kQuad = 4;
 constexpr int kChunk = 32 * kQuad;  // elements of a warp per chunk
 
-// The items of a run: `big` rotation blocks of >= 128 elements (in rot_block order, which
+// The items of a run: `big` rotation blocks of >= 128 elements (rot::block_at's order, which
 // puts the tail's large blocks right after the whole groups), then the 128-element tiles of
 // [tile_off, n). group = 2^log2g: the kernels cut the run with shifts and masks (a 64-bit
 // division is a subroutine call on the GPU, whose clobbered registers cost spills).
@@ -66,22 +66,6 @@ CC_HOST_DEVICE Items items_of(int64_t n, int32_t group) {
 // codecs::scale_groups_before(m, it.group).
 __device__ __forceinline__ int64_t groups_before(int64_t m, const Items& it) {
   return (m >> it.log2g) + codecs::popcount64(static_cast<uint64_t>(m & (it.group - 1)));
-}
-
-// codecs::rot_block(it.n, it.group, b) for a big item b (< it.big).
-__device__ __forceinline__ codecs::RotBlock big_block(const Items& it, int64_t b) {
-  const int64_t full = it.n >> it.log2g;
-  if (b < full) return codecs::RotBlock{b << it.log2g, it.group};
-  const int32_t tail = static_cast<int32_t>(it.n & (it.group - 1));
-  int64_t off = full << it.log2g;
-  int64_t t = b - full;
-  for (int32_t p = it.group >> 1; p > 0; p >>= 1) {
-    if (!(tail & p)) continue;
-    if (t == 0) return codecs::RotBlock{off, p};
-    off += p;
-    --t;
-  }
-  return codecs::RotBlock{off, 0};
 }
 
 // The rotation block of element j < it.n: a whole group, or one of the tail's descending
@@ -126,7 +110,7 @@ __device__ __forceinline__ Lane lane_of(const Items& it, int64_t item) {
   const int lane = threadIdx.x & 31;
   Lane q{};
   if (item < it.big) {
-    const codecs::RotBlock blk = big_block(it, item);
+    const codecs::RotBlock blk = rot::block_at(it.n, it.group, it.log2g, item);
     q.e0 = blk.off + kQuad * lane;
     q.off0 = blk.off;
     q.len0 = blk.len;
