@@ -92,23 +92,30 @@ class Runner:
     comm : Communicator, optional
         The communicator of the compressed calls, the caller's (it stays open at
         :meth:`release`); default: one made at the first compressed call.
+
+    Attributes
+    ----------
+    rank, size : int
+        This rank and the group's size (read per call: cheaper than the group's
+        ``rank()`` and ``size()``, which go through torch's C++ binding).
     """
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
                  inner: dist.ProcessGroup, plan_line: Callable[[], str],
                  comm: Optional[Communicator] = None) -> None:
-        self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
+        self._store, self.rank, self.size, self._timeout = store, rank, size, timeout
         self._prefix, self.inner, self._plan_line = prefix, inner, plan_line
         self._announced = False
         self.stats = _engagement.OpStats()
         self.trace = _trace.GroupTrace(rank, size, _trace.global_rank(rank))  # CCOMPRESS_TRACE
+        self._traced = self.trace.on
         self.comm: Optional[Communicator] = comm
         self._own_comm = comm is None  # closed at release; a given one is the caller's
         self._comm_pg: Optional[dist.ProcessGroup] = None
         self._sent_mark = 0 if comm is None else comm.bytes_sent
         self._lock = threading.Lock()
         self.broken: Optional[str] = None
-        self._delegated: List[Tuple[Any, Any]] = []  # (Work, future) not yet seen complete
+        self._delegated: List[Any] = []  # Works not yet seen complete
         self._retired: List[Any] = []  # Works seen complete by the last call: freed at the next
 
     def communicator(self) -> Communicator:
@@ -127,12 +134,12 @@ class Runner:
             timeout = self._timeout.total_seconds()
             if _p2p.transport_choice() == "tcp":
                 kw = {}
-                if self._size == int(os.environ.get("WORLD_SIZE") or 0):  # torchrun's nodes
-                    kw["ranks_per_node"] = _topology.from_env(self._size)
-                self.comm = _p2p.from_store(Communicator, store, self._rank, self._size,
+                if self.size == int(os.environ.get("WORLD_SIZE") or 0):  # torchrun's nodes
+                    kw["ranks_per_node"] = _topology.from_env(self.size)
+                self.comm = _p2p.from_store(Communicator, store, self.rank, self.size,
                                             timeout=timeout, **kw)
             else:
-                pg = self._comm_pg = inner_group(self._store, self._rank, self._size,
+                pg = self._comm_pg = inner_group(self._store, self.rank, self.size,
                                                  self._timeout, self._prefix + "ccompress",
                                                  cuda=None)
                 self.comm = Communicator.from_torch(pg, store=store, timeout=timeout)
@@ -142,12 +149,15 @@ class Runner:
         """Logs the plan line at the group's first call (rank 0)."""
         if not self._announced:
             self._announced = True
-            _engagement.log_info(self._rank, self._plan_line())
+            _engagement.log_info(self.rank, self._plan_line())
 
     def exact_bytes(self, kind: str, tensors: List[torch.Tensor]) -> int:
         """What an exact ring of ``kind`` sends from this rank for ``tensors``."""
-        return sum(_engagement.exact_ring_bytes(kind, t.numel(), t.element_size(), self._size)
-                   for t in tensors if isinstance(t, torch.Tensor))
+        n = 0
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                n += _engagement.exact_ring_bytes(kind, t.numel(), t.element_size(), self.size)
+        return n
 
     def run(self, call: Callable[[Any], Any], outputs: List[torch.Tensor], kind: str,
             x: torch.Tensor, label: str, finish: Optional[Callable[[], Any]] = None,
@@ -237,21 +247,19 @@ class Runner:
             The group is unusable.
         """
         if kind is not None:
-            self.announce()
+            if not self._announced:
+                self.announce()
             self.stats.delegated(kind, why, self.exact_bytes(kind, tensors) if exact is None
                                  else exact)
-            self.stats.check_engaged(kind, codec, self._rank)
-            if self.trace.on:
+            if codec != "none":
+                self.stats.check_engaged(kind, codec, self.rank)
+            if self._traced:
                 self.trace.instant(f"{kind} exact ({why})", numel=sum(
                     t.numel() for t in tensors if isinstance(t, torch.Tensor)))
         self.check_usable()
         work = call()
-        try:
-            fut = work.get_future()
-        except Exception:  # noqa: BLE001 - a Work without a future: wait() reports errors
-            fut = None
         with self._lock:
-            self._delegated.append((work, fut))
+            self._delegated.append(work)
         return work
 
     def reap(self) -> None:
@@ -264,22 +272,22 @@ class Runner:
         exception"). So the group keeps every delegated Work until a call after the one
         that saw it complete (by then gloo has let go of it) and frees it here, on the
         calling thread; those still held at shutdown go with the group object. Failures are
-        polled here too, never by a callback on the future, which gloo would run (and
-        free) on its own thread."""
-        done: List[Tuple[Any, Any]] = []
+        polled here too (``wait()`` of a Work found complete returns at once, or raises its
+        error), never by a callback on its future, which gloo would run (and free) on its
+        own thread."""
         with self._lock:
-            delegated, self._delegated = self._delegated, []
-            for item in delegated:
-                work, fut = item
-                finished = fut.done() if fut is not None else work.is_completed()
-                (done if finished else self._delegated).append(item)
-            old, self._retired = self._retired, [work for work, _ in done]
-        for _, fut in done:
-            if fut is not None:
-                try:
-                    fut.wait()
-                except Exception as e:  # noqa: BLE001 - the caller sees it from wait()
-                    self.fail(e)
+            if not self._delegated and not self._retired:
+                return
+            done, pending = [], []
+            for work in self._delegated:
+                (done if work.is_completed() else pending).append(work)
+            self._delegated = pending
+            old, self._retired = self._retired, done
+        for work in done:
+            try:
+                work.wait()
+            except Exception as e:  # noqa: BLE001 - the caller sees it from its own wait()
+                self.fail(e)
         del old  # freed here, by this thread
 
     def check_usable(self) -> None:
@@ -304,7 +312,7 @@ class Runner:
     def report(self) -> None:
         """With ``CCOMPRESS_REPORT=1``, rank 0 of a group still usable prints the counters
         as a summary on stderr."""
-        if _engagement.env_flag("CCOMPRESS_REPORT", False) and self._rank == 0 \
+        if _engagement.env_flag("CCOMPRESS_REPORT", False) and self.rank == 0 \
                 and self.broken is None:
             print(_engagement.summary(self.stats.snapshot(),
                                       0 if self.comm is None else self.comm.bytes_sent),

@@ -92,6 +92,7 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
         config = _policy.agreed(store, rank, size, timeout, options, self._prefix)
         self._policy = Policy(config, rank)
         self.options = config.options
+        self._exact_all_reduce = config.codecs["all_reduce"].spec == "none"
         _agree_comm(store, rank, size, timeout, comm, self._prefix)
         in_process = comm is not None and comm.transport in IN_PROCESS
         self._inner = inner_group(store, rank, size, timeout, self._prefix + "inner",
@@ -189,7 +190,8 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
 
     # ---- the compressed collectives ----
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
-        op = reduce_op(opts)
+        # The reduction matters only where the op has a codec (reading it costs a microsecond).
+        op = None if self._exact_all_reduce else reduce_op(opts)
         t = tensors[0] if len(tensors) == 1 else None
         codec, why = self._policy.decide("all_reduce", t, op, t, t is not None,
                                           self._runner)
@@ -216,7 +218,7 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
         """reduce_scatter_single; ``before(error_feedback or None)`` runs first, once the
         call's residual is known (GIFT whitens the input there, see use_gift)."""
         op = reduce_op(opts)
-        even = even_split(input, output, self.size(), self.rank())
+        even = even_split(input, output, self._runner.size, self._runner.rank)
         codec, why = self._policy.decide("reduce_scatter", input, op, output, even,
                                           self._runner)
         if why is not None:
@@ -238,7 +240,8 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: Any = None) -> dist._Work:
-        fits = output.numel() == self.size() * input.numel() and output.dtype == input.dtype
+        fits = (output.numel() == self._runner.size * input.numel()
+                and output.dtype == input.dtype)
         codec, why = self._policy.decide("all_gather", input, "sum", output, fits,
                                           self._runner)
         if why is not None:
