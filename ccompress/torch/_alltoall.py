@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from . import _engagement
-from ._runner import with_stream, writable_flat
+from ._runner import writable_flat
 
 
 def single(pg: Any, output: torch.Tensor, input: torch.Tensor, output_splits: List[int],
@@ -57,13 +57,12 @@ def single(pg: Any, output: torch.Tensor, input: torch.Tensor, output_splits: Li
             "all_to_all", why, [input], pg.options.all_to_all, exact)
     # Flat, the splits in elements: the same pieces, and an input without rows (a rank that
     # sends nothing) passes as an empty vector.
-    kw = dict(codec=codec, in_splits=None if ins is None else [s * row for s in ins],
-              out_splits=None if outs is None else [s * row for s in outs])
-    x = input.detach().contiguous().view(-1)
     y, finish = writable_flat(output)
-    return pg._runner.run(lambda c: c.all_to_all(x, y, **with_stream(x, kw)), [output],
-                          "all_to_all", x, pg._policy.label("all_to_all", codec, None),
-                          finish, exact)
+    kw = dict(out=y, codec=codec, in_splits=None if ins is None else [s * row for s in ins],
+              out_splits=None if outs is None else [s * row for s in outs])
+    return pg._runner.run("all_to_all", input.detach().contiguous().view(-1), kw, [output],
+                          "all_to_all", lambda: pg._policy.label("all_to_all", codec, None),
+                          finish, exact, opts)
 
 
 def listed(pg: Any, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
@@ -105,13 +104,13 @@ def listed(pg: Any, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
         return pg._runner.delegate(lambda: pg._inner.alltoall(
             outputs, inputs, opts or dist.AllToAllOptions()), "all_to_all", why,
             list(inputs), pg.options.all_to_all, exact)
-    kw = dict(codec=codec, in_splits=[t.numel() for t in inputs],
+    kw = dict(out=y, codec=codec, in_splits=[t.numel() for t in inputs],
               out_splits=[t.numel() for t in outputs])
 
     def finish() -> None:
         for o, piece in zip(outputs, torch.split(y, kw["out_splits"])):
             o.detach().copy_(piece.view(o.shape))
 
-    return pg._runner.run(lambda c: c.all_to_all(x, y, **with_stream(x, kw)), list(outputs),
-                          "all_to_all", x, pg._policy.label("all_to_all", codec, None),
-                          finish, exact)
+    return pg._runner.run("all_to_all", x, kw, list(outputs), "all_to_all",
+                          lambda: pg._policy.label("all_to_all", codec, None), finish, exact,
+                          opts)

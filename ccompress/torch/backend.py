@@ -32,7 +32,7 @@ from ._delegating import Delegating
 from ._feedback import BackwardFeedback
 from ._options import BackendOptions, auto_candidate
 from ._policy import Policy, even_split, reduce_op
-from ._runner import LIVE, Runner, inner_group, with_stream, writable_flat
+from ._runner import LIVE, Runner, inner_group, writable_flat
 
 __all__ = ["NAME", "BackendOptions", "BackwardFeedback", "CompressedProcessGroup",
            "auto_candidate", "compressed_group", "register"]
@@ -205,9 +205,10 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
         finish = None
         if not x.is_contiguous():  # a contiguous copy, reduced, then written back
             x, finish = x.contiguous(), (lambda: t.detach().copy_(x))
-        return self._runner.run(lambda c: c.allreduce(x, out=x, **with_stream(x, kw)),
-                                tensors, "all_reduce", x,
-                                self._policy.label("all_reduce", codec, ef), finish)
+        kw["out"] = x
+        return self._runner.run("allreduce", x, kw, tensors, "all_reduce",
+                                lambda: self._policy.label("all_reduce", codec, ef), finish,
+                                opts=opts)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any = None) -> dist._Work:
@@ -234,9 +235,10 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
             before(ef)
         x = input.detach().contiguous()  # a copy where it is not contiguous (read only)
         y, finish = writable_flat(output)
-        return self._runner.run(lambda c: c.reduce_scatter(x, out=y, **with_stream(x, kw)),
-                                [output], "reduce_scatter", x,
-                                self._policy.label("reduce_scatter", codec, ef), finish)
+        kw["out"] = y
+        return self._runner.run("reduce_scatter", x, kw, [output], "reduce_scatter",
+                                lambda: self._policy.label("reduce_scatter", codec, ef),
+                                finish, opts=opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: Any = None) -> dist._Work:
@@ -248,12 +250,12 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
             return self._runner.delegate(lambda: self._inner.all_gather_single(
                 output, input, opts or dist.AllgatherOptions()), "all_gather", why, [input],
                 self.options.all_gather)
-        kw = dict(codec=codec)
         x = input.detach().contiguous()
         y, finish = writable_flat(output)
-        return self._runner.run(lambda c: c.allgather(x, out=y, **with_stream(x, kw)),
-                                [output], "all_gather", x,
-                                self._policy.label("all_gather", codec, None), finish)
+        return self._runner.run("allgather", x, dict(codec=codec, out=y), [output],
+                                "all_gather", lambda: self._policy.label("all_gather", codec,
+                                                                         None),
+                                finish, opts=opts)
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_splits: List[int], input_splits: List[int],
