@@ -115,7 +115,7 @@ class Runner:
         self._sent_mark = 0 if comm is None else comm.bytes_sent
         self._lock = threading.Lock()
         self.broken: Optional[str] = None
-        self._delegated: List[Any] = []  # Works not yet seen complete
+        self._delegated: List[Tuple[Any, Any]] = []  # (Work, future) not yet seen complete
         self._retired: List[Any] = []  # Works seen complete by the last call: freed at the next
         self._last: Optional[Outcome] = None  # the last call started on the worker thread
 
@@ -309,8 +309,12 @@ class Runner:
                     t.numel() for t in tensors if isinstance(t, torch.Tensor)))
         self.check_usable()
         work = call()
+        try:
+            fut = work.get_future()
+        except Exception:  # noqa: BLE001 - a Work without a future: wait() reports errors
+            fut = None
         with self._lock:
-            self._delegated.append(work)
+            self._delegated.append((work, fut))
         return work
 
     def reap(self) -> None:
@@ -323,22 +327,26 @@ class Runner:
         exception"). So the group keeps every delegated Work until a call after the one
         that saw it complete (by then gloo has let go of it) and frees it here, on the
         calling thread; those still held at shutdown go with the group object. Failures are
-        polled here too (``wait()`` of a Work found complete returns at once, or raises its
-        error), never by a callback on its future, which gloo would run (and free) on its
-        own thread."""
+        polled here too, from the future (a second ``wait()`` of a gloo send or recv Work
+        waits for a second message), never by a callback on the future, which gloo would
+        run (and free) on its own thread."""
         with self._lock:
             if not self._delegated and not self._retired:
                 return
-            done, pending = [], []
-            for work in self._delegated:
-                (done if work.is_completed() else pending).append(work)
+            done: List[Tuple[Any, Any]] = []
+            pending: List[Tuple[Any, Any]] = []
+            for item in self._delegated:
+                work, fut = item
+                finished = fut.done() if fut is not None else work.is_completed()
+                (done if finished else pending).append(item)
             self._delegated = pending
-            old, self._retired = self._retired, done
-        for work in done:
-            try:
-                work.wait()
-            except Exception as e:  # noqa: BLE001 - the caller sees it from its own wait()
-                self.fail(e)
+            old, self._retired = self._retired, [work for work, _ in done]
+        for _, fut in done:
+            if fut is not None:
+                try:
+                    fut.wait()
+                except Exception as e:  # noqa: BLE001 - the caller sees it from wait()
+                    self.fail(e)
         del old  # freed here, by this thread
 
     def check_usable(self) -> None:
