@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from . import _engagement
-from ._runner import with_stream, writable_flat
+from ._runner import writable_flat
 
 
 def single(pg: Any, output: torch.Tensor, input: torch.Tensor, output_splits: List[int],
@@ -39,28 +39,30 @@ def single(pg: Any, output: torch.Tensor, input: torch.Tensor, output_splits: Li
     torch.distributed.Work
         The compressed call's, or the inner group's where it is delegated.
     """
-    ins = [int(s) for s in input_splits] or None
-    outs = [int(s) for s in output_splits] or None
-    fits = input.dim() >= 1 and output.dtype == input.dtype
-    rows = input.shape[0] if input.dim() else 0
-    row = math.prod(input.shape[1:])  # elements of a row (on a rank with no rows too)
-    own = (ins[pg.rank()] if ins and len(ins) == pg.size() else rows // pg.size()) * row
-    exact = _engagement.exact_alltoall_bytes(input.numel(), own, input.element_size())
-    codec, why = pg._policy.decide("all_to_all", input, "sum", output, fits, pg._runner,
+    runner, size = pg._runner, pg._runner.size
+    ins = [int(s) for s in input_splits] if input_splits else None
+    outs = [int(s) for s in output_splits] if output_splits else None
+    dims, numel = input.dim(), input.numel()
+    fits = dims >= 1 and output.dtype == input.dtype
+    rows = input.shape[0] if dims else 0
+    # Elements of a row (on a rank with no rows too).
+    row = numel // rows if rows else math.prod(input.shape[1:])
+    own = (ins[runner.rank] if ins and len(ins) == size else rows // size) * row
+    exact = _engagement.exact_alltoall_bytes(numel, own, input.element_size())
+    codec, why = pg._policy.decide("all_to_all", input, "sum", output, fits, runner,
                                    sized=ins is None and outs is None)
     if why is not None:
-        return pg._runner.delegate(lambda: pg._inner.all_to_all_single(
+        return runner.delegate(lambda: pg._inner.all_to_all_single(
             output, input, output_splits, input_splits, opts or dist.AllToAllOptions()),
             "all_to_all", why, [input], pg.options.all_to_all, exact)
     # Flat, the splits in elements: the same pieces, and an input without rows (a rank that
     # sends nothing) passes as an empty vector.
-    kw = dict(codec=codec, in_splits=None if ins is None else [s * row for s in ins],
-              out_splits=None if outs is None else [s * row for s in outs])
-    x = input.detach().contiguous().view(-1)
     y, finish = writable_flat(output)
-    return pg._runner.run(lambda c: c.all_to_all(x, y, **with_stream(x, kw)), [output],
-                          "all_to_all", x, pg._policy.label("all_to_all", codec, None),
-                          finish, exact)
+    kw = dict(out=y, codec=codec, in_splits=None if ins is None else [s * row for s in ins],
+              out_splits=None if outs is None else [s * row for s in outs])
+    return pg._runner.run("all_to_all", input.detach().contiguous().view(-1), kw, [output],
+                          "all_to_all", lambda: pg._policy.label("all_to_all", codec, None),
+                          finish, exact, opts)
 
 
 def listed(pg: Any, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
@@ -84,12 +86,12 @@ def listed(pg: Any, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
     torch.distributed.Work
         The compressed call's, or the inner group's where it is delegated.
     """
-    n = pg.size()
+    n, me = pg._runner.size, pg._runner.rank
     first = inputs[0] if inputs else None
     fits = (len(inputs) == n and len(outputs) == n and all(
         t.dtype == first.dtype and t.device == first.device and t.layout == torch.strided
         for t in list(inputs) + list(outputs)))
-    exact = sum(t.numel() * t.element_size() for j, t in enumerate(inputs) if j != pg.rank())
+    exact = sum(t.numel() * t.element_size() for j, t in enumerate(inputs) if j != me)
     plan = pg._policy.config.codecs["all_to_all"]
     if fits and plan.spec != "none":
         x = torch.cat([t.detach().reshape(-1) for t in inputs])  # a copy: contiguous
@@ -102,13 +104,13 @@ def listed(pg: Any, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
         return pg._runner.delegate(lambda: pg._inner.alltoall(
             outputs, inputs, opts or dist.AllToAllOptions()), "all_to_all", why,
             list(inputs), pg.options.all_to_all, exact)
-    kw = dict(codec=codec, in_splits=[t.numel() for t in inputs],
+    kw = dict(out=y, codec=codec, in_splits=[t.numel() for t in inputs],
               out_splits=[t.numel() for t in outputs])
 
     def finish() -> None:
         for o, piece in zip(outputs, torch.split(y, kw["out_splits"])):
             o.detach().copy_(piece.view(o.shape))
 
-    return pg._runner.run(lambda c: c.all_to_all(x, y, **with_stream(x, kw)), list(outputs),
-                          "all_to_all", x, pg._policy.label("all_to_all", codec, None),
-                          finish, exact)
+    return pg._runner.run("all_to_all", x, kw, list(outputs), "all_to_all",
+                          lambda: pg._policy.label("all_to_all", codec, None), finish, exact,
+                          opts)

@@ -26,7 +26,7 @@ from ._options import OP_CODECS, BackendOptions, GroupConfig, OpCodec, resolve
 
 AUTO_REPS = 5  # timed runs of each way at an auto op's first call, after one warm-up
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-_COMPRESSIBLE_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg"}
+_COMPRESSIBLE_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg"}  # by RedOpType
 
 
 def reduce_op(opts: Any) -> Optional[str]:
@@ -42,11 +42,7 @@ def reduce_op(opts: Any) -> Optional[str]:
     str or None
         ``"sum"`` or ``"avg"``, the reductions ccompress computes; None for any other.
     """
-    red = dist.ReduceOp.SUM if opts is None else opts.reduceOp
-    for k, v in _COMPRESSIBLE_OPS.items():
-        if red == k:
-            return v
-    return None
+    return "sum" if opts is None else _COMPRESSIBLE_OPS.get(opts.reduceOp.op)
 
 
 def even_split(input: torch.Tensor, output: torch.Tensor, size: int, rank: int) -> bool:
@@ -86,7 +82,7 @@ def why_exact(t: torch.Tensor, codec: OpCodec, op: Optional[str], writes: torch.
         return "op"
     if t.dtype not in FLOATS:
         return "dtype"
-    if t.device.type not in ("cpu", "cuda"):
+    if not (t.is_cpu or t.is_cuda):
         return "device"
     if t.layout != torch.strided or writes.layout != torch.strided or (
             t.is_cuda and not (t.is_contiguous() and writes.is_contiguous())):

@@ -22,7 +22,7 @@ from .._internal import topology as _topology
 from .._internal.errors import CCompressError
 from ..communicator import Communicator
 from . import _engagement, _p2p, _trace
-from ._work import Async, Outcome, Work
+from ._work import Outcome, Work
 
 
 def inner_group(store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
@@ -92,16 +92,23 @@ class Runner:
     comm : Communicator, optional
         The communicator of the compressed calls, the caller's (it stays open at
         :meth:`release`); default: one made at the first compressed call.
+
+    Attributes
+    ----------
+    rank, size : int
+        This rank and the group's size (read per call: cheaper than the group's
+        ``rank()`` and ``size()``, which go through torch's C++ binding).
     """
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta, prefix: str,
                  inner: dist.ProcessGroup, plan_line: Callable[[], str],
                  comm: Optional[Communicator] = None) -> None:
-        self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
+        self._store, self.rank, self.size, self._timeout = store, rank, size, timeout
         self._prefix, self.inner, self._plan_line = prefix, inner, plan_line
         self._announced = False
         self.stats = _engagement.OpStats()
         self.trace = _trace.GroupTrace(rank, size, _trace.global_rank(rank))  # CCOMPRESS_TRACE
+        self._traced = self.trace.on
         self.comm: Optional[Communicator] = comm
         self._own_comm = comm is None  # closed at release; a given one is the caller's
         self._comm_pg: Optional[dist.ProcessGroup] = None
@@ -110,6 +117,7 @@ class Runner:
         self.broken: Optional[str] = None
         self._delegated: List[Tuple[Any, Any]] = []  # (Work, future) not yet seen complete
         self._retired: List[Any] = []  # Works seen complete by the last call: freed at the next
+        self._last: Optional[Outcome] = None  # the last call started on the worker thread
 
     def communicator(self) -> Communicator:
         """The ccompress communicator over the group's ranks: the one given to the group, or
@@ -127,12 +135,12 @@ class Runner:
             timeout = self._timeout.total_seconds()
             if _p2p.transport_choice() == "tcp":
                 kw = {}
-                if self._size == int(os.environ.get("WORLD_SIZE") or 0):  # torchrun's nodes
-                    kw["ranks_per_node"] = _topology.from_env(self._size)
-                self.comm = _p2p.from_store(Communicator, store, self._rank, self._size,
+                if self.size == int(os.environ.get("WORLD_SIZE") or 0):  # torchrun's nodes
+                    kw["ranks_per_node"] = _topology.from_env(self.size)
+                self.comm = _p2p.from_store(Communicator, store, self.rank, self.size,
                                             timeout=timeout, **kw)
             else:
-                pg = self._comm_pg = inner_group(self._store, self._rank, self._size,
+                pg = self._comm_pg = inner_group(self._store, self.rank, self.size,
                                                  self._timeout, self._prefix + "ccompress",
                                                  cuda=None)
                 self.comm = Communicator.from_torch(pg, store=store, timeout=timeout)
@@ -142,35 +150,47 @@ class Runner:
         """Logs the plan line at the group's first call (rank 0)."""
         if not self._announced:
             self._announced = True
-            _engagement.log_info(self._rank, self._plan_line())
+            _engagement.log_info(self.rank, self._plan_line())
 
     def exact_bytes(self, kind: str, tensors: List[torch.Tensor]) -> int:
         """What an exact ring of ``kind`` sends from this rank for ``tensors``."""
-        return sum(_engagement.exact_ring_bytes(kind, t.numel(), t.element_size(), self._size)
-                   for t in tensors if isinstance(t, torch.Tensor))
+        n = 0
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                n += _engagement.exact_ring_bytes(kind, t.numel(), t.element_size(), self.size)
+        return n
 
-    def run(self, call: Callable[[Any], Any], outputs: List[torch.Tensor], kind: str,
-            x: torch.Tensor, label: str, finish: Optional[Callable[[], Any]] = None,
-            exact: Optional[int] = None) -> Work:
-        """Starts a compressed call on ccompress's worker thread (issue order is kept).
+    def run(self, method: str, x: torch.Tensor, kw: dict, outputs: List[torch.Tensor],
+            kind: str, label: Callable[[], str], finish: Optional[Callable[[], Any]] = None,
+            exact: Optional[int] = None, opts: Any = None) -> Work:
+        """Runs a compressed call: on ccompress's worker thread (issue order is kept), or on
+        this thread where torch waits for it at once (``opts.asyncOp`` False).
 
         Parameters
         ----------
-        call : callable
-            ``call(comm)`` issues the collective on an asynchronous communicator.
+        method : str
+            The communicator's collective (``"allreduce"``, ``"all_to_all"``, ...), called as
+            ``method(x, **kw)`` (with the caller's CUDA stream for a CUDA ``x``).
+        x : torch.Tensor
+            The input, flat and contiguous; for the counters and the trace too.
+        kw : dict
+            The collective's other arguments.
         outputs : list of torch.Tensor
             What the Work completes with.
         kind : str
             The op, for the counters.
-        x : torch.Tensor
-            The input, for the counters and the trace.
-        label : str
-            The trace event's name after the op (the codec, and error feedback).
+        label : callable
+            ``label()`` is the trace event's name after the op (the codec, and error
+            feedback); called only where the trace is on.
         finish : callable, optional
             Runs after the call (the write-back of a non-contiguous output).
         exact : int, optional
             The bytes an exact collective sends from this rank for this call (default: an
             exact ring's for ``x``; an all-to-all's depend on its splits).
+        opts : torch.distributed options, optional
+            The op's options: with ``asyncOp`` False (``async_op=False`` in Python: torch
+            waits for the Work at once) the call runs on this thread, after the calls issued
+            before it, and its Work is complete when returned.
 
         Returns
         -------
@@ -179,33 +199,39 @@ class Runner:
         Raises
         ------
         CCompressError
-            The group is unusable, or the call's arguments are refused (then raised as is).
+            The group is unusable, or the call's arguments are refused (then raised as is);
+            a call run on this thread raises its own error here too.
         """
         self.check_usable()
         self.announce()
         exact = self.exact_bytes(kind, [x]) if exact is None else exact
         self.stats.compressed(kind, exact)
         start = _trace.now_us() if self.trace.on else 0.0
+        if x.is_cuda:
+            kw["stream"] = torch.cuda.current_stream(x.device).cuda_stream
+        try:
+            comm = self.communicator()
+        except Exception as e:  # a communicator that cannot be made: the group cannot run
+            self.fail(e)
+            raise
+        out = Outcome()
+        if opts is not None and not getattr(opts, "asyncOp", True):
+            return self._run_here(getattr(comm, method), x, kw, outputs, kind, label, finish,
+                                  exact, start, out)
         # CUDA: finish() runs on the worker thread, on the caller's stream (taken now), which
         # w.wait() makes wait for the collective and the caller's later work follows.
         stream = torch.cuda.current_stream(x.device) if finish and x.is_cuda else None
-        out = Outcome()
         try:
-            work = call(Async(self.communicator()))
+            work = getattr(comm, method)(x, async_op=True, **kw)
         except Exception as e:  # bad arguments, or a communicator that cannot run: raise
-            if self.comm is None or not self.comm.usable:
+            if not comm.usable:
                 self.fail(e)
             raise
 
         def done(w: Any) -> None:
             # Runs right after the call, before the worker thread starts the next one: the
             # communicator's byte count grew by this call's bytes alone.
-            sent = self.comm.bytes_sent
-            self.stats.sent(kind, sent - self._sent_mark)
-            if self.trace.on:  # the write-back of finish() is left out
-                self.trace.call(f"{kind} {label}", start, numel=x.numel(),
-                                bytes_sent=sent - self._sent_mark, exact_bytes=exact)
-            self._sent_mark = sent
+            self._count_sent(kind, label, start, x, exact)
             try:
                 w.wait()
                 if finish is not None:
@@ -219,8 +245,43 @@ class Runner:
             else:
                 out.set_result(outputs)
 
+        self._last = out
         work.add_done_callback(done)
         return Work(out)
+
+    def _run_here(self, collective: Callable[..., Any], x: torch.Tensor, kw: dict,
+                  outputs: List[torch.Tensor], kind: str, label: Callable[[], str],
+                  finish: Optional[Callable[[], Any]], exact: int, start: float,
+                  out: Outcome) -> Work:
+        """:meth:`run` on this thread, once every call issued before it has finished and
+        been counted. Its stream order is a synchronous collective's: a CUDA call runs on
+        the caller's stream, and so does ``finish``."""
+        last, self._last = self._last, None
+        if last is not None:
+            last.settle()  # its done() has counted its bytes: this call's are its own
+        try:
+            collective(x, **kw)
+        except Exception as e:
+            self._count_sent(kind, label, start, x, exact)
+            if not self.comm.usable:  # a lost peer or a timeout, not a MismatchError
+                self.fail(e)
+            raise
+        self._count_sent(kind, label, start, x, exact)
+        if finish is not None:
+            finish()
+        out.set_result(outputs)
+        return Work(out)
+
+    def _count_sent(self, kind: str, label: Callable[[], str], start: float,
+                    x: torch.Tensor, exact: int) -> None:
+        """Counts the bytes the communicator sent since the last call as this call's, and
+        traces it (the write-back of finish() is left out)."""
+        sent = self.comm.bytes_sent
+        self.stats.sent(kind, sent - self._sent_mark)
+        if self.trace.on:
+            self.trace.call(f"{kind} {label()}", start, numel=x.numel(),
+                            bytes_sent=sent - self._sent_mark, exact_bytes=exact)
+        self._sent_mark = sent
 
     def delegate(self, call: Callable[[], dist._Work], kind: Optional[str] = None,
                  why: Optional[str] = None, tensors: Optional[List[torch.Tensor]] = None,
@@ -237,11 +298,13 @@ class Runner:
             The group is unusable.
         """
         if kind is not None:
-            self.announce()
+            if not self._announced:
+                self.announce()
             self.stats.delegated(kind, why, self.exact_bytes(kind, tensors) if exact is None
                                  else exact)
-            self.stats.check_engaged(kind, codec, self._rank)
-            if self.trace.on:
+            if codec != "none":
+                self.stats.check_engaged(kind, codec, self.rank)
+            if self._traced:
                 self.trace.instant(f"{kind} exact ({why})", numel=sum(
                     t.numel() for t in tensors if isinstance(t, torch.Tensor)))
         self.check_usable()
@@ -264,15 +327,19 @@ class Runner:
         exception"). So the group keeps every delegated Work until a call after the one
         that saw it complete (by then gloo has let go of it) and frees it here, on the
         calling thread; those still held at shutdown go with the group object. Failures are
-        polled here too, never by a callback on the future, which gloo would run (and
-        free) on its own thread."""
-        done: List[Tuple[Any, Any]] = []
+        polled here too, from the future (a second ``wait()`` of a gloo send or recv Work
+        waits for a second message), never by a callback on the future, which gloo would
+        run (and free) on its own thread."""
         with self._lock:
-            delegated, self._delegated = self._delegated, []
-            for item in delegated:
+            if not self._delegated and not self._retired:
+                return
+            done: List[Tuple[Any, Any]] = []
+            pending: List[Tuple[Any, Any]] = []
+            for item in self._delegated:
                 work, fut = item
                 finished = fut.done() if fut is not None else work.is_completed()
-                (done if finished else self._delegated).append(item)
+                (done if finished else pending).append(item)
+            self._delegated = pending
             old, self._retired = self._retired, [work for work, _ in done]
         for _, fut in done:
             if fut is not None:
@@ -304,7 +371,7 @@ class Runner:
     def report(self) -> None:
         """With ``CCOMPRESS_REPORT=1``, rank 0 of a group still usable prints the counters
         as a summary on stderr."""
-        if _engagement.env_flag("CCOMPRESS_REPORT", False) and self._rank == 0 \
+        if _engagement.env_flag("CCOMPRESS_REPORT", False) and self.rank == 0 \
                 and self.broken is None:
             print(_engagement.summary(self.stats.snapshot(),
                                       0 if self.comm is None else self.comm.bytes_sent),
@@ -322,13 +389,6 @@ class Runner:
             comm.close()
         if pg is not None:
             pg.shutdown()
-
-
-def with_stream(t: torch.Tensor, kw: dict) -> dict:
-    """``kw`` with the caller's current CUDA stream where ``t`` is a CUDA tensor."""
-    if t.is_cuda:
-        kw["stream"] = torch.cuda.current_stream(t.device).cuda_stream
-    return kw
 
 
 def writable_flat(output: torch.Tensor) -> Tuple[torch.Tensor, Optional[Callable[[], Any]]]:

@@ -3,12 +3,10 @@
 for C++ and Python readers alike (:class:`Outcome`)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from ..communicator import Communicator
 
 
 class Outcome:
@@ -27,7 +25,14 @@ class Outcome:
 
     def __init__(self) -> None:
         self._source = torch.futures.Future()
-        self.future = self._source.then(Outcome._unwrap)
+        self._future: Any = None  # made at the first get_future(): most calls are only waited
+
+    @property
+    def future(self) -> torch.futures.Future:
+        """Completes with the value, or fails with the error (made at the first read)."""
+        if self._future is None:
+            self._future = self._source.then(Outcome._unwrap)
+        return self._future
 
     def set_result(self, value: Any) -> None:
         self._source.set_result((value, None))
@@ -40,6 +45,11 @@ class Outcome:
         if error is not None:
             raise error
         return value
+
+    def settle(self) -> None:
+        """Waits until the outcome is set, without raising its error."""
+        if not self._source.done():
+            self._source.wait()
 
     @staticmethod
     def _unwrap(fut: torch.futures.Future) -> Any:
@@ -63,14 +73,3 @@ class Work(dist._Work):
 
     def get_future(self) -> torch.futures.Future:
         return self._outcome.future
-
-
-class Async:
-    """A communicator whose collectives are asynchronous (``async_op=True``)."""
-
-    def __init__(self, comm: Communicator) -> None:
-        self._c = comm
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        fn = getattr(self._c, name)
-        return lambda *a, **kw: fn(*a, async_op=True, **kw)

@@ -32,7 +32,7 @@ from ._delegating import Delegating
 from ._feedback import BackwardFeedback
 from ._options import BackendOptions, auto_candidate
 from ._policy import Policy, even_split, reduce_op
-from ._runner import LIVE, Runner, inner_group, with_stream, writable_flat
+from ._runner import LIVE, Runner, inner_group, writable_flat
 
 __all__ = ["NAME", "BackendOptions", "BackwardFeedback", "CompressedProcessGroup",
            "auto_candidate", "compressed_group", "register"]
@@ -92,6 +92,7 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
         config = _policy.agreed(store, rank, size, timeout, options, self._prefix)
         self._policy = Policy(config, rank)
         self.options = config.options
+        self._exact_all_reduce = config.codecs["all_reduce"].spec == "none"
         _agree_comm(store, rank, size, timeout, comm, self._prefix)
         in_process = comm is not None and comm.transport in IN_PROCESS
         self._inner = inner_group(store, rank, size, timeout, self._prefix + "inner",
@@ -189,7 +190,8 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
 
     # ---- the compressed collectives ----
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist._Work:
-        op = reduce_op(opts)
+        # The reduction matters only where the op has a codec (reading it costs a microsecond).
+        op = None if self._exact_all_reduce else reduce_op(opts)
         t = tensors[0] if len(tensors) == 1 else None
         codec, why = self._policy.decide("all_reduce", t, op, t, t is not None,
                                           self._runner)
@@ -203,9 +205,10 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
         finish = None
         if not x.is_contiguous():  # a contiguous copy, reduced, then written back
             x, finish = x.contiguous(), (lambda: t.detach().copy_(x))
-        return self._runner.run(lambda c: c.allreduce(x, out=x, **with_stream(x, kw)),
-                                tensors, "all_reduce", x,
-                                self._policy.label("all_reduce", codec, ef), finish)
+        kw["out"] = x
+        return self._runner.run("allreduce", x, kw, tensors, "all_reduce",
+                                lambda: self._policy.label("all_reduce", codec, ef), finish,
+                                opts=opts)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any = None) -> dist._Work:
@@ -216,7 +219,7 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
         """reduce_scatter_single; ``before(error_feedback or None)`` runs first, once the
         call's residual is known (GIFT whitens the input there, see use_gift)."""
         op = reduce_op(opts)
-        even = even_split(input, output, self.size(), self.rank())
+        even = even_split(input, output, self._runner.size, self._runner.rank)
         codec, why = self._policy.decide("reduce_scatter", input, op, output, even,
                                           self._runner)
         if why is not None:
@@ -232,25 +235,27 @@ class CompressedProcessGroup(Delegating, dist.ProcessGroup):
             before(ef)
         x = input.detach().contiguous()  # a copy where it is not contiguous (read only)
         y, finish = writable_flat(output)
-        return self._runner.run(lambda c: c.reduce_scatter(x, out=y, **with_stream(x, kw)),
-                                [output], "reduce_scatter", x,
-                                self._policy.label("reduce_scatter", codec, ef), finish)
+        kw["out"] = y
+        return self._runner.run("reduce_scatter", x, kw, [output], "reduce_scatter",
+                                lambda: self._policy.label("reduce_scatter", codec, ef),
+                                finish, opts=opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: Any = None) -> dist._Work:
-        fits = output.numel() == self.size() * input.numel() and output.dtype == input.dtype
+        fits = (output.numel() == self._runner.size * input.numel()
+                and output.dtype == input.dtype)
         codec, why = self._policy.decide("all_gather", input, "sum", output, fits,
                                           self._runner)
         if why is not None:
             return self._runner.delegate(lambda: self._inner.all_gather_single(
                 output, input, opts or dist.AllgatherOptions()), "all_gather", why, [input],
                 self.options.all_gather)
-        kw = dict(codec=codec)
         x = input.detach().contiguous()
         y, finish = writable_flat(output)
-        return self._runner.run(lambda c: c.allgather(x, out=y, **with_stream(x, kw)),
-                                [output], "all_gather", x,
-                                self._policy.label("all_gather", codec, None), finish)
+        return self._runner.run("allgather", x, dict(codec=codec, out=y), [output],
+                                "all_gather", lambda: self._policy.label("all_gather", codec,
+                                                                         None),
+                                finish, opts=opts)
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_splits: List[int], input_splits: List[int],

@@ -19,7 +19,11 @@ column the median of its ratio to the reference's block of the same repetition.
 With ``--torch`` the calls are torch's ``dist.all_to_all_single`` as an MoE layer makes them
 (equal splits, as examples/moelm.py's capacity slots): the reference row is a gloo group's,
 the others a ``ccompress`` group's per codec of ``--codecs`` (``none``: delegated to its inner
-gloo group), so the ratio is what the backend's compressed call costs against gloo's.
+gloo group), so the ratio is what the backend's compressed call costs against gloo's. Beside
+them, ``dist.all_reduce`` of one 4-element tensor (a loss or a norm) on the gloo group, its
+own reference, and on each ``ccompress`` group, whose all_reduce codec is the same codec: it
+delegates every time (``"codec none"``, else ``"small"``), so its ratio is what the backend's
+exact path costs against gloo's.
 
 ``header B`` is what one call sends from a rank besides its payload (``last_stats``: the call
 check and every message's 16-byte header), ``payload B`` the encoded pieces.
@@ -82,14 +86,19 @@ def _torch_cases(rank: int, size: int, args: Any, port: int) -> Tuple[Any, List[
         rows -= rows % size
         x = torch.randn(rows, row, generator=torch.Generator().manual_seed(rank))
         groups = [("gloo", gloo)] + [
-            (f"ccompress {c}", dist.new_group(backend="ccompress",
-                                              pg_options=cct.BackendOptions(all_to_all=c)))
+            (f"ccompress {c}", dist.new_group(backend="ccompress", pg_options=cct.BackendOptions(
+                all_to_all=c, all_reduce=c)))
             for c in args["codecs"]]
         for label, g in groups:
             cases.append({"name": f"all_to_all_single {rows}x{row} {label}", "kind": "torch",
                           "x": x, "y": torch.empty_like(x), "group": g})
     ref = cases.pop(next(i for i, c in enumerate(cases) if c["group"] is gloo))
-    return dist, [ref] + cases
+    cases = [ref] + cases
+    small, first = torch.zeros(4), len(cases)  # below min_numel: every group delegates it
+    for label, g in groups:  # gloo's first: the reference of these rows
+        cases.append({"name": f"all_reduce 4 {label}", "kind": "torch_ar", "x": small,
+                      "group": g, "ref": first})
+    return dist, cases
 
 
 def _worker(rank: int, size: int, args: Any, addrs: Any, out: Any) -> None:
@@ -112,8 +121,11 @@ def _worker(rank: int, size: int, args: Any, addrs: Any, out: Any) -> None:
         elif case["kind"] == "a2a":
             comm.all_to_all(case["x"], case["y"], codec=case["codec"], in_splits=case["ins"],
                             out_splits=case["outs"])
-        else:
+        elif case["kind"] == "torch":
             dist.all_to_all_single(case["y"], case["x"], group=case["group"])
+            return {}
+        else:
+            dist.all_reduce(case["x"], group=case["group"])
             return {}
         return comm.last_stats
 
@@ -130,7 +142,7 @@ def _worker(rank: int, size: int, args: Any, addrs: Any, out: Any) -> None:
             for _ in range(calls):
                 once(case)
             times[i].append((time.perf_counter() - start) / calls * 1e6)
-    out.put((rank, [c["name"] for c in cases], times,
+    out.put((rank, [(c["name"], c.get("ref", 0)) for c in cases], times,
              [{k: int(s.get(k, 0)) for k in ("header_bytes", "payload_bytes")} for s in stats]))
     if comm is not None:
         comm.close()
@@ -174,12 +186,14 @@ def main(argv: Any = None) -> None:
         if p.exitcode != 0:
             raise SystemExit(f"a rank exited with {p.exitcode}")
     per_rank.sort()
-    names = per_rank[0][1]
+    names, refs = zip(*per_rank[0][1])
     reps = len(per_rank[0][2][0])
-    # The slowest rank's time in each repetition, then the median over repetitions.
+    # The slowest rank's time in each repetition, then the median over repetitions; a row's
+    # ratio is to its reference's block (the first row; a torch all_reduce: gloo's).
     slowest = [[max(pr[2][i][k] for pr in per_rank) for k in range(reps)]
                for i in range(len(names))]
-    ratios = [[slowest[i][k] / slowest[0][k] for k in range(reps)] for i in range(len(names))]
+    ratios = [[slowest[i][k] / slowest[refs[i]][k] for k in range(reps)]
+              for i in range(len(names))]
     rows = []
     print(f"{'call':<44} {'us/call':>9} {'vs ref':>7} {'header B':>9} {'payload B':>10}")
     for i, name in enumerate(names):
