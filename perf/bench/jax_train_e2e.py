@@ -32,9 +32,9 @@ ccompress codecs (``hint8``, ``fp8`` = fp8_e4m3:g128, ``nvfp4``, ``hint4``, ``mx
 spec; two_shot with error feedback carried in the jitted step), ``mpi4jax``. Each row runs
 once per seed and round (``--repeat``: the rounds interleave the rows, so that a drift of the
 machine reaches every row alike); the table gives the median over a row's runs of rank 0's
-median step time after the warm-up, each run's, its speedup over psum at the same rate, the loss of the last 10 steps and the held-out loss (means over
-seeds, with their standard errors), each against psum's, and whether the replicas ended
-bit-identical.
+median step time after the warm-up, each run's, its speedup over psum at the same rate, the
+loss of the last 10 steps and the held-out loss (means over seeds, with their standard
+errors), each against psum's, and whether the replicas ended bit-identical.
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ import importlib.util
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -148,12 +149,6 @@ def sem(values: List[float]) -> float:
     return (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5
 
 
-def median(values: List[float]) -> float:
-    """The median of ``values``."""
-    v = sorted(values)
-    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
-
-
 def summary(label: str, row: str, runs: List[Dict[str, Any]], lr: Optional[float],
             seeds: int) -> Dict:
     """One row's figures over its runs: the median step time over every run; the losses over
@@ -161,7 +156,7 @@ def summary(label: str, row: str, runs: List[Dict[str, Any]], lr: Optional[float
     train = [x["train_loss_last10"] for x in runs[:seeds]]
     val = [x["val_loss"] for x in runs[:seeds]]
     return {"rate": label, "row": row, "lr": lr,
-            "step_s": median([x["step_s"] for x in runs]),
+            "step_s": statistics.median(x["step_s"] for x in runs),
             "step_s_runs": [x["step_s"] for x in runs],
             "loss": sum(train) / len(train), "loss_sem": sem(train),
             "val": sum(val) / len(val), "val_sem": sem(val),
@@ -172,8 +167,9 @@ def table(rows: List[Dict[str, Any]]) -> List[str]:
     """One line per (rate, row): step time and speedup against psum at that rate; the loss
     of the last 10 steps and the held-out loss (mean +- standard error over seeds), each
     against psum's (the tuned one where --lrs tuned it)."""
-    lines = [f"{'rate':>9} {'row':>8} {'lr':>7} {'ms/step':>8} {'vs psum':>8} {'runs (ms)':>20} "
-             f"{'loss':>16} {'vs psum':>8} {'held-out':>16} {'vs psum':>8} identical"]
+    lines = [f"{'rate':>9} {'row':>8} {'lr':>7} {'ms/step':>8} {'vs psum':>8} "
+             f"{'runs (ms)':>20} {'loss':>16} {'vs psum':>8} {'held-out':>16} {'vs psum':>8} "
+             "identical"]
     for rate in dict.fromkeys(r["rate"] for r in rows):
         at = [r for r in rows if r["rate"] == rate]
         base = next((r for r in at if r["row"] == "psum" and r.get("tuned", True)), None)
