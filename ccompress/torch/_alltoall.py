@@ -60,9 +60,9 @@ def single(pg: Any, output: torch.Tensor, input: torch.Tensor, output_splits: Li
     y, finish = writable_flat(output)
     kw = dict(out=y, codec=codec, in_splits=None if ins is None else [s * row for s in ins],
               out_splits=None if outs is None else [s * row for s in outs])
-    return pg._runner.run("all_to_all", input.detach().contiguous().view(-1), kw, [output],
-                          "all_to_all", lambda: pg._policy.label("all_to_all", codec, None),
-                          finish, exact, opts)
+    return runner.run("all_to_all", input.detach().contiguous().view(-1), kw, [output],
+                      "all_to_all", lambda: pg._policy.label("all_to_all", codec, None),
+                      finish, exact, opts)
 
 
 def listed(pg: Any, outputs: List[torch.Tensor], inputs: List[torch.Tensor],

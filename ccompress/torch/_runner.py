@@ -108,7 +108,6 @@ class Runner:
         self._announced = False
         self.stats = _engagement.OpStats()
         self.trace = _trace.GroupTrace(rank, size, _trace.global_rank(rank))  # CCOMPRESS_TRACE
-        self._traced = self.trace.on
         self.comm: Optional[Communicator] = comm
         self._own_comm = comm is None  # closed at release; a given one is the caller's
         self._comm_pg: Optional[dist.ProcessGroup] = None
@@ -207,8 +206,9 @@ class Runner:
         exact = self.exact_bytes(kind, [x]) if exact is None else exact
         self.stats.compressed(kind, exact)
         start = _trace.now_us() if self.trace.on else 0.0
-        if x.is_cuda:
-            kw["stream"] = torch.cuda.current_stream(x.device).cuda_stream
+        caller = torch.cuda.current_stream(x.device) if x.is_cuda else None
+        if caller is not None:
+            kw["stream"] = caller.cuda_stream
         try:
             comm = self.communicator()
         except Exception as e:  # a communicator that cannot be made: the group cannot run
@@ -220,7 +220,7 @@ class Runner:
                                   exact, start, out)
         # CUDA: finish() runs on the worker thread, on the caller's stream (taken now), which
         # w.wait() makes wait for the collective and the caller's later work follows.
-        stream = torch.cuda.current_stream(x.device) if finish and x.is_cuda else None
+        stream = caller if finish is not None else None
         try:
             work = getattr(comm, method)(x, async_op=True, **kw)
         except Exception as e:  # bad arguments, or a communicator that cannot run: raise
@@ -304,7 +304,7 @@ class Runner:
                                  else exact)
             if codec != "none":
                 self.stats.check_engaged(kind, codec, self.rank)
-            if self._traced:
+            if self.trace.on:
                 self.trace.instant(f"{kind} exact ({why})", numel=sum(
                     t.numel() for t in tensors if isinstance(t, torch.Tensor)))
         self.check_usable()
